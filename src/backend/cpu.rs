@@ -1,0 +1,179 @@
+//! The CPU backend: host vectors and the ops' CPU sides, threaded with rayon.
+//! It is the reference every other backend is tested against.
+
+use super::{Backend, DeviceBuf, View, ViewMut};
+use crate::ops::activation::{self, Activation};
+use crate::ops::adam::{self, AdamStep};
+use crate::ops::batchnorm::{self, BnGeom};
+use crate::ops::conv::{self, ConvGeom};
+use crate::ops::{elementwise, loss};
+use anyhow::Result;
+
+#[derive(Clone, Debug, Default)]
+pub struct Cpu;
+
+impl DeviceBuf for Vec<f32> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+fn s<'a>(v: View<'a, Cpu>) -> &'a [f32] {
+    &v.buf[v.off..v.off + v.len]
+}
+
+fn sm<'a>(v: ViewMut<'a, Cpu>) -> &'a mut [f32] {
+    &mut v.buf[v.off..v.off + v.len]
+}
+
+impl Backend for Cpu {
+    type Buf = Vec<f32>;
+
+    fn describe(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+    fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
+    }
+    fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
+        sm(dst).copy_from_slice(src);
+    }
+    fn download(&self, src: View<Self>, dst: &mut [f32]) {
+        dst.copy_from_slice(s(src));
+    }
+    fn copy(&self, src: View<Self>, dst: ViewMut<Self>) {
+        sm(dst).copy_from_slice(s(src));
+    }
+    fn synchronize(&self) {}
+
+    fn fill(&self, x: ViewMut<Self>, value: f32) {
+        elementwise::cpu::fill(sm(x), value);
+    }
+    fn scale(&self, x: ViewMut<Self>, a: f32) {
+        elementwise::cpu::scale(sm(x), a);
+    }
+    fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
+        elementwise::cpu::axpy(a, s(x), sm(y));
+    }
+
+    fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
+        conv::cpu::forward(g, s(x), s(w), sm(y));
+    }
+    fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
+        conv::cpu::backward_data(g, s(dy), s(w), sm(dx));
+    }
+    fn conv2d_backward_weight(
+        &self,
+        g: &ConvGeom,
+        x: View<Self>,
+        dy: View<Self>,
+        dw: ViewMut<Self>,
+        accumulate: bool,
+    ) {
+        conv::cpu::backward_weight(g, s(x), s(dy), sm(dw), accumulate);
+    }
+
+    fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>) {
+        batchnorm::cpu::forward_stats(g, s(x), sm(stats));
+    }
+    fn bn_forward_apply(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        stats: View<Self>,
+        stats_count: f64,
+        gamma: View<Self>,
+        beta: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+        saved: ViewMut<Self>,
+        running: ViewMut<Self>,
+    ) {
+        batchnorm::cpu::forward_apply(
+            g,
+            s(x),
+            s(stats),
+            stats_count,
+            s(gamma),
+            s(beta),
+            act,
+            sm(y),
+            sm(saved),
+            sm(running),
+        );
+    }
+    fn bn_forward_eval(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        gamma: View<Self>,
+        beta: View<Self>,
+        running: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+    ) {
+        batchnorm::cpu::forward_eval(g, s(x), s(gamma), s(beta), s(running), act, sm(y));
+    }
+    fn bn_backward_reduce(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        y: View<Self>,
+        act: Activation,
+        saved: View<Self>,
+        dy: ViewMut<Self>,
+        sums: ViewMut<Self>,
+    ) {
+        batchnorm::cpu::backward_reduce(g, s(x), s(y), act, s(saved), sm(dy), sm(sums));
+    }
+    fn bn_backward_data(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        dz: View<Self>,
+        saved: View<Self>,
+        gamma: View<Self>,
+        sums: View<Self>,
+        sums_count: f64,
+        dx: ViewMut<Self>,
+    ) {
+        batchnorm::cpu::backward_data(
+            g,
+            s(x),
+            s(dz),
+            s(saved),
+            s(gamma),
+            s(sums),
+            sums_count,
+            sm(dx),
+        );
+    }
+
+    fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
+        activation::cpu::forward(act, sm(x));
+    }
+    fn act_backward(&self, act: Activation, y: View<Self>, dy: ViewMut<Self>) {
+        activation::cpu::backward(act, s(y), sm(dy));
+    }
+
+    fn bce_with_logits(
+        &self,
+        logits: View<Self>,
+        target: f32,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        loss::cpu::bce_with_logits(s(logits), target, sm(dlogits), sm(out));
+    }
+
+    fn adam(
+        &self,
+        h: &AdamStep,
+        param: ViewMut<Self>,
+        grad: View<Self>,
+        m: ViewMut<Self>,
+        v: ViewMut<Self>,
+    ) {
+        adam::cpu::step(h, sm(param), s(grad), sm(m), sm(v));
+    }
+}

@@ -1,0 +1,239 @@
+//! The device abstraction: a `Backend` owns buffers of f32 and runs every op the model needs.
+//!
+//! Layers and models are written once, generic over `Backend`. The CPU backend is the
+//! reference; the CUDA backend must match it op for op. Ops never allocate on their hot path:
+//! buffers are made once per run by the layers, and each backend keeps its own scratch space.
+//!
+//! Activation layout everywhere is channel-major, `[C, B, H, W]` ("CNHW"): a convolution is
+//! then one GEMM over the whole batch (`[C_out, C_in*k*k] x [C_in*k*k, B*H*W]`) and batch norm
+//! reads each channel as one contiguous run. At the model's edges C = 1 or H = W = 1, where
+//! CNHW and PyTorch's NCHW hold the same bytes. Weights keep PyTorch's layouts.
+
+pub mod cpu;
+
+use crate::ops::activation::Activation;
+use crate::ops::adam::AdamStep;
+use crate::ops::batchnorm::BnGeom;
+use crate::ops::conv::ConvGeom;
+use anyhow::Result;
+use std::ops::Range;
+
+/// A device buffer of f32.
+pub trait DeviceBuf: Send {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A read-only window `[off, off+len)` into a device buffer.
+pub struct View<'a, B: Backend> {
+    pub buf: &'a B::Buf,
+    pub off: usize,
+    pub len: usize,
+}
+
+// Derived Clone/Copy would demand `B: Copy`; a view is two integers and a reference.
+impl<B: Backend> Clone for View<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend> Copy for View<'_, B> {}
+
+/// A writable window `[off, off+len)` into a device buffer.
+pub struct ViewMut<'a, B: Backend> {
+    pub buf: &'a mut B::Buf,
+    pub off: usize,
+    pub len: usize,
+}
+
+impl<'a, B: Backend> View<'a, B> {
+    pub fn whole(buf: &'a B::Buf) -> Self {
+        View {
+            buf,
+            off: 0,
+            len: buf.len(),
+        }
+    }
+    pub fn range(buf: &'a B::Buf, r: Range<usize>) -> Self {
+        assert!(
+            r.start <= r.end && r.end <= buf.len(),
+            "view {r:?} out of a buffer of {}",
+            buf.len()
+        );
+        View {
+            buf,
+            off: r.start,
+            len: r.end - r.start,
+        }
+    }
+}
+
+impl<'a, B: Backend> ViewMut<'a, B> {
+    pub fn whole(buf: &'a mut B::Buf) -> Self {
+        let len = buf.len();
+        ViewMut { buf, off: 0, len }
+    }
+    pub fn range(buf: &'a mut B::Buf, r: Range<usize>) -> Self {
+        assert!(
+            r.start <= r.end && r.end <= buf.len(),
+            "view {r:?} out of a buffer of {}",
+            buf.len()
+        );
+        ViewMut {
+            buf,
+            off: r.start,
+            len: r.end - r.start,
+        }
+    }
+    /// Reborrow, so a `ViewMut` can be passed to an op and used again afterwards.
+    pub fn rb(&mut self) -> ViewMut<'_, B> {
+        ViewMut {
+            buf: self.buf,
+            off: self.off,
+            len: self.len,
+        }
+    }
+    pub fn as_view(&self) -> View<'_, B> {
+        View {
+            buf: self.buf,
+            off: self.off,
+            len: self.len,
+        }
+    }
+}
+
+/// Shorthand used by layers: `v(&buf)` / `vm(&mut buf)` for whole-buffer views.
+pub fn v<B: Backend>(buf: &B::Buf) -> View<'_, B> {
+    View::whole(buf)
+}
+pub fn vm<B: Backend>(buf: &mut B::Buf) -> ViewMut<'_, B> {
+    ViewMut::whole(buf)
+}
+
+/// Everything the model does on a device. All ops are asynchronous with respect to the host
+/// on devices that can be (CUDA); `download` and `synchronize` wait.
+pub trait Backend: Sized + 'static {
+    type Buf: DeviceBuf;
+
+    /// "cpu" or "cuda:<ordinal> <name>".
+    fn describe(&self) -> String;
+    /// A zero-filled buffer of `len` floats.
+    fn alloc(&self, len: usize) -> Result<Self::Buf>;
+    fn upload(&self, src: &[f32], dst: ViewMut<Self>);
+    fn download(&self, src: View<Self>, dst: &mut [f32]);
+    fn copy(&self, src: View<Self>, dst: ViewMut<Self>);
+    /// Wait until every op issued so far has finished.
+    fn synchronize(&self);
+
+    // ---- elementwise helpers (ops/elementwise) ----
+    fn fill(&self, x: ViewMut<Self>, value: f32);
+    /// x *= a
+    fn scale(&self, x: ViewMut<Self>, a: f32);
+    /// y += a * x
+    fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>);
+
+    // ---- convolution (ops/conv): x [C_in,B,H,W], w [C_out,C_in,k,k], y [C_out,B,OH,OW] ----
+    /// y = conv(x, w)
+    fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>);
+    /// dx = conv_transpose(dy, w): the gradient of the input, also ConvTranspose2d's forward.
+    fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>);
+    /// dw (+)= the gradient of the weight; `accumulate` adds to what dw holds.
+    fn conv2d_backward_weight(
+        &self,
+        g: &ConvGeom,
+        x: View<Self>,
+        dy: View<Self>,
+        dw: ViewMut<Self>,
+        accumulate: bool,
+    );
+
+    // ---- batch norm (ops/batchnorm), x and y [C, count] with count = B*H*W ----
+    /// Per-channel partial sums for the batch statistics: stats [2C] = (sum x, sum x^2).
+    /// Split from `bn_forward_apply` so that `--sync-bn` can average them over ranks.
+    fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>);
+    /// Normalize with the batch statistics `stats` (sums over `stats_count` elements per
+    /// channel), apply gamma/beta and the fused activation, save mean and 1/std for backward,
+    /// and update the running statistics (momentum, unbiased variance).
+    #[allow(clippy::too_many_arguments)]
+    fn bn_forward_apply(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        stats: View<Self>,
+        stats_count: f64,
+        gamma: View<Self>,
+        beta: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+        saved: ViewMut<Self>,
+        running: ViewMut<Self>,
+    );
+    /// Evaluation: normalize with the running statistics.
+    #[allow(clippy::too_many_arguments)]
+    fn bn_forward_eval(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        gamma: View<Self>,
+        beta: View<Self>,
+        running: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+    );
+    /// Backward part 1: turn dy into dz, the gradient before the fused activation (in place,
+    /// using the saved output y), and reduce sums [2C] = (sum dz*xhat, sum dz): this rank's
+    /// dgamma and dbeta, in the order gamma and beta are stored.
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward_reduce(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        y: View<Self>,
+        act: Activation,
+        saved: View<Self>,
+        dy: ViewMut<Self>,
+        sums: ViewMut<Self>,
+    );
+    /// Backward part 2: dx from dz (the in-place result of part 1) and the sums, which may
+    /// have been averaged over ranks (`sums_count` elements per channel behind them).
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward_data(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        dz: View<Self>,
+        saved: View<Self>,
+        gamma: View<Self>,
+        sums: View<Self>,
+        sums_count: f64,
+        dx: ViewMut<Self>,
+    );
+
+    // ---- activations (ops/activation), in place ----
+    fn act_forward(&self, act: Activation, x: ViewMut<Self>);
+    /// dy *= act'(.) computed from the activation's output y.
+    fn act_backward(&self, act: Activation, y: View<Self>, dy: ViewMut<Self>);
+
+    // ---- loss (ops/loss) ----
+    /// Mean BCE with logits against a constant target. Writes dlogits = d(mean loss)/dlogits
+    /// and out [2] = (loss, mean sigmoid(logits)); both stay on the device.
+    fn bce_with_logits(
+        &self,
+        logits: View<Self>,
+        target: f32,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    );
+
+    // ---- optimizer (ops/adam) ----
+    fn adam(
+        &self,
+        h: &AdamStep,
+        param: ViewMut<Self>,
+        grad: View<Self>,
+        m: ViewMut<Self>,
+        v: ViewMut<Self>,
+    );
+}

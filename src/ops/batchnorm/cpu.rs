@@ -1,0 +1,154 @@
+//! CPU batch norm over channel-major [C, count] data: one rayon task per channel, sums in f64.
+
+use super::{BnGeom, mean_var};
+use crate::ops::activation::Activation;
+use rayon::prelude::*;
+
+/// stats [2C] = (sum x, sum x^2) per channel.
+pub fn forward_stats(g: &BnGeom, x: &[f32], stats: &mut [f32]) {
+    assert_eq!(x.len(), g.len());
+    assert_eq!(stats.len(), 2 * g.channels);
+    let sums: Vec<(f64, f64)> = x
+        .par_chunks(g.count.max(1))
+        .map(|xc| {
+            xc.iter().fold((0.0f64, 0.0f64), |(s, q), &v| {
+                (s + v as f64, q + v as f64 * v as f64)
+            })
+        })
+        .collect();
+    for (c, (s, q)) in sums.into_iter().enumerate().take(g.channels) {
+        stats[c] = s as f32;
+        stats[g.channels + c] = q as f32;
+    }
+}
+
+/// Normalize with batch statistics; saved [2C] = (mean, 1/std); running [2C] = (mean, var).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_apply(
+    g: &BnGeom,
+    x: &[f32],
+    stats: &[f32],
+    stats_count: f64,
+    gamma: &[f32],
+    beta: &[f32],
+    act: Activation,
+    y: &mut [f32],
+    saved: &mut [f32],
+    running: &mut [f32],
+) {
+    let ch = g.channels;
+    assert_eq!(x.len(), g.len());
+    assert_eq!(y.len(), g.len());
+    let unbias = if stats_count > 1.0 {
+        stats_count / (stats_count - 1.0)
+    } else {
+        1.0
+    };
+    let m = g.momentum as f64;
+    for c in 0..ch {
+        let (mean, var) = mean_var(stats[c] as f64, stats[ch + c] as f64, stats_count);
+        saved[c] = mean as f32;
+        saved[ch + c] = (1.0 / (var + g.eps as f64).sqrt()) as f32;
+        running[c] = ((1.0 - m) * running[c] as f64 + m * mean) as f32;
+        running[ch + c] = ((1.0 - m) * running[ch + c] as f64 + m * var * unbias) as f32;
+    }
+    let saved = &*saved;
+    y.par_chunks_mut(g.count.max(1))
+        .zip(x.par_chunks(g.count.max(1)))
+        .enumerate()
+        .for_each(|(c, (yc, xc))| {
+            let (mean, invstd) = (saved[c], saved[ch + c]);
+            let scale = gamma[c] * invstd;
+            let shift = beta[c] - mean * scale;
+            for (o, &i) in yc.iter_mut().zip(xc) {
+                *o = act.apply(i * scale + shift);
+            }
+        });
+}
+
+/// Normalize with the running statistics.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_eval(
+    g: &BnGeom,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running: &[f32],
+    act: Activation,
+    y: &mut [f32],
+) {
+    let ch = g.channels;
+    y.par_chunks_mut(g.count.max(1))
+        .zip(x.par_chunks(g.count.max(1)))
+        .enumerate()
+        .for_each(|(c, (yc, xc))| {
+            let invstd = 1.0 / (running[ch + c] + g.eps).sqrt();
+            let scale = gamma[c] * invstd;
+            let shift = beta[c] - running[c] * scale;
+            for (o, &i) in yc.iter_mut().zip(xc) {
+                *o = act.apply(i * scale + shift);
+            }
+        });
+}
+
+/// dy -> dz in place through the fused activation; sums [2C] = (sum dz*xhat, sum dz).
+pub fn backward_reduce(
+    g: &BnGeom,
+    x: &[f32],
+    y: &[f32],
+    act: Activation,
+    saved: &[f32],
+    dy: &mut [f32],
+    sums: &mut [f32],
+) {
+    let ch = g.channels;
+    let n = g.count.max(1);
+    let per_channel: Vec<(f64, f64)> = dy
+        .par_chunks_mut(n)
+        .zip(x.par_chunks(n).zip(y.par_chunks(n)))
+        .enumerate()
+        .map(|(c, (dyc, (xc, yc)))| {
+            let (mean, invstd) = (saved[c], saved[ch + c]);
+            let (mut s_dz_xhat, mut s_dz) = (0.0f64, 0.0f64);
+            for ((d, &xv), &yv) in dyc.iter_mut().zip(xc).zip(yc) {
+                *d *= act.grad_from_output(yv);
+                s_dz += *d as f64;
+                s_dz_xhat += (*d * (xv - mean) * invstd) as f64;
+            }
+            (s_dz_xhat, s_dz)
+        })
+        .collect();
+    for (c, (a, b)) in per_channel.into_iter().enumerate().take(ch) {
+        sums[c] = a as f32;
+        sums[ch + c] = b as f32;
+    }
+}
+
+/// dx = gamma/std * (dz - mean(dz) - xhat * mean(dz*xhat)), the means over `sums_count`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_data(
+    g: &BnGeom,
+    x: &[f32],
+    dz: &[f32],
+    saved: &[f32],
+    gamma: &[f32],
+    sums: &[f32],
+    sums_count: f64,
+    dx: &mut [f32],
+) {
+    let ch = g.channels;
+    let n = g.count.max(1);
+    dx.par_chunks_mut(n)
+        .zip(x.par_chunks(n).zip(dz.par_chunks(n)))
+        .enumerate()
+        .for_each(|(c, (dxc, (xc, dzc)))| {
+            let (mean, invstd) = (saved[c], saved[ch + c]);
+            let mean_dz_xhat = (sums[c] as f64 / sums_count) as f32;
+            let mean_dz = (sums[ch + c] as f64 / sums_count) as f32;
+            let k = gamma[c] * invstd;
+            for ((o, &xv), &d) in dxc.iter_mut().zip(xc).zip(dzc) {
+                let xhat = (xv - mean) * invstd;
+                *o = k * (d - mean_dz - xhat * mean_dz_xhat);
+            }
+        });
+}

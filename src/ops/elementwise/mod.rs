@@ -1,0 +1,3 @@
+//! Small elementwise helpers: fill, scale, axpy. CPU side in `cpu.rs`, CUDA in `cuda.rs`.
+
+pub mod cpu;

@@ -1,0 +1,10 @@
+//! One folder per op family: the shape arithmetic and parameters shared by both sides, the
+//! CPU implementation (the reference) and the CUDA launchers next to each other.
+
+pub mod activation;
+pub mod adam;
+pub mod batchnorm;
+pub mod conv;
+pub mod cpu_scratch;
+pub mod elementwise;
+pub mod loss;
