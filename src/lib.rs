@@ -2,4 +2,16 @@
 //! and CUDA kernels. The binary is a thin layer over this library (see `main.rs`).
 
 pub mod backend;
+pub mod cli;
+pub mod comm;
 pub mod ops;
+
+/// `dcgan-train [train]`
+pub fn run_train(_args: cli::TrainArgs) -> anyhow::Result<()> {
+    anyhow::bail!("training is not built yet")
+}
+
+/// `dcgan-train bench-step`
+pub fn run_bench_step(_args: cli::BenchStepArgs) -> anyhow::Result<()> {
+    anyhow::bail!("bench-step is not built yet")
+}

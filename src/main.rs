@@ -1,1 +1,19 @@
-fn main() {}
+//! dcgan-train: parse the command line, run the command, map errors to one line and exit code.
+
+use clap::Parser;
+use dcgan_train::cli::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => dcgan_train::run_train(cli.train),
+        Some(Command::Train(args)) => dcgan_train::run_train(args),
+        Some(Command::BenchStep(args)) => dcgan_train::run_bench_step(args),
+        Some(Command::BenchAllreduce(args)) => dcgan_train::comm::bench::run(args),
+        Some(Command::TuneAllreduce(args)) => dcgan_train::comm::tune::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
