@@ -4,6 +4,8 @@
 pub mod backend;
 pub mod cli;
 pub mod comm;
+pub mod model;
+pub mod nn;
 pub mod ops;
 
 /// `dcgan-train [train]`

@@ -62,14 +62,7 @@ impl Backend for Cpu {
     fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
         conv::cpu::backward_data(g, s(dy), s(w), sm(dx));
     }
-    fn conv2d_backward_weight(
-        &self,
-        g: &ConvGeom,
-        x: View<Self>,
-        dy: View<Self>,
-        dw: ViewMut<Self>,
-        accumulate: bool,
-    ) {
+    fn conv2d_backward_weight(&self, g: &ConvGeom, x: View<Self>, dy: View<Self>, dw: ViewMut<Self>, accumulate: bool) {
         conv::cpu::backward_weight(g, s(x), s(dy), sm(dw), accumulate);
     }
 
@@ -137,16 +130,7 @@ impl Backend for Cpu {
         sums_count: f64,
         dx: ViewMut<Self>,
     ) {
-        batchnorm::cpu::backward_data(
-            g,
-            s(x),
-            s(dz),
-            s(saved),
-            s(gamma),
-            s(sums),
-            sums_count,
-            sm(dx),
-        );
+        batchnorm::cpu::backward_data(g, s(x), s(dz), s(saved), s(gamma), s(sums), sums_count, sm(dx));
     }
 
     fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
@@ -156,24 +140,11 @@ impl Backend for Cpu {
         activation::cpu::backward(act, s(y), sm(dy));
     }
 
-    fn bce_with_logits(
-        &self,
-        logits: View<Self>,
-        target: f32,
-        dlogits: ViewMut<Self>,
-        out: ViewMut<Self>,
-    ) {
+    fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>) {
         loss::cpu::bce_with_logits(s(logits), target, sm(dlogits), sm(out));
     }
 
-    fn adam(
-        &self,
-        h: &AdamStep,
-        param: ViewMut<Self>,
-        grad: View<Self>,
-        m: ViewMut<Self>,
-        v: ViewMut<Self>,
-    ) {
+    fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
         adam::cpu::step(h, sm(param), s(grad), sm(m), sm(v));
     }
 }

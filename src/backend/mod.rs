@@ -50,23 +50,11 @@ pub struct ViewMut<'a, B: Backend> {
 
 impl<'a, B: Backend> View<'a, B> {
     pub fn whole(buf: &'a B::Buf) -> Self {
-        View {
-            buf,
-            off: 0,
-            len: buf.len(),
-        }
+        View { buf, off: 0, len: buf.len() }
     }
     pub fn range(buf: &'a B::Buf, r: Range<usize>) -> Self {
-        assert!(
-            r.start <= r.end && r.end <= buf.len(),
-            "view {r:?} out of a buffer of {}",
-            buf.len()
-        );
-        View {
-            buf,
-            off: r.start,
-            len: r.end - r.start,
-        }
+        assert!(r.start <= r.end && r.end <= buf.len(), "view {r:?} out of a buffer of {}", buf.len());
+        View { buf, off: r.start, len: r.end - r.start }
     }
 }
 
@@ -76,31 +64,15 @@ impl<'a, B: Backend> ViewMut<'a, B> {
         ViewMut { buf, off: 0, len }
     }
     pub fn range(buf: &'a mut B::Buf, r: Range<usize>) -> Self {
-        assert!(
-            r.start <= r.end && r.end <= buf.len(),
-            "view {r:?} out of a buffer of {}",
-            buf.len()
-        );
-        ViewMut {
-            buf,
-            off: r.start,
-            len: r.end - r.start,
-        }
+        assert!(r.start <= r.end && r.end <= buf.len(), "view {r:?} out of a buffer of {}", buf.len());
+        ViewMut { buf, off: r.start, len: r.end - r.start }
     }
     /// Reborrow, so a `ViewMut` can be passed to an op and used again afterwards.
     pub fn rb(&mut self) -> ViewMut<'_, B> {
-        ViewMut {
-            buf: self.buf,
-            off: self.off,
-            len: self.len,
-        }
+        ViewMut { buf: self.buf, off: self.off, len: self.len }
     }
     pub fn as_view(&self) -> View<'_, B> {
-        View {
-            buf: self.buf,
-            off: self.off,
-            len: self.len,
-        }
+        View { buf: self.buf, off: self.off, len: self.len }
     }
 }
 
@@ -140,14 +112,7 @@ pub trait Backend: Sized + 'static {
     /// dx = conv_transpose(dy, w): the gradient of the input, also ConvTranspose2d's forward.
     fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>);
     /// dw (+)= the gradient of the weight; `accumulate` adds to what dw holds.
-    fn conv2d_backward_weight(
-        &self,
-        g: &ConvGeom,
-        x: View<Self>,
-        dy: View<Self>,
-        dw: ViewMut<Self>,
-        accumulate: bool,
-    );
+    fn conv2d_backward_weight(&self, g: &ConvGeom, x: View<Self>, dy: View<Self>, dw: ViewMut<Self>, accumulate: bool);
 
     // ---- batch norm (ops/batchnorm), x and y [C, count] with count = B*H*W ----
     /// Per-channel partial sums for the batch statistics: stats [2C] = (sum x, sum x^2).
@@ -219,21 +184,8 @@ pub trait Backend: Sized + 'static {
     // ---- loss (ops/loss) ----
     /// Mean BCE with logits against a constant target. Writes dlogits = d(mean loss)/dlogits
     /// and out [2] = (loss, mean sigmoid(logits)); both stay on the device.
-    fn bce_with_logits(
-        &self,
-        logits: View<Self>,
-        target: f32,
-        dlogits: ViewMut<Self>,
-        out: ViewMut<Self>,
-    );
+    fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>);
 
     // ---- optimizer (ops/adam) ----
-    fn adam(
-        &self,
-        h: &AdamStep,
-        param: ViewMut<Self>,
-        grad: View<Self>,
-        m: ViewMut<Self>,
-        v: ViewMut<Self>,
-    );
+    fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>);
 }

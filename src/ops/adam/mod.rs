@@ -27,14 +27,7 @@ impl AdamStep {
         let t = t.min(i32::MAX as u64) as i32;
         let bc1 = 1.0 - (beta1 as f64).powi(t);
         let bc2 = 1.0 - (beta2 as f64).powi(t);
-        AdamStep {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            step_size: (lr as f64 / bc1) as f32,
-            bias2_sqrt: bc2.sqrt() as f32,
-        }
+        AdamStep { lr, beta1, beta2, eps, step_size: (lr as f64 / bc1) as f32, bias2_sqrt: bc2.sqrt() as f32 }
     }
 
     /// One element; the CPU backend and tests use this, the CUDA kernel mirrors it.

@@ -10,11 +10,7 @@ pub fn forward_stats(g: &BnGeom, x: &[f32], stats: &mut [f32]) {
     assert_eq!(stats.len(), 2 * g.channels);
     let sums: Vec<(f64, f64)> = x
         .par_chunks(g.count.max(1))
-        .map(|xc| {
-            xc.iter().fold((0.0f64, 0.0f64), |(s, q), &v| {
-                (s + v as f64, q + v as f64 * v as f64)
-            })
-        })
+        .map(|xc| xc.iter().fold((0.0f64, 0.0f64), |(s, q), &v| (s + v as f64, q + v as f64 * v as f64)))
         .collect();
     for (c, (s, q)) in sums.into_iter().enumerate().take(g.channels) {
         stats[c] = s as f32;
@@ -39,11 +35,7 @@ pub fn forward_apply(
     let ch = g.channels;
     assert_eq!(x.len(), g.len());
     assert_eq!(y.len(), g.len());
-    let unbias = if stats_count > 1.0 {
-        stats_count / (stats_count - 1.0)
-    } else {
-        1.0
-    };
+    let unbias = if stats_count > 1.0 { stats_count / (stats_count - 1.0) } else { 1.0 };
     let m = g.momentum as f64;
     for c in 0..ch {
         let (mean, var) = mean_var(stats[c] as f64, stats[ch + c] as f64, stats_count);
@@ -53,17 +45,14 @@ pub fn forward_apply(
         running[ch + c] = ((1.0 - m) * running[ch + c] as f64 + m * var * unbias) as f32;
     }
     let saved = &*saved;
-    y.par_chunks_mut(g.count.max(1))
-        .zip(x.par_chunks(g.count.max(1)))
-        .enumerate()
-        .for_each(|(c, (yc, xc))| {
-            let (mean, invstd) = (saved[c], saved[ch + c]);
-            let scale = gamma[c] * invstd;
-            let shift = beta[c] - mean * scale;
-            for (o, &i) in yc.iter_mut().zip(xc) {
-                *o = act.apply(i * scale + shift);
-            }
-        });
+    y.par_chunks_mut(g.count.max(1)).zip(x.par_chunks(g.count.max(1))).enumerate().for_each(|(c, (yc, xc))| {
+        let (mean, invstd) = (saved[c], saved[ch + c]);
+        let scale = gamma[c] * invstd;
+        let shift = beta[c] - mean * scale;
+        for (o, &i) in yc.iter_mut().zip(xc) {
+            *o = act.apply(i * scale + shift);
+        }
+    });
 }
 
 /// Normalize with the running statistics.
@@ -78,17 +67,14 @@ pub fn forward_eval(
     y: &mut [f32],
 ) {
     let ch = g.channels;
-    y.par_chunks_mut(g.count.max(1))
-        .zip(x.par_chunks(g.count.max(1)))
-        .enumerate()
-        .for_each(|(c, (yc, xc))| {
-            let invstd = 1.0 / (running[ch + c] + g.eps).sqrt();
-            let scale = gamma[c] * invstd;
-            let shift = beta[c] - running[c] * scale;
-            for (o, &i) in yc.iter_mut().zip(xc) {
-                *o = act.apply(i * scale + shift);
-            }
-        });
+    y.par_chunks_mut(g.count.max(1)).zip(x.par_chunks(g.count.max(1))).enumerate().for_each(|(c, (yc, xc))| {
+        let invstd = 1.0 / (running[ch + c] + g.eps).sqrt();
+        let scale = gamma[c] * invstd;
+        let shift = beta[c] - running[c] * scale;
+        for (o, &i) in yc.iter_mut().zip(xc) {
+            *o = act.apply(i * scale + shift);
+        }
+    });
 }
 
 /// dy -> dz in place through the fused activation; sums [2C] = (sum dz*xhat, sum dz).
@@ -138,17 +124,14 @@ pub fn backward_data(
 ) {
     let ch = g.channels;
     let n = g.count.max(1);
-    dx.par_chunks_mut(n)
-        .zip(x.par_chunks(n).zip(dz.par_chunks(n)))
-        .enumerate()
-        .for_each(|(c, (dxc, (xc, dzc)))| {
-            let (mean, invstd) = (saved[c], saved[ch + c]);
-            let mean_dz_xhat = (sums[c] as f64 / sums_count) as f32;
-            let mean_dz = (sums[ch + c] as f64 / sums_count) as f32;
-            let k = gamma[c] * invstd;
-            for ((o, &xv), &d) in dxc.iter_mut().zip(xc).zip(dzc) {
-                let xhat = (xv - mean) * invstd;
-                *o = k * (d - mean_dz - xhat * mean_dz_xhat);
-            }
-        });
+    dx.par_chunks_mut(n).zip(x.par_chunks(n).zip(dz.par_chunks(n))).enumerate().for_each(|(c, (dxc, (xc, dzc)))| {
+        let (mean, invstd) = (saved[c], saved[ch + c]);
+        let mean_dz_xhat = (sums[c] as f64 / sums_count) as f32;
+        let mean_dz = (sums[ch + c] as f64 / sums_count) as f32;
+        let k = gamma[c] * invstd;
+        for ((o, &xv), &d) in dxc.iter_mut().zip(xc).zip(dzc) {
+            let xhat = (xv - mean) * invstd;
+            *o = k * (d - mean_dz - xhat * mean_dz_xhat);
+        }
+    });
 }

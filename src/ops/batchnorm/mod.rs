@@ -16,12 +16,7 @@ pub struct BnGeom {
 
 impl BnGeom {
     pub fn new(channels: usize, count: usize) -> Self {
-        BnGeom {
-            channels,
-            count,
-            eps: 1e-5,
-            momentum: 0.1,
-        }
+        BnGeom { channels, count, eps: 1e-5, momentum: 0.1 }
     }
     /// Floats in x and y: C * count.
     pub fn len(&self) -> usize {

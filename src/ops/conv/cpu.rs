@@ -18,11 +18,7 @@ fn chunk_images(g: &ConvGeom) -> usize {
 
 fn parallelism() -> gemm::Parallelism {
     let threads = rayon::current_num_threads();
-    if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    }
+    if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None }
 }
 
 /// A strided matrix operand: element (i, j) at `ptr + i*rs + j*cs`.
@@ -35,19 +31,11 @@ pub struct Mat {
 
 impl Mat {
     pub fn row_major(s: &[f32], cols: usize) -> Mat {
-        Mat {
-            ptr: s.as_ptr(),
-            rs: cols as isize,
-            cs: 1,
-        }
+        Mat { ptr: s.as_ptr(), rs: cols as isize, cs: 1 }
     }
     /// The transpose of a row-major [rows, cols] slice, seen as [cols, rows].
     pub fn transposed(s: &[f32], cols: usize) -> Mat {
-        Mat {
-            ptr: s.as_ptr(),
-            rs: 1,
-            cs: cols as isize,
-        }
+        Mat { ptr: s.as_ptr(), rs: 1, cs: cols as isize }
     }
 }
 
@@ -57,16 +45,7 @@ impl Mat {
 /// `a`, `b` must address m*k and k*n valid floats with their strides; `c` must address
 /// m rows of n floats at row stride `c_rs`, not aliasing `a` or `b`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat,
-    b: Mat,
-    c: *mut f32,
-    c_rs: usize,
-    accumulate: bool,
-) {
+pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: usize, accumulate: bool) {
     if m == 0 || n == 0 {
         return;
     }
@@ -109,34 +88,27 @@ fn im2col(g: &ConvGeom, x: &[f32], b0: usize, nb: usize, col: &mut [f32]) {
     let (k, s, p) = (g.k, g.stride, g.pad as isize);
     let (h, w, oh_n, ow_n) = (g.h_in, g.w_in, g.h_out, g.w_out);
     let row_len = nb * oh_n * ow_n;
-    col[..g.col_rows() * row_len]
-        .par_chunks_mut(row_len)
-        .enumerate()
-        .for_each(|(r, row)| {
-            let c = r / (k * k);
-            let (ki, kj) = ((r / k) % k, r % k);
-            for bi in 0..nb {
-                let img = &x[(c * g.batch + b0 + bi) * h * w..][..h * w];
-                let out = &mut row[bi * oh_n * ow_n..][..oh_n * ow_n];
-                for oh in 0..oh_n {
-                    let ih = (oh * s) as isize - p + ki as isize;
-                    let dst = &mut out[oh * ow_n..][..ow_n];
-                    if ih < 0 || ih >= h as isize {
-                        dst.fill(0.0);
-                        continue;
-                    }
-                    let src = &img[ih as usize * w..][..w];
-                    for (ow, d) in dst.iter_mut().enumerate() {
-                        let iw = (ow * s) as isize - p + kj as isize;
-                        *d = if iw >= 0 && iw < w as isize {
-                            src[iw as usize]
-                        } else {
-                            0.0
-                        };
-                    }
+    col[..g.col_rows() * row_len].par_chunks_mut(row_len).enumerate().for_each(|(r, row)| {
+        let c = r / (k * k);
+        let (ki, kj) = ((r / k) % k, r % k);
+        for bi in 0..nb {
+            let img = &x[(c * g.batch + b0 + bi) * h * w..][..h * w];
+            let out = &mut row[bi * oh_n * ow_n..][..oh_n * ow_n];
+            for oh in 0..oh_n {
+                let ih = (oh * s) as isize - p + ki as isize;
+                let dst = &mut out[oh * ow_n..][..ow_n];
+                if ih < 0 || ih >= h as isize {
+                    dst.fill(0.0);
+                    continue;
+                }
+                let src = &img[ih as usize * w..][..w];
+                for (ow, d) in dst.iter_mut().enumerate() {
+                    let iw = (ow * s) as isize - p + kj as isize;
+                    *d = if iw >= 0 && iw < w as isize { src[iw as usize] } else { 0.0 };
                 }
             }
-        });
+        }
+    });
 }
 
 /// dx[c, b0.., :, :] += col scattered back (the adjoint of `im2col`). Parallel over input
@@ -146,32 +118,30 @@ fn col2im_add(g: &ConvGeom, col: &[f32], b0: usize, nb: usize, dx: &mut [f32]) {
     let (h, w, oh_n, ow_n) = (g.h_in, g.w_in, g.h_out, g.w_out);
     let row_len = nb * oh_n * ow_n;
     let chan_len = g.batch * h * w;
-    dx.par_chunks_mut(chan_len)
-        .enumerate()
-        .for_each(|(c, dxc)| {
-            for ki in 0..k {
-                for kj in 0..k {
-                    let row = &col[((c * k + ki) * k + kj) * row_len..][..row_len];
-                    for bi in 0..nb {
-                        let img = &mut dxc[(b0 + bi) * h * w..][..h * w];
-                        let src = &row[bi * oh_n * ow_n..][..oh_n * ow_n];
-                        for oh in 0..oh_n {
-                            let ih = (oh * s) as isize - p + ki as isize;
-                            if ih < 0 || ih >= h as isize {
-                                continue;
-                            }
-                            let dst = &mut img[ih as usize * w..][..w];
-                            for (ow, v) in src[oh * ow_n..][..ow_n].iter().enumerate() {
-                                let iw = (ow * s) as isize - p + kj as isize;
-                                if iw >= 0 && iw < w as isize {
-                                    dst[iw as usize] += v;
-                                }
+    dx.par_chunks_mut(chan_len).enumerate().for_each(|(c, dxc)| {
+        for ki in 0..k {
+            for kj in 0..k {
+                let row = &col[((c * k + ki) * k + kj) * row_len..][..row_len];
+                for bi in 0..nb {
+                    let img = &mut dxc[(b0 + bi) * h * w..][..h * w];
+                    let src = &row[bi * oh_n * ow_n..][..oh_n * ow_n];
+                    for oh in 0..oh_n {
+                        let ih = (oh * s) as isize - p + ki as isize;
+                        if ih < 0 || ih >= h as isize {
+                            continue;
+                        }
+                        let dst = &mut img[ih as usize * w..][..w];
+                        for (ow, v) in src[oh * ow_n..][..ow_n].iter().enumerate() {
+                            let iw = (ow * s) as isize - p + kj as isize;
+                            if iw >= 0 && iw < w as isize {
+                                dst[iw as usize] += v;
                             }
                         }
                     }
                 }
             }
-        });
+        }
+    });
 }
 
 fn check_lengths(g: &ConvGeom, x: usize, w: usize, y: usize) {
@@ -218,23 +188,8 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
             // col [rows, n] = w^T [rows, C_out] * dy[:, b0*pix ..] [C_out, n]
-            let dy_chunk = Mat {
-                ptr: dy[b0 * pix..].as_ptr(),
-                rs: dy_rs as isize,
-                cs: 1,
-            };
-            unsafe {
-                sgemm(
-                    rows,
-                    n,
-                    g.c_out,
-                    Mat::transposed(w, rows),
-                    dy_chunk,
-                    col.as_mut_ptr(),
-                    n,
-                    false,
-                )
-            };
+            let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
+            unsafe { sgemm(rows, n, g.c_out, Mat::transposed(w, rows), dy_chunk, col.as_mut_ptr(), n, false) };
             col2im_add(g, col, b0, nb, dx);
         }
     });
@@ -254,59 +209,11 @@ pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accu
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
             im2col(g, x, b0, nb, col);
-            let dy_chunk = Mat {
-                ptr: dy[b0 * pix..].as_ptr(),
-                rs: dy_rs as isize,
-                cs: 1,
-            };
+            let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
             // dw [C_out, rows] (+)= dy_chunk [C_out, n] * col^T [n, rows]
             unsafe {
-                sgemm(
-                    g.c_out,
-                    rows,
-                    n,
-                    dy_chunk,
-                    Mat::transposed(col, n),
-                    dw.as_mut_ptr(),
-                    rows,
-                    accumulate || b0 > 0,
-                )
+                sgemm(g.c_out, rows, n, dy_chunk, Mat::transposed(col, n), dw.as_mut_ptr(), rows, accumulate || b0 > 0)
             };
         }
     });
-}
-
-/// Direct convolution in f64, the slow obvious reference for tests.
-pub fn forward_reference(g: &ConvGeom, x: &[f32], w: &[f32]) -> Vec<f64> {
-    let mut y = vec![0.0f64; g.y_len()];
-    for co in 0..g.c_out {
-        for b in 0..g.batch {
-            for oh in 0..g.h_out {
-                for ow in 0..g.w_out {
-                    let mut acc = 0.0f64;
-                    for ci in 0..g.c_in {
-                        for ki in 0..g.k {
-                            for kj in 0..g.k {
-                                let ih = (oh * g.stride + ki) as isize - g.pad as isize;
-                                let iw = (ow * g.stride + kj) as isize - g.pad as isize;
-                                if ih < 0
-                                    || iw < 0
-                                    || ih >= g.h_in as isize
-                                    || iw >= g.w_in as isize
-                                {
-                                    continue;
-                                }
-                                let xv = x[((ci * g.batch + b) * g.h_in + ih as usize) * g.w_in
-                                    + iw as usize];
-                                let wv = w[((co * g.c_in + ci) * g.k + ki) * g.k + kj];
-                                acc += xv as f64 * wv as f64;
-                            }
-                        }
-                    }
-                    y[((co * g.batch + b) * g.h_out + oh) * g.w_out + ow] = acc;
-                }
-            }
-        }
-    }
-    y
 }

@@ -44,18 +44,7 @@ impl ConvGeom {
         }
         let h_out = (h + 2 * pad - k) / stride + 1;
         let w_out = (w + 2 * pad - k) / stride + 1;
-        Ok(ConvGeom {
-            batch,
-            c_in,
-            h_in: h,
-            w_in: w,
-            c_out,
-            k,
-            stride,
-            pad,
-            h_out,
-            w_out,
-        })
+        Ok(ConvGeom { batch, c_in, h_in: h, w_in: w, c_out, k, stride, pad, h_out, w_out })
     }
 
     /// The conv whose backward-data is ConvTranspose2d(c_in, c_out, k, stride, pad) applied
@@ -71,9 +60,7 @@ impl ConvGeom {
         pad: usize,
     ) -> Result<Self> {
         if stride == 0 || k == 0 {
-            bail!(
-                "transposed convolution with kernel {k} and stride {stride}: both must be at least 1"
-            );
+            bail!("transposed convolution with kernel {k} and stride {stride}: both must be at least 1");
         }
         let big_h = ((h - 1) * stride + k).checked_sub(2 * pad);
         let big_w = ((w - 1) * stride + k).checked_sub(2 * pad);

@@ -9,8 +9,7 @@ pub fn fill(x: &mut [f32], value: f32) {
 }
 
 pub fn scale(x: &mut [f32], a: f32) {
-    x.par_chunks_mut(CHUNK)
-        .for_each(|c| c.iter_mut().for_each(|v| *v *= a));
+    x.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v *= a));
 }
 
 /// y += a * x

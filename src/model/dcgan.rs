@@ -1,0 +1,106 @@
+//! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
+//! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
+
+use super::net::{BackwardOrder, Net, StageSpec};
+use crate::backend::Backend;
+use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
+use anyhow::{Result, bail};
+
+/// Length of the generator's noise vector.
+pub const NZ: usize = 100;
+
+const fn convt(
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    batch_norm: bool,
+    act: Activation,
+) -> StageSpec {
+    StageSpec { transposed: true, c_in, c_out, k, stride, pad, batch_norm, act }
+}
+const fn conv(
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    batch_norm: bool,
+    act: Activation,
+) -> StageSpec {
+    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm, act }
+}
+
+/// G: z [B,100,1,1] -> [256,7,7] -> [128,14,14] -> [1,28,28].
+pub const GENERATOR_28: [StageSpec; 3] =
+    [convt(NZ, 256, 7, 1, 0, true, Relu), convt(256, 128, 4, 2, 1, true, Relu), convt(128, 1, 4, 2, 1, false, Tanh)];
+
+/// D: [1,28,28] -> [64,14,14] -> [128,7,7] -> logits [1,1,1].
+pub const DISCRIMINATOR_28: [StageSpec; 3] = [
+    conv(1, 64, 4, 2, 1, false, LeakyRelu),
+    conv(64, 128, 4, 2, 1, true, LeakyRelu),
+    conv(128, 1, 7, 1, 0, false, Activation::None),
+];
+
+/// G: z -> [512,4,4] -> [256,8,8] -> [128,16,16] -> [64,32,32] -> [1,64,64].
+pub const GENERATOR_64: [StageSpec; 5] = [
+    convt(NZ, 512, 4, 1, 0, true, Relu),
+    convt(512, 256, 4, 2, 1, true, Relu),
+    convt(256, 128, 4, 2, 1, true, Relu),
+    convt(128, 64, 4, 2, 1, true, Relu),
+    convt(64, 1, 4, 2, 1, false, Tanh),
+];
+
+/// D: [1,64,64] -> [64,32,32] -> [128,16,16] -> [256,8,8] -> [512,4,4] -> logits [1,1,1].
+pub const DISCRIMINATOR_64: [StageSpec; 5] = [
+    conv(1, 64, 4, 2, 1, false, LeakyRelu),
+    conv(64, 128, 4, 2, 1, true, LeakyRelu),
+    conv(128, 256, 4, 2, 1, true, LeakyRelu),
+    conv(256, 512, 4, 2, 1, true, LeakyRelu),
+    conv(512, 1, 4, 1, 0, false, Activation::None),
+];
+
+/// The architecture for an image size.
+pub fn architecture(image_size: usize) -> Result<(&'static [StageSpec], &'static [StageSpec])> {
+    match image_size {
+        28 => Ok((&GENERATOR_28, &DISCRIMINATOR_28)),
+        64 => Ok((&GENERATOR_64, &DISCRIMINATOR_64)),
+        _ => bail!("unknown image size {image_size}: --image-size takes 28 or 64"),
+    }
+}
+
+/// Generator and discriminator for `batch` images per rank.
+pub struct Dcgan<B: Backend> {
+    pub g: Net<B>,
+    pub d: Net<B>,
+    pub image_size: usize,
+}
+
+impl<B: Backend> Dcgan<B> {
+    /// Weights from `seed` (G and D from distinct streams of it).
+    pub fn new(be: &B, image_size: usize, batch: usize, seed: u64) -> Result<Self> {
+        let (g_spec, d_spec) = architecture(image_size)?;
+        // G: the first layer holds most of the gradient bytes, so its weight gradient goes
+        // first (see BackwardOrder::DataFirst); D's are small and leave top to bottom.
+        let g = Net::new(be, "G", g_spec, batch, (NZ, 1, 1), BackwardOrder::DataFirst, seed_for(seed, 1))?;
+        let d = Net::new(
+            be,
+            "D",
+            d_spec,
+            batch,
+            (1, image_size, image_size),
+            BackwardOrder::LayerByLayer,
+            seed_for(seed, 2),
+        )?;
+        Ok(Dcgan { g, d, image_size })
+    }
+}
+
+/// A seed for one purpose derived from the run's seed (splitmix64 of both).
+pub fn seed_for(seed: u64, purpose: u64) -> u64 {
+    let mut z = seed.wrapping_add(purpose.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

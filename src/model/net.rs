@@ -1,0 +1,271 @@
+//! A sequential network of stages with an explicit backward schedule, and the hooks through
+//! which the trainer sees each layer's time and each gradient group as soon as it is complete.
+
+use crate::backend::{Backend, View, ViewMut};
+use crate::nn::BnSync;
+use crate::nn::batchnorm::BatchNormLayer;
+use crate::nn::conv::ConvLayer;
+use crate::nn::params::{Init, ParamLayout, ParamStore};
+use crate::nn::stage::Stage;
+use crate::ops::activation::Activation;
+use crate::ops::batchnorm::BnGeom;
+use crate::ops::conv::ConvGeom;
+use anyhow::Result;
+use std::time::Instant;
+
+/// One stage of an architecture: Conv2d or ConvTranspose2d (no bias), then BatchNorm2d with
+/// the activation fused, or the activation alone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StageSpec {
+    pub transposed: bool,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub batch_norm: bool,
+    pub act: Activation,
+}
+
+/// The order of backward work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackwardOrder {
+    /// Top to bottom, each stage's weight gradient right after its batch-norm backward and
+    /// before its data gradient: the top layers' groups leave first.
+    LayerByLayer,
+    /// All data gradients top to bottom first, then the weight gradients bottom to top. When
+    /// the bottom layer holds most of the bytes (the generator's first ConvT: 70%), its group
+    /// leaves as early as possible and the other weight gradients hide its exchange.
+    DataFirst,
+}
+
+/// What the trainer learns while a network runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Forward,
+    /// Activation and batch-norm backward.
+    BackwardBn,
+    BackwardData,
+    BackwardWeight,
+}
+
+pub trait Observer<B: Backend> {
+    /// A stage finished a phase (times are host times; the CPU backend is synchronous).
+    fn span(&mut self, _net: &'static str, _stage: &Stage<B>, _phase: Phase, _start: Instant, _end: Instant) {}
+    /// Every gradient of stage `stage` (its group) is complete in `store.grad`.
+    fn group_ready(&mut self, _be: &B, _store: &ParamStore<B>, _stage: usize) {}
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl<B: Backend> Observer<B> for NoObserver {}
+
+pub struct Net<B: Backend> {
+    /// "G" or "D".
+    pub name: &'static str,
+    pub stages: Vec<Stage<B>>,
+    pub store: ParamStore<B>,
+    pub order: BackwardOrder,
+    pub batch: usize,
+    /// [C, B, H, W]: the network's input.
+    input: B::Buf,
+    /// [C, B, H, W]: the gradient of the input (only when asked for).
+    d_input: B::Buf,
+    input_shape: (usize, usize, usize),
+}
+
+/// Conv and ConvT geometry of every stage for `batch` images of `input` (C, H, W).
+pub fn stage_geometry(specs: &[StageSpec], batch: usize, input: (usize, usize, usize)) -> Result<Vec<ConvGeom>> {
+    let (mut c, mut h, mut w) = input;
+    let mut out = Vec::with_capacity(specs.len());
+    for s in specs {
+        anyhow::ensure!(s.c_in == c, "stage expects {} input channels, gets {c}", s.c_in);
+        let g = if s.transposed {
+            ConvGeom::transposed(batch, s.c_in, h, w, s.c_out, s.k, s.stride, s.pad)?
+        } else {
+            ConvGeom::conv(batch, s.c_in, h, w, s.c_out, s.k, s.stride, s.pad)?
+        };
+        (c, h, w) = if s.transposed { (g.c_in, g.h_in, g.w_in) } else { (g.c_out, g.h_out, g.w_out) };
+        out.push(g);
+    }
+    Ok(out)
+}
+
+/// Parameter layout with PyTorch `nn.Sequential` names ("main.<index>.<tensor>"): every
+/// conv, batch norm and activation takes one index, as in the PyTorch DCGAN example.
+pub fn param_layout(
+    specs: &[StageSpec],
+) -> (ParamLayout, Vec<(std::ops::Range<usize>, Option<(std::ops::Range<usize>, std::ops::Range<usize>)>)>) {
+    let mut layout = ParamLayout::default();
+    let mut ranges = Vec::new();
+    let mut index = 0;
+    for s in specs {
+        // Conv2d weight [out, in, k, k]; ConvTranspose2d weight [in, out, k, k].
+        let shape = if s.transposed { [s.c_in, s.c_out, s.k, s.k] } else { [s.c_out, s.c_in, s.k, s.k] };
+        let w = layout.add_param(format!("main.{index}.weight"), &shape, Init::Normal { mean: 0.0, std: 0.02 });
+        index += 1;
+        let bn = if s.batch_norm {
+            let g = layout.add_param(format!("main.{index}.weight"), &[s.c_out], Init::Normal { mean: 1.0, std: 0.02 });
+            let b = layout.add_param(format!("main.{index}.bias"), &[s.c_out], Init::Constant(0.0));
+            let rm = layout.add_buffer(format!("main.{index}.running_mean"), &[s.c_out], Init::Constant(0.0));
+            let rv = layout.add_buffer(format!("main.{index}.running_var"), &[s.c_out], Init::Constant(1.0));
+            index += 1;
+            Some((g.start..b.end, rm.start..rv.end))
+        } else {
+            None
+        };
+        if s.act != Activation::None {
+            index += 1;
+        }
+        ranges.push((w, bn));
+    }
+    (layout, ranges)
+}
+
+fn stage_label(net: &str, i: usize, s: &StageSpec) -> &'static str {
+    let kind = if s.transposed { "convT" } else { "conv" };
+    let bn = if s.batch_norm { " bn" } else { "" };
+    let act = match s.act {
+        Activation::None => "",
+        Activation::Relu => " relu",
+        Activation::LeakyRelu => " lrelu",
+        Activation::Tanh => " tanh",
+        Activation::Sigmoid => " sigmoid",
+    };
+    // A handful of labels per network, made once; traces refer to them every step.
+    Box::leak(format!("{net}.{} {kind}({}->{}){bn}{act}", i + 1, s.c_in, s.c_out).into_boxed_str())
+}
+
+impl<B: Backend> Net<B> {
+    pub fn new(
+        be: &B,
+        name: &'static str,
+        specs: &[StageSpec],
+        batch: usize,
+        input: (usize, usize, usize),
+        order: BackwardOrder,
+        seed: u64,
+    ) -> Result<Self> {
+        let geoms = stage_geometry(specs, batch, input)?;
+        let (layout, ranges) = param_layout(specs);
+        let store = ParamStore::new(be, layout, seed)?;
+        let mut stages = Vec::with_capacity(specs.len());
+        for (i, ((spec, geom), (w, bn))) in specs.iter().zip(&geoms).zip(ranges).enumerate() {
+            let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: w.clone() };
+            let (_, oh, ow) = conv.output_shape();
+            let mut group = w.clone();
+            let bn = match bn {
+                Some((gamma_beta, running)) => {
+                    group.end = gamma_beta.end;
+                    let g = BnGeom::new(spec.c_out, batch * oh * ow);
+                    Some(BatchNormLayer::new(be, g, spec.act, gamma_beta, running)?)
+                }
+                None => None,
+            };
+            stages.push(Stage::new(be, stage_label(name, i, spec), conv, bn, spec.act, group)?);
+        }
+        let in_len = input.0 * batch * input.1 * input.2;
+        Ok(Net {
+            name,
+            stages,
+            store,
+            order,
+            batch,
+            input: be.alloc(in_len)?,
+            d_input: be.alloc(in_len)?,
+            input_shape: input,
+        })
+    }
+
+    /// (C, H, W) of the input.
+    pub fn input_shape(&self) -> (usize, usize, usize) {
+        self.input_shape
+    }
+    pub fn input_mut(&mut self) -> &mut B::Buf {
+        &mut self.input
+    }
+    pub fn output(&self) -> &B::Buf {
+        self.stages.last().expect("a network has stages").output()
+    }
+    pub fn d_output_mut(&mut self) -> &mut B::Buf {
+        self.stages.last_mut().expect("a network has stages").d_output_mut()
+    }
+    /// The input gradient, valid after `backward(.., input_grad = true, ..)`.
+    pub fn d_input(&self) -> &B::Buf {
+        &self.d_input
+    }
+
+    pub fn forward(&mut self, be: &B, train: bool, mut sync: Option<&mut dyn BnSync<B>>, obs: &mut dyn Observer<B>) {
+        if train {
+            self.store.bn_batches_tracked += 1;
+        }
+        for i in 0..self.stages.len() {
+            let t0 = Instant::now();
+            let (before, rest) = self.stages.split_at_mut(i);
+            let x = if i == 0 { View::whole(&self.input) } else { View::whole(before[i - 1].output()) };
+            rest[0].forward(be, &mut self.store, x, train, crate::nn::reborrow(&mut sync));
+            obs.span(self.name, &rest[0], Phase::Forward, t0, Instant::now());
+        }
+    }
+
+    /// Backward from the gradient written into `d_output_mut()`. `weights`: Some(accumulate)
+    /// computes parameter gradients (added to the store's when accumulate), None skips them
+    /// (the generator step needs only D's data gradients). `input_grad` fills `d_input()`.
+    pub fn backward(
+        &mut self,
+        be: &B,
+        weights: Option<bool>,
+        input_grad: bool,
+        mut sync: Option<&mut dyn BnSync<B>>,
+        obs: &mut dyn Observer<B>,
+    ) {
+        let n = self.stages.len();
+        for i in (0..n).rev() {
+            self.backward_pre(be, i, weights, crate::nn::reborrow(&mut sync), obs);
+            if self.order == BackwardOrder::LayerByLayer
+                && let Some(acc) = weights
+            {
+                self.backward_weight(be, i, acc, obs);
+            }
+            if i > 0 || input_grad {
+                self.backward_data(be, i, obs);
+            }
+        }
+        if self.order == BackwardOrder::DataFirst
+            && let Some(acc) = weights
+        {
+            for i in 0..n {
+                self.backward_weight(be, i, acc, obs);
+            }
+        }
+    }
+
+    fn backward_pre(
+        &mut self,
+        be: &B,
+        i: usize,
+        weights: Option<bool>,
+        sync: Option<&mut dyn BnSync<B>>,
+        obs: &mut dyn Observer<B>,
+    ) {
+        let t0 = Instant::now();
+        self.stages[i].backward_pre(be, &mut self.store, weights, sync);
+        obs.span(self.name, &self.stages[i], Phase::BackwardBn, t0, Instant::now());
+    }
+
+    fn backward_data(&mut self, be: &B, i: usize, obs: &mut dyn Observer<B>) {
+        let t0 = Instant::now();
+        let (before, rest) = self.stages.split_at_mut(i);
+        let dx = if i == 0 { ViewMut::whole(&mut self.d_input) } else { ViewMut::whole(before[i - 1].d_output_mut()) };
+        rest[0].backward_data(be, &self.store, dx);
+        obs.span(self.name, &rest[0], Phase::BackwardData, t0, Instant::now());
+    }
+
+    fn backward_weight(&mut self, be: &B, i: usize, accumulate: bool, obs: &mut dyn Observer<B>) {
+        let t0 = Instant::now();
+        let x = if i == 0 { View::whole(&self.input) } else { View::whole(self.stages[i - 1].output()) };
+        self.stages[i].backward_weight(be, &mut self.store, x, accumulate);
+        obs.span(self.name, &self.stages[i], Phase::BackwardWeight, t0, Instant::now());
+        obs.group_ready(be, &self.store, i);
+    }
+}

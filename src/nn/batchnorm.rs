@@ -1,0 +1,136 @@
+//! BatchNorm2d with a fused activation, in training (batch statistics, optionally averaged
+//! over ranks) and evaluation (running statistics) modes.
+
+use super::BnSync;
+use super::params::ParamStore;
+use crate::backend::{Backend, View, ViewMut};
+use crate::ops::activation::Activation;
+use crate::ops::batchnorm::BnGeom;
+use anyhow::Result;
+use std::ops::Range;
+
+pub struct BatchNormLayer<B: Backend> {
+    pub geom: BnGeom,
+    pub act: Activation,
+    /// gamma [C] then beta [C], contiguous in the ParamStore.
+    pub gamma_beta: Range<usize>,
+    /// running_mean [C] then running_var [C], contiguous in the state buffer.
+    pub running: Range<usize>,
+    /// Saved for backward: mean [C] then 1/std [C].
+    saved: B::Buf,
+    /// Forward statistics or backward sums, [2C]; averaged over ranks with --sync-bn.
+    sums: B::Buf,
+}
+
+impl<B: Backend> BatchNormLayer<B> {
+    pub fn new(be: &B, geom: BnGeom, act: Activation, gamma_beta: Range<usize>, running: Range<usize>) -> Result<Self> {
+        Ok(BatchNormLayer {
+            geom,
+            act,
+            gamma_beta,
+            running,
+            saved: be.alloc(2 * geom.channels)?,
+            sums: be.alloc(2 * geom.channels)?,
+        })
+    }
+
+    fn gamma_range(&self) -> Range<usize> {
+        self.gamma_beta.start..self.gamma_beta.start + self.geom.channels
+    }
+    fn beta_range(&self) -> Range<usize> {
+        self.gamma_beta.start + self.geom.channels..self.gamma_beta.end
+    }
+
+    /// Training-mode forward: y = act(BN(x)) with batch statistics (over all ranks when
+    /// `sync` is given); updates the running statistics in the store.
+    pub fn forward_train(
+        &mut self,
+        be: &B,
+        p: &mut ParamStore<B>,
+        x: View<B>,
+        y: ViewMut<B>,
+        sync: Option<&mut dyn BnSync<B>>,
+    ) {
+        be.bn_forward_stats(&self.geom, x, ViewMut::whole(&mut self.sums));
+        // Averaging the per-rank sums keeps them "sums over one rank's count", so the local
+        // count still turns them into the global mean.
+        if let Some(s) = sync {
+            s.average(be, ViewMut::whole(&mut self.sums));
+        }
+        let (gr, br) = (self.gamma_range(), self.beta_range());
+        let ParamStore { value, state, .. } = p;
+        be.bn_forward_apply(
+            &self.geom,
+            x,
+            View::whole(&self.sums),
+            self.geom.count as f64,
+            View::range(value, gr),
+            View::range(value, br),
+            self.act,
+            y,
+            ViewMut::whole(&mut self.saved),
+            ViewMut::range(state, self.running.clone()),
+        );
+    }
+
+    /// Evaluation-mode forward with the running statistics.
+    pub fn forward_eval(&self, be: &B, p: &ParamStore<B>, x: View<B>, y: ViewMut<B>) {
+        be.bn_forward_eval(
+            &self.geom,
+            x,
+            p.value(&self.gamma_range()),
+            p.value(&self.beta_range()),
+            View::range(&p.state, self.running.clone()),
+            self.act,
+            y,
+        );
+    }
+
+    /// Backward through act and BN. `dy` (gradient of y) is turned into dz in place; dx gets
+    /// the input gradient. gamma/beta gradients go to the store (added when `accumulate`),
+    /// or nowhere when `param_grads` is false.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &mut self,
+        be: &B,
+        p: &mut ParamStore<B>,
+        x: View<B>,
+        y: View<B>,
+        mut dy: ViewMut<B>,
+        dx: ViewMut<B>,
+        param_grads: Option<bool>,
+        sync: Option<&mut dyn BnSync<B>>,
+    ) {
+        be.bn_backward_reduce(
+            &self.geom,
+            x,
+            y,
+            self.act,
+            View::whole(&self.saved),
+            dy.rb(),
+            ViewMut::whole(&mut self.sums),
+        );
+        // This rank's sums are its dgamma/dbeta; the bucket exchange averages those later.
+        if let Some(accumulate) = param_grads {
+            let dst = p.grad_mut(&self.gamma_beta.clone());
+            if accumulate {
+                be.axpy(1.0, View::whole(&self.sums), dst);
+            } else {
+                be.copy(View::whole(&self.sums), dst);
+            }
+        }
+        if let Some(s) = sync {
+            s.average(be, ViewMut::whole(&mut self.sums));
+        }
+        be.bn_backward_data(
+            &self.geom,
+            x,
+            dy.as_view(),
+            View::whole(&self.saved),
+            p.value(&self.gamma_range()),
+            View::whole(&self.sums),
+            self.geom.count as f64,
+            dx,
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! Explicit layers (Caffe style): each has forward, backward-data and backward-weight as
+//! separate calls, so a network can order its backward to get big gradients out early.
+
+pub mod batchnorm;
+pub mod conv;
+pub mod params;
+pub mod stage;
+
+use crate::backend::{Backend, ViewMut};
+
+/// Averages batch-norm statistics over ranks in place (`--sync-bn`). The buffer holds
+/// per-channel sums of this rank; afterwards it holds the mean of those sums over ranks.
+pub trait BnSync<B: Backend> {
+    fn average(&mut self, be: &B, buf: ViewMut<B>);
+}
+
+/// Reborrow an optional `BnSync` for one call (a plain `as_deref_mut` cannot shorten the
+/// trait object's lifetime inside the Option).
+pub fn reborrow<'a, B: Backend>(sync: &'a mut Option<&mut dyn BnSync<B>>) -> Option<&'a mut dyn BnSync<B>> {
+    match sync {
+        Some(s) => Some(&mut **s),
+        None => None,
+    }
+}

@@ -1,0 +1,126 @@
+//! One stage of a network: a convolution, then batch norm with a fused activation or an
+//! activation alone. The stage owns its activations and their gradients, allocated once.
+
+use super::BnSync;
+use super::batchnorm::BatchNormLayer;
+use super::conv::ConvLayer;
+use super::params::ParamStore;
+use crate::backend::{Backend, View, ViewMut};
+use crate::ops::activation::Activation;
+use anyhow::Result;
+use std::ops::Range;
+
+pub struct Stage<B: Backend> {
+    /// e.g. "G.1 convT(100->256) bn relu"; also the trace label.
+    pub label: &'static str,
+    pub conv: ConvLayer,
+    pub bn: Option<BatchNormLayer<B>>,
+    /// The activation applied in place to the conv output when there is no batch norm
+    /// (with batch norm it is fused into it).
+    pub act: Activation,
+    /// This stage's parameters (weight, then gamma and beta) in the store: one gradient group.
+    pub group: Range<usize>,
+    /// [C_out, B, OH, OW]: the conv output (activated in place when there is no batch norm).
+    conv_out: B::Buf,
+    /// [C_out, B, OH, OW]: act(BN(conv_out)); only with batch norm.
+    bn_out: Option<B::Buf>,
+    /// [C_out, B, OH, OW]: the gradient of the stage output, turned in place into the
+    /// gradient before the activation.
+    d_out: B::Buf,
+    /// [C_out, B, OH, OW]: the gradient of conv_out; only with batch norm (else d_out is it).
+    d_conv_out: Option<B::Buf>,
+}
+
+impl<B: Backend> Stage<B> {
+    pub fn new(
+        be: &B,
+        label: &'static str,
+        conv: ConvLayer,
+        bn: Option<BatchNormLayer<B>>,
+        act: Activation,
+        group: Range<usize>,
+    ) -> Result<Self> {
+        let n = conv.output_len();
+        let with_bn = bn.is_some();
+        Ok(Stage {
+            label,
+            conv,
+            bn,
+            act,
+            group,
+            conv_out: be.alloc(n)?,
+            bn_out: if with_bn { Some(be.alloc(n)?) } else { None },
+            d_out: be.alloc(n)?,
+            d_conv_out: if with_bn { Some(be.alloc(n)?) } else { None },
+        })
+    }
+
+    /// The stage's output, [C_out, B, OH, OW].
+    pub fn output(&self) -> &B::Buf {
+        self.bn_out.as_ref().unwrap_or(&self.conv_out)
+    }
+    /// Where the gradient of the output is written before `backward_pre`.
+    pub fn d_output_mut(&mut self) -> &mut B::Buf {
+        &mut self.d_out
+    }
+    /// The gradient of the conv output, valid after `backward_pre`.
+    fn conv_grad(&self) -> &B::Buf {
+        self.d_conv_out.as_ref().unwrap_or(&self.d_out)
+    }
+
+    pub fn forward(
+        &mut self,
+        be: &B,
+        p: &mut ParamStore<B>,
+        x: View<B>,
+        train: bool,
+        sync: Option<&mut dyn BnSync<B>>,
+    ) {
+        self.conv.forward(be, p, x, ViewMut::whole(&mut self.conv_out));
+        match (&mut self.bn, &mut self.bn_out) {
+            (Some(bn), Some(out)) => {
+                if train {
+                    bn.forward_train(be, p, View::whole(&self.conv_out), ViewMut::whole(out), sync);
+                } else {
+                    bn.forward_eval(be, p, View::whole(&self.conv_out), ViewMut::whole(out));
+                }
+            }
+            _ => be.act_forward(self.act, ViewMut::whole(&mut self.conv_out)),
+        }
+    }
+
+    /// From the output gradient to the conv-output gradient: activation and batch norm
+    /// backward. Batch-norm parameter gradients go to the store when `param_grads` is
+    /// Some(accumulate).
+    pub fn backward_pre(
+        &mut self,
+        be: &B,
+        p: &mut ParamStore<B>,
+        param_grads: Option<bool>,
+        sync: Option<&mut dyn BnSync<B>>,
+    ) {
+        match (&mut self.bn, &self.bn_out, &mut self.d_conv_out) {
+            (Some(bn), Some(out), Some(d_conv)) => bn.backward(
+                be,
+                p,
+                View::whole(&self.conv_out),
+                View::whole(out),
+                ViewMut::whole(&mut self.d_out),
+                ViewMut::whole(d_conv),
+                param_grads,
+                sync,
+            ),
+            _ => be.act_backward(self.act, View::whole(&self.conv_out), ViewMut::whole(&mut self.d_out)),
+        }
+    }
+
+    /// The input gradient dx [C_in, B, H, W], after `backward_pre`.
+    pub fn backward_data(&self, be: &B, p: &ParamStore<B>, dx: ViewMut<B>) {
+        self.conv.backward_data(be, p, View::whole(self.conv_grad()), dx);
+    }
+
+    /// The weight gradient from this stage's input x, after `backward_pre`.
+    pub fn backward_weight(&self, be: &B, p: &mut ParamStore<B>, x: View<B>, accumulate: bool) {
+        self.conv.backward_weight(be, p, x, View::whole(self.conv_grad()), accumulate);
+    }
+}

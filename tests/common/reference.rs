@@ -1,0 +1,181 @@
+//! Slow, obvious f64 reference implementations of every op and of a whole network, written
+//! independently of the crate's kernels (direct loops, no im2col, no GEMM). Tests compare the
+//! crate's f32 results and gradients with these, and take finite differences through them.
+
+#![allow(dead_code)]
+
+use dcgan_train::model::net::{StageSpec, stage_geometry};
+use dcgan_train::ops::activation::Activation;
+use dcgan_train::ops::conv::ConvGeom;
+
+/// Direct convolution: x [C_in,B,H,W], w [C_out,C_in,k,k] -> y [C_out,B,OH,OW].
+pub fn conv(g: &ConvGeom, x: &[f64], w: &[f64]) -> Vec<f64> {
+    let mut y = vec![0.0; g.y_len()];
+    for co in 0..g.c_out {
+        for b in 0..g.batch {
+            for oh in 0..g.h_out {
+                for ow in 0..g.w_out {
+                    let mut acc = 0.0;
+                    for ci in 0..g.c_in {
+                        for ki in 0..g.k {
+                            for kj in 0..g.k {
+                                let ih = (oh * g.stride + ki) as isize - g.pad as isize;
+                                let iw = (ow * g.stride + kj) as isize - g.pad as isize;
+                                if ih < 0 || iw < 0 || ih >= g.h_in as isize || iw >= g.w_in as isize {
+                                    continue;
+                                }
+                                acc += x[((ci * g.batch + b) * g.h_in + ih as usize) * g.w_in + iw as usize]
+                                    * w[((co * g.c_in + ci) * g.k + ki) * g.k + kj];
+                            }
+                        }
+                    }
+                    y[((co * g.batch + b) * g.h_out + oh) * g.w_out + ow] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Direct transposed convolution, written as PyTorch defines it (each input pixel scatters
+/// its kernel-weighted value): x [C_in_T,B,h,w] with C_in_T = g.c_out, weight [C_in_T,
+/// C_out_T,k,k], output [C_out_T = g.c_in, B, g.h_in, g.w_in].
+pub fn conv_transpose(g: &ConvGeom, x: &[f64], w: &[f64]) -> Vec<f64> {
+    let (cin_t, cout_t) = (g.c_out, g.c_in);
+    let mut y = vec![0.0; g.x_len()];
+    for ci in 0..cin_t {
+        for b in 0..g.batch {
+            for ih in 0..g.h_out {
+                for iw in 0..g.w_out {
+                    let xv = x[((ci * g.batch + b) * g.h_out + ih) * g.w_out + iw];
+                    for co in 0..cout_t {
+                        for ki in 0..g.k {
+                            for kj in 0..g.k {
+                                let oh = (ih * g.stride + ki) as isize - g.pad as isize;
+                                let ow = (iw * g.stride + kj) as isize - g.pad as isize;
+                                if oh < 0 || ow < 0 || oh >= g.h_in as isize || ow >= g.w_in as isize {
+                                    continue;
+                                }
+                                y[((co * g.batch + b) * g.h_in + oh as usize) * g.w_in + ow as usize] +=
+                                    xv * w[((ci * cout_t + co) * g.k + ki) * g.k + kj];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Direct weight gradient: dw[co,ci,ki,kj] = sum over b, oh, ow of dy[co,b,oh,ow] * x[ci,b,ih,iw].
+pub fn conv_weight_grad(g: &ConvGeom, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let mut dw = vec![0.0; g.w_len()];
+    for co in 0..g.c_out {
+        for ci in 0..g.c_in {
+            for ki in 0..g.k {
+                for kj in 0..g.k {
+                    let mut acc = 0.0;
+                    for b in 0..g.batch {
+                        for oh in 0..g.h_out {
+                            for ow in 0..g.w_out {
+                                let ih = (oh * g.stride + ki) as isize - g.pad as isize;
+                                let iw = (ow * g.stride + kj) as isize - g.pad as isize;
+                                if ih < 0 || iw < 0 || ih >= g.h_in as isize || iw >= g.w_in as isize {
+                                    continue;
+                                }
+                                acc += dy[((co * g.batch + b) * g.h_out + oh) * g.w_out + ow]
+                                    * x[((ci * g.batch + b) * g.h_in + ih as usize) * g.w_in + iw as usize];
+                            }
+                        }
+                    }
+                    dw[((co * g.c_in + ci) * g.k + ki) * g.k + kj] = acc;
+                }
+            }
+        }
+    }
+    dw
+}
+
+pub fn act(a: Activation, x: f64) -> f64 {
+    match a {
+        Activation::None => x,
+        Activation::Relu => x.max(0.0),
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                x
+            } else {
+                0.2 * x
+            }
+        }
+        Activation::Tanh => x.tanh(),
+        Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+    }
+}
+
+/// Training-mode batch norm over [C, count] with biased batch variance, then `a`.
+pub fn batch_norm(x: &[f64], channels: usize, gamma: &[f64], beta: &[f64], a: Activation) -> Vec<f64> {
+    let count = x.len() / channels;
+    let mut y = vec![0.0; x.len()];
+    for c in 0..channels {
+        let xc = &x[c * count..][..count];
+        let mean = xc.iter().sum::<f64>() / count as f64;
+        let var = xc.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / count as f64;
+        let inv = 1.0 / (var + 1e-5).sqrt();
+        for i in 0..count {
+            y[c * count + i] = act(a, gamma[c] * (xc[i] - mean) * inv + beta[c]);
+        }
+    }
+    y
+}
+
+/// log(sigmoid(x)) without overflow for any x.
+fn log_sigmoid(x: f64) -> f64 {
+    if x >= 0.0 { -(-x).exp().ln_1p() } else { x - x.exp().ln_1p() }
+}
+
+/// Mean binary cross-entropy of sigmoid(logits) against `target`:
+/// -(t log sigmoid(x) + (1-t) log(1 - sigmoid(x))), with 1 - sigmoid(x) = sigmoid(-x).
+pub fn bce(logits: &[f64], target: f64) -> f64 {
+    logits.iter().map(|&x| -(target * log_sigmoid(x) + (1.0 - target) * log_sigmoid(-x))).sum::<f64>()
+        / logits.len() as f64
+}
+
+/// A network forward in training mode. `params` is the flat parameter vector in the crate's
+/// layout order (per stage: weight, then gamma, beta).
+pub fn net_forward(
+    specs: &[StageSpec],
+    batch: usize,
+    input_shape: (usize, usize, usize),
+    params: &[f64],
+    input: &[f64],
+) -> Vec<f64> {
+    let geoms = stage_geometry(specs, batch, input_shape).unwrap();
+    let mut x = input.to_vec();
+    let mut off = 0;
+    for (s, g) in specs.iter().zip(&geoms) {
+        let wlen = g.w_len();
+        let w = &params[off..off + wlen];
+        off += wlen;
+        let y = if s.transposed { conv_transpose(g, &x, w) } else { conv(g, &x, w) };
+        x = if s.batch_norm {
+            let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
+            off += 2 * s.c_out;
+            batch_norm(&y, s.c_out, gamma, beta, s.act)
+        } else {
+            y.iter().map(|&v| act(s.act, v)).collect()
+        };
+    }
+    assert_eq!(off, params.len());
+    x
+}
+
+/// Central finite difference of f at x along coordinate i.
+pub fn central_difference(f: &mut dyn FnMut(&[f64]) -> f64, x: &[f64], i: usize, h: f64) -> f64 {
+    let mut xp = x.to_vec();
+    xp[i] += h;
+    let fp = f(&xp);
+    xp[i] -= 2.0 * h;
+    let fm = f(&xp);
+    (fp - fm) / (2.0 * h)
+}
