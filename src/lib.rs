@@ -7,6 +7,7 @@ pub mod comm;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod train;
 
 /// `dcgan-train [train]`
 pub fn run_train(_args: cli::TrainArgs) -> anyhow::Result<()> {
@@ -14,6 +15,6 @@ pub fn run_train(_args: cli::TrainArgs) -> anyhow::Result<()> {
 }
 
 /// `dcgan-train bench-step`
-pub fn run_bench_step(_args: cli::BenchStepArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench-step is not built yet")
+pub fn run_bench_step(args: cli::BenchStepArgs) -> anyhow::Result<()> {
+    train::bench::run(args)
 }

@@ -1,0 +1,82 @@
+//! `dcgan-train bench-step`: time full GAN steps (D step + G step, Adam) on one rank.
+
+use super::exchange::{SoloExchange, plan_buckets};
+use super::step::{GanTrainer, StepConfig};
+use super::timeline::Timeline;
+use crate::backend::cpu::Cpu;
+use crate::cli::BenchStepArgs;
+use crate::model::dcgan::Dcgan;
+use anyhow::Result;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+/// Multiply-adds of one step: G forward, D forward three times, D backward (data and
+/// weights) twice, D backward (data) once, G backward (data and weights).
+pub fn step_macs<B: crate::backend::Backend>(model: &Dcgan<B>) -> u64 {
+    let per_pass = |net: &crate::model::net::Net<B>| net.stages.iter().map(|s| s.conv.geom.macs()).sum::<u64>();
+    let (g, d) = (per_pass(&model.g), per_pass(&model.d));
+    // Backward skips the first layer's data gradient (the images / noise need none), except
+    // in the G step, where D's input gradient feeds G.
+    let g_first = model.g.stages[0].conv.geom.macs();
+    let d_first = model.d.stages[0].conv.geom.macs();
+    g + 3 * d + 2 * (2 * d - d_first) + d + (2 * g - g_first)
+}
+
+pub fn run(args: BenchStepArgs) -> Result<()> {
+    super::setup_threads(args.model.threads, 1)?;
+    let be = Cpu;
+    let batch = args.model.batch_size as usize;
+    let size = args.model.image_size;
+    let model = Dcgan::new(&be, size, batch, args.model.seed)?;
+    let macs = step_macs(&model);
+    let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
+    let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };
+    let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::new(false))?;
+
+    let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
+    let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for _ in 0..args.warmup {
+        trainer.step(&images, args.model.lr, args.model.lr)?;
+    }
+    let mut times = Vec::with_capacity(args.steps as usize);
+    for _ in 0..args.steps {
+        let t0 = Instant::now();
+        trainer.step(&images, args.model.lr, args.model.lr)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    trainer.finish_pending();
+    times.sort_by(|a, b| a.total_cmp(b));
+    let median = times[times.len() / 2];
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    let images_per_s = batch as f64 / (median / 1e3);
+    let gflops = 2.0 * macs as f64 / (median / 1e3) / 1e9;
+    let threads = rayon::current_num_threads();
+    if args.json {
+        let line = serde_json::json!({
+            "device": trainer.be_describe(),
+            "image_size": size,
+            "batch_size": batch,
+            "steps": args.steps,
+            "threads": threads,
+            "ms_per_step": median,
+            "ms_per_step_mean": mean,
+            "ms_per_step_min": times[0],
+            "ms_per_step_max": times[times.len() - 1],
+            "images_per_s": images_per_s,
+            "gflop_per_step": 2.0 * macs as f64 / 1e9,
+            "gflops": gflops,
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "bench-step: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s",
+            threads,
+            args.steps,
+            times[0],
+            times[times.len() - 1],
+            2.0 * macs as f64 / 1e9
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! The seam between backward and the gradient exchange: networks report each completed
+//! gradient group; an `Exchange` turns groups into buckets, averages them over ranks, and
+//! applies Adam per bucket as each one arrives.
+
+use super::buckets::{Bucket, plan_net};
+use super::timeline::{Timeline, Track};
+use crate::backend::Backend;
+use crate::model::dcgan::Dcgan;
+use crate::nn::params::ParamStore;
+use std::time::Instant;
+
+/// Which network a call is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetId {
+    G = 0,
+    D = 1,
+}
+
+impl NetId {
+    pub fn name(self) -> &'static str {
+        match self {
+            NetId::G => "G",
+            NetId::D => "D",
+        }
+    }
+}
+
+pub trait Exchange<B: Backend> {
+    /// Every gradient of stage `stage` of `net` is complete in `store.grad`.
+    fn group_ready(&mut self, be: &B, net: NetId, store: &ParamStore<B>, stage: usize, tl: &mut Timeline);
+    /// Submit whatever is complete but was held back (`--no-overlap` holds everything until
+    /// backward is over).
+    fn flush(&mut self, be: &B, net: NetId, store: &ParamStore<B>, tl: &mut Timeline);
+    /// Wait for every bucket of `net` and apply Adam (step `t`, learning rate `lr`) to each
+    /// one as soon as it is averaged.
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline);
+    /// The buckets of `net`, in submission order.
+    fn buckets(&self, net: NetId) -> &[Bucket];
+}
+
+/// The buckets of both networks (ids: G's first, then D's).
+pub fn plan_buckets<B: Backend>(model: &Dcgan<B>, bucket_bytes: usize) -> [Vec<Bucket>; 2] {
+    let g = plan_net(&model.g, bucket_bytes, 0);
+    let d = plan_net(&model.d, bucket_bytes, g.len() as u32);
+    [g, d]
+}
+
+/// One rank: nothing to average, so Adam runs per bucket when the step asks.
+pub struct SoloExchange {
+    buckets: [Vec<Bucket>; 2],
+}
+
+impl SoloExchange {
+    pub fn new(buckets: [Vec<Bucket>; 2]) -> Self {
+        SoloExchange { buckets }
+    }
+}
+
+impl<B: Backend> Exchange<B> for SoloExchange {
+    fn group_ready(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: usize, _: &mut Timeline) {}
+    fn flush(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: &mut Timeline) {}
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
+        for b in &self.buckets[net as usize] {
+            let t0 = Instant::now();
+            store.adam(be, b.range.clone(), lr, t);
+            tl.span(Track::Compute, "adam", &b.label, t0, Instant::now());
+        }
+    }
+    fn buckets(&self, net: NetId) -> &[Bucket] {
+        &self.buckets[net as usize]
+    }
+}

@@ -1,0 +1,23 @@
+//! Training: the GAN step, gradient buckets and their exchange, the epoch loop and the step
+//! benchmark.
+
+pub mod bench;
+pub mod buckets;
+pub mod exchange;
+pub mod noise;
+pub mod step;
+pub mod timeline;
+
+use anyhow::Result;
+
+/// Size the compute thread pool: `threads`, or this host's cores shared by its ranks.
+pub fn setup_threads(threads: Option<usize>, local_ranks: usize) -> Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = threads.unwrap_or((cores / local_ranks.max(1)).max(1));
+    anyhow::ensure!(n >= 1, "--threads must be at least 1");
+    // A second call (tests, several commands in one process) keeps the first pool.
+    if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() {
+        return Ok(rayon::current_num_threads());
+    }
+    Ok(n)
+}

@@ -1,0 +1,262 @@
+//! One GAN step, the PyTorch DCGAN example's, ordered so that communication hides:
+//!
+//! 1. D forward + backward on real images (label 1). It needs nothing from G, so it runs
+//!    while G's buckets from the previous step are still being averaged.
+//! 2. Finish G's previous update (wait for its buckets, Adam per bucket).
+//! 3. G forward on fresh noise; D forward + backward on the fakes (label 0), accumulating D's
+//!    gradients; each D bucket leaves as soon as backward completes it.
+//! 4. D's update, bucket by bucket as each arrives.
+//! 5. D forward on the same fakes with the updated D (label 1), backward to the images only
+//!    (D's weight gradients are not computed), then G backward; G's buckets leave as they
+//!    complete and are waited for at step 2 of the next step (or at once with
+//!    `overlap_steps = false`).
+
+use super::exchange::{Exchange, NetId};
+use super::noise::step_noise;
+use super::timeline::{Timeline, Track};
+use crate::backend::{Backend, View, ViewMut};
+use crate::model::dcgan::{Dcgan, NZ};
+use crate::model::net::{Net, Observer, Phase};
+use crate::nn::params::ParamStore;
+use crate::nn::stage::Stage;
+use anyhow::{Result, bail};
+use std::time::Instant;
+
+/// Losses and discriminator outputs of one step, averaged over ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StepMetrics {
+    /// BCE(D(x), 1) + BCE(D(G(z)), 0)
+    pub loss_d: f32,
+    /// BCE(D(G(z)), 1) with the updated D
+    pub loss_g: f32,
+    /// mean D(x)
+    pub d_x: f32,
+    /// mean D(G(z)) before D's update
+    pub d_g_z: f32,
+    /// mean D(G(z)) after D's update
+    pub d_g_z2: f32,
+}
+
+pub struct StepConfig {
+    pub seed: u64,
+    pub rank: usize,
+    pub world: usize,
+    /// Leave G's buckets in flight into the next step (see the module doc).
+    pub overlap_steps: bool,
+}
+
+pub struct GanTrainer<B: Backend> {
+    pub be: B,
+    pub model: Dcgan<B>,
+    pub exchange: Box<dyn Exchange<B>>,
+    pub timeline: Timeline,
+    pub cfg: StepConfig,
+    /// Steps completed (the next step's index).
+    pub step: u64,
+    /// [B]: d loss / d logits.
+    dlogits: B::Buf,
+    /// [2] each: (mean loss, mean sigmoid) of the real pass, the fake pass and the G pass.
+    out_real: B::Buf,
+    out_fake: B::Buf,
+    out_g: B::Buf,
+    /// [NZ, B] host noise, reused every step.
+    noise: Vec<f32>,
+    /// G's learning rate for the update still in flight, if any.
+    g_pending: Option<f32>,
+}
+
+/// Routes a network's events to the timeline and, when `submit`, its groups to the exchange.
+struct StepObserver<'a, B: Backend> {
+    exchange: &'a mut dyn Exchange<B>,
+    timeline: &'a mut Timeline,
+    net: NetId,
+    submit: bool,
+}
+
+impl<B: Backend> Observer<B> for StepObserver<'_, B> {
+    fn span(&mut self, _net: &'static str, stage: &Stage<B>, phase: Phase, start: Instant, end: Instant) {
+        let cat = match phase {
+            Phase::Forward => "forward",
+            Phase::BackwardBn => "backward-bn",
+            Phase::BackwardData => "backward-data",
+            Phase::BackwardWeight => "backward-weight",
+        };
+        self.timeline.span(Track::Compute, cat, stage.label, start, end);
+    }
+    fn group_ready(&mut self, be: &B, store: &ParamStore<B>, stage: usize) {
+        if self.submit {
+            self.exchange.group_ready(be, self.net, store, stage, self.timeline);
+        }
+    }
+}
+
+impl<B: Backend> GanTrainer<B> {
+    pub fn new(
+        be: B,
+        model: Dcgan<B>,
+        exchange: Box<dyn Exchange<B>>,
+        cfg: StepConfig,
+        timeline: Timeline,
+    ) -> Result<Self> {
+        let batch = model.d.batch;
+        Ok(GanTrainer {
+            dlogits: be.alloc(batch)?,
+            out_real: be.alloc(2)?,
+            out_fake: be.alloc(2)?,
+            out_g: be.alloc(2)?,
+            noise: vec![0.0; NZ * batch],
+            be,
+            model,
+            exchange,
+            timeline,
+            cfg,
+            step: 0,
+            g_pending: None,
+        })
+    }
+
+    pub fn be_describe(&self) -> String {
+        self.be.describe()
+    }
+
+    pub fn batch(&self) -> usize {
+        self.model.d.batch
+    }
+
+    /// D forward + backward against a constant label, through `out` (loss, mean prob).
+    /// `weights`: Some(accumulate) for D's gradients, None for the input gradient only.
+    fn d_pass(&mut self, target: f32, weights: Option<bool>, submit: bool, which: usize) {
+        let be = &self.be;
+        let d: &mut Net<B> = &mut self.model.d;
+        let mut obs =
+            StepObserver { exchange: &mut *self.exchange, timeline: &mut self.timeline, net: NetId::D, submit };
+        d.forward(be, true, None, &mut obs);
+        let out = match which {
+            0 => &mut self.out_real,
+            1 => &mut self.out_fake,
+            _ => &mut self.out_g,
+        };
+        let t0 = Instant::now();
+        be.bce_with_logits(View::whole(d.output()), target, ViewMut::whole(&mut self.dlogits), ViewMut::whole(out));
+        be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
+        obs.timeline.span(Track::Compute, "loss", "bce", t0, Instant::now());
+        d.backward(be, weights, weights.is_none(), None, &mut obs);
+    }
+
+    /// Complete G's update left in flight by the previous step.
+    pub fn finish_pending(&mut self) {
+        if let Some(lr) = self.g_pending.take() {
+            let store = &mut self.model.g.store;
+            store.adam_steps += 1;
+            self.exchange.finish(&self.be, NetId::G, store, lr, store.adam_steps, &mut self.timeline);
+        }
+    }
+
+    /// One step on this rank's `images` [B, H, W] (in [-1, 1]).
+    pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32) -> Result<StepMetrics> {
+        self.timeline.step = self.step;
+        let (rank, world) = (self.cfg.rank, self.cfg.world);
+
+        // 1. D on real images; its gradients wait for the fake pass to be added.
+        let t0 = Instant::now();
+        self.be.upload(images, ViewMut::whole(self.model.d.input_mut()));
+        self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
+        self.d_pass(1.0, Some(false), false, 0);
+
+        // 2. G's weights must be current before G runs.
+        self.finish_pending();
+
+        // 3. G forward, then D on the fakes (detached: G gets nothing from this pass).
+        let t0 = Instant::now();
+        step_noise(self.cfg.seed, self.step, rank, world, &mut self.noise);
+        self.be.upload(&self.noise, ViewMut::whole(self.model.g.input_mut()));
+        self.timeline.span(Track::Compute, "upload", "noise", t0, Instant::now());
+        {
+            let mut obs = StepObserver {
+                exchange: &mut *self.exchange,
+                timeline: &mut self.timeline,
+                net: NetId::G,
+                submit: false,
+            };
+            self.model.g.forward(&self.be, true, None, &mut obs);
+        }
+        let Dcgan { g, d, .. } = &mut self.model;
+        self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
+        self.d_pass(0.0, Some(true), true, 1);
+        self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
+
+        // 4. D's update.
+        let store = &mut self.model.d.store;
+        store.adam_steps += 1;
+        self.exchange.finish(&self.be, NetId::D, store, lr_d, store.adam_steps, &mut self.timeline);
+
+        // 5. G's loss through the updated D, and G's backward.
+        self.d_pass(1.0, None, false, 2);
+        let Dcgan { g, d, .. } = &mut self.model;
+        self.be.copy(View::whole(d.d_input()), ViewMut::whole(g.d_output_mut()));
+        {
+            let mut obs = StepObserver {
+                exchange: &mut *self.exchange,
+                timeline: &mut self.timeline,
+                net: NetId::G,
+                submit: true,
+            };
+            self.model.g.backward(&self.be, Some(false), false, None, &mut obs);
+        }
+        self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
+        self.g_pending = Some(lr_g);
+        if !self.cfg.overlap_steps {
+            self.finish_pending();
+        }
+
+        let metrics = self.read_metrics();
+        if !(metrics.loss_d.is_finite() && metrics.loss_g.is_finite()) {
+            bail!(
+                "the loss became {} at step {} (loss_d {}, loss_g {}): lower --lr or check the data",
+                if metrics.loss_d.is_nan() || metrics.loss_g.is_nan() { "NaN" } else { "infinite" },
+                self.step + 1,
+                metrics.loss_d,
+                metrics.loss_g
+            );
+        }
+        self.step += 1;
+        Ok(metrics)
+    }
+
+    fn read_metrics(&self) -> StepMetrics {
+        let mut r = [0.0f32; 2];
+        let mut f = [0.0f32; 2];
+        let mut g = [0.0f32; 2];
+        self.be.download(View::whole(&self.out_real), &mut r);
+        self.be.download(View::whole(&self.out_fake), &mut f);
+        self.be.download(View::whole(&self.out_g), &mut g);
+        StepMetrics { loss_d: r[0] + f[0], loss_g: g[0], d_x: r[1], d_g_z: f[1], d_g_z2: g[1] }
+    }
+
+    /// G in evaluation mode on `noise` [n, NZ] (sample-major), in chunks of the training
+    /// batch (no new buffers); returns images [n, H, W] in [-1, 1].
+    pub fn sample(&mut self, noise: &[f32]) -> Vec<f32> {
+        self.finish_pending();
+        let b = self.batch();
+        let n = noise.len() / NZ;
+        let side = self.model.image_size;
+        let pixels = side * side;
+        let mut images = vec![0.0; n * pixels];
+        let mut chunk_noise = vec![0.0; NZ * b];
+        let mut out = vec![0.0; b * pixels];
+        for start in (0..n).step_by(b) {
+            let m = b.min(n - start);
+            chunk_noise.fill(0.0);
+            for i in 0..m {
+                for c in 0..NZ {
+                    chunk_noise[c * b + i] = noise[(start + i) * NZ + c];
+                }
+            }
+            self.be.upload(&chunk_noise, ViewMut::whole(self.model.g.input_mut()));
+            self.model.g.forward(&self.be, false, None, &mut crate::model::net::NoObserver);
+            self.be.download(View::whole(self.model.g.output()), &mut out);
+            images[start * pixels..(start + m) * pixels].copy_from_slice(&out[..m * pixels]);
+        }
+        images
+    }
+}
