@@ -2,6 +2,7 @@
 //! and CUDA kernels. The binary is a thin layer over this library (see `main.rs`).
 
 pub mod backend;
+pub mod checkpoint;
 pub mod cli;
 pub mod comm;
 pub mod model;

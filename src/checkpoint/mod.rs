@@ -1,0 +1,211 @@
+//! Checkpoints: G and D weights as PyTorch-loadable safetensors, the optimizer state and the
+//! training progress in a third file, written atomically so a crash never leaves a run
+//! without a complete checkpoint.
+//!
+//! Layout: `<run>/checkpoints/step-<N>/{G,D,optimizer}.safetensors` and
+//! `<run>/checkpoints/latest` naming the newest complete one. A new checkpoint is written to
+//! a temporary directory, fsynced and renamed; only then does `latest` move (tmp + fsync +
+//! rename) and the previous checkpoint get removed.
+
+pub mod tensors;
+
+use crate::nn::params::ParamLayout;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+pub use tensors::NetTensors;
+
+/// Where training stands, and what it needs to continue exactly as an uninterrupted run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Steps completed.
+    pub step: u64,
+    /// The epoch the next step belongs to, and how many of its batches are done.
+    pub epoch: u64,
+    pub batch_in_epoch: u64,
+    pub seed: u64,
+    pub ranks: usize,
+    pub batch_per_rank: usize,
+    pub image_size: usize,
+    /// The data order: epoch e's permutation is a ChaCha8 shuffle keyed by (seed, e), so the
+    /// epoch and position above restore it. The noise of step s is keyed by (seed, s) and
+    /// the global sample index, so `step` restores the random state too.
+    pub rng: String,
+    /// The options of the run (a resume must not change what training computes).
+    pub config: serde_json::Value,
+}
+
+/// Adam's moments of one network, in its layout's flat order ([param_len] each).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moments {
+    pub exp_avg: Vec<f32>,
+    pub exp_avg_sq: Vec<f32>,
+    pub steps: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    pub g: NetTensors,
+    pub d: NetTensors,
+    pub g_adam: Moments,
+    pub d_adam: Moments,
+    pub progress: Progress,
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    f.sync_all().with_context(|| format!("cannot fsync {}", path.display()))?;
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot fsync directory {}", dir.display()))
+}
+
+fn meta(pairs: &[(&str, String)]) -> HashMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+fn encode_optimizer(g: (&ParamLayout, &Moments), d: (&ParamLayout, &Moments), progress: &Progress) -> Result<Vec<u8>> {
+    let mut infos = Vec::new();
+    for (net, (layout, m)) in [("G", g), ("D", d)] {
+        for p in &layout.params {
+            for (suffix, data) in [("exp_avg", &m.exp_avg), ("exp_avg_sq", &m.exp_avg_sq)] {
+                let mut info = p.clone();
+                info.name = format!("{net}.{}.{suffix}", p.name);
+                infos.push((info, &data[p.range.clone()]));
+            }
+        }
+    }
+    let f32s: Vec<_> = infos.iter().map(|(i, d)| (i, *d)).collect();
+    let steps = [("G.step".to_string(), g.1.steps as i64), ("D.step".to_string(), d.1.steps as i64)];
+    let metadata = meta(&[("format", tensors::FORMAT.into()), ("progress", serde_json::to_string(progress)?)]);
+    tensors::encode(&f32s, &steps, metadata)
+}
+
+/// Write a checkpoint under `<run>/checkpoints/` and make it the latest; returns its path.
+pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
+    let root = run.join("checkpoints");
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let name = format!("step-{:08}", ck.progress.step);
+    let tmp = root.join(format!(".tmp-{name}"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let size = ck.progress.image_size.to_string();
+    for (net, layout, t) in [("G", layouts.0, &ck.g), ("D", layouts.1, &ck.d)] {
+        let bytes = tensors::encode_net(
+            layout,
+            t,
+            meta(&[("net", net.into()), ("image_size", size.clone()), ("nz", "100".into())]),
+        )?;
+        write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
+    }
+    let opt = encode_optimizer((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam), &ck.progress)?;
+    write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
+    sync_dir(&tmp)?;
+    let dir = root.join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&tmp, &dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
+    sync_dir(&root)?;
+    let latest_tmp = root.join(".latest.tmp");
+    write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
+    std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
+    sync_dir(&root)?;
+    // Only now is the previous checkpoint no longer needed.
+    for entry in std::fs::read_dir(&root)?.flatten() {
+        let n = entry.file_name().to_string_lossy().to_string();
+        if n.starts_with("step-") && n != name {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Ok(dir)
+}
+
+/// The checkpoint directory `path` refers to: a checkpoint itself, or a run directory or its
+/// `checkpoints/` folder (then the one `latest` names).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.join("G.safetensors").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    for root in [path.join("checkpoints"), path.to_path_buf()] {
+        if let Ok(latest) = std::fs::read_to_string(root.join("latest")) {
+            let dir = root.join(latest.trim());
+            if dir.join("G.safetensors").is_file() {
+                return Ok(dir);
+            }
+            bail!(
+                "{} names {}, which holds no G.safetensors: the checkpoint is incomplete",
+                root.join("latest").display(),
+                dir.display()
+            );
+        }
+    }
+    if !path.exists() {
+        bail!(
+            "checkpoint {} does not exist: pass a run directory (with checkpoints/) or a checkpoint directory",
+            path.display()
+        );
+    }
+    bail!(
+        "{} holds no checkpoint (no G.safetensors, no checkpoints/latest): pass a run directory this program wrote",
+        path.display()
+    )
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .with_context(|| format!("cannot read {}: the checkpoint is incomplete or unreadable", path.display()))
+}
+
+/// The image size a checkpoint's generator was trained for.
+pub fn image_size_of(dir: &Path) -> Result<usize> {
+    let path = dir.join("G.safetensors");
+    let bytes = read(&path)?;
+    let (_, m) = tensors::parse(&bytes, &path.display().to_string())?;
+    m.get("image_size")
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("{} has no image_size in its metadata", path.display()))
+}
+
+/// Only the generator (for `sample`).
+pub fn load_generator(dir: &Path, layout: &ParamLayout) -> Result<NetTensors> {
+    let path = dir.join("G.safetensors");
+    Ok(tensors::decode_net(&read(&path)?, layout, &path.display().to_string())?.0)
+}
+
+/// Everything, for `--resume`.
+pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpoint> {
+    let gp = dir.join("G.safetensors");
+    let dp = dir.join("D.safetensors");
+    let op = dir.join("optimizer.safetensors");
+    let (g, _) = tensors::decode_net(&read(&gp)?, layouts.0, &gp.display().to_string())?;
+    let (d, _) = tensors::decode_net(&read(&dp)?, layouts.1, &dp.display().to_string())?;
+    let opt_bytes = read(&op)?;
+    let what = op.display().to_string();
+    let (st, m) = tensors::parse(&opt_bytes, &what)?;
+    let progress: Progress = serde_json::from_str(m.get("progress").map(String::as_str).unwrap_or(""))
+        .with_context(|| format!("{what} has no readable training progress in its metadata"))?;
+    let mut moments = Vec::new();
+    for (net, layout) in [("G", layouts.0), ("D", layouts.1)] {
+        let mut mo = Moments {
+            exp_avg: vec![0.0; layout.param_len()],
+            exp_avg_sq: vec![0.0; layout.param_len()],
+            steps: tensors::read_i64(&st, &format!("{net}.step"), &what)?.max(0) as u64,
+        };
+        for p in &layout.params {
+            for (suffix, out) in [("exp_avg", &mut mo.exp_avg), ("exp_avg_sq", &mut mo.exp_avg_sq)] {
+                let mut info = p.clone();
+                info.name = format!("{net}.{}.{suffix}", p.name);
+                tensors::read_f32(&st, &info, &what, &mut out[p.range.clone()])?;
+            }
+        }
+        moments.push(mo);
+    }
+    let d_adam = moments.pop().expect("two networks");
+    let g_adam = moments.pop().expect("two networks");
+    Ok(Checkpoint { g, d, g_adam, d_adam, progress })
+}
