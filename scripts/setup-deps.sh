@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the system packages dcgan-train needs, only those missing (Debian/Ubuntu, as root
+# or with sudo): Open MPI and libclang (the mpi crate's bindings), the Fashion-MNIST package,
+# pkg-config. Safe to run again: it does nothing when everything is there.
+set -euo pipefail
+
+packages=(openmpi-bin libopenmpi-dev libclang-dev pkg-config dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null; then
+    echo "missing packages ${missing[*]} and no apt-get: install them with your package manager" >&2
+    exit 1
+  fi
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "installing ${missing[*]} needs root: run as root or install sudo" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "no Rust toolchain: install it from https://rustup.rs (curl ... | sh), then run this again" >&2
+    exit 1
+  fi
+fi

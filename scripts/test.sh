@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command (CI runs exactly this): install what the tests need, check formatting and
+# lints, and run every test, the MPI integration tests included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup-deps.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+# NVRTC (from the nvidia-cuda-nvrtc wheel) lets the kernel test compile every CUDA kernel
+# to PTX on a machine without a GPU.
+nvrtc_lib=$(scripts/install-nvrtc.sh)
+export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export DCGAN_REQUIRE_NVRTC=1
+
+# Open MPI refuses to run as root, and more ranks than cores, unless told it may.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
+cargo build --quiet --release
+cargo test --quiet
