@@ -4,7 +4,9 @@
 pub mod backend;
 pub mod cli;
 pub mod comm;
+pub mod data;
 pub mod ops;
+pub mod report;
 
 /// `dcgan-train [train]`
 pub fn run_train(_args: cli::TrainArgs) -> anyhow::Result<()> {

@@ -1,0 +1,1 @@
+//! Run outputs: sample grids (PNG), JSON lines, progress display, Chrome trace.
