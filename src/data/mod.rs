@@ -155,6 +155,8 @@ impl Dataset {
             .then(|| resize::Resize::new(self.height, self.width, size, size));
         // [height, width] scratch for one scaled image before resizing.
         let mut scaled = vec![0f32; if resize.is_some() { native } else { 0 }];
+        // [height, size] scratch of the separable resize.
+        let mut wide = Vec::new();
         for (&index, dst) in indices.iter().zip(out.chunks_exact_mut(plane)) {
             assert!(
                 index < self.count,
@@ -166,7 +168,7 @@ impl Dataset {
                 None => scale_pixels(src, dst),
                 Some(r) => {
                     scale_pixels(src, &mut scaled);
-                    r.apply(&scaled, dst);
+                    r.apply_with(&scaled, dst, &mut wide);
                 }
             }
         }

@@ -60,6 +60,15 @@ impl Resize {
 
     /// Resizes one image: `src` [in_h, in_w] -> `dst` [out_h, out_w].
     pub fn apply(&self, src: &[f32], dst: &mut [f32]) {
+        self.apply_with(src, dst, &mut Vec::new());
+    }
+
+    /// [`Resize::apply`] with a scratch buffer kept between calls (no allocation per image).
+    ///
+    /// Separable: every source row is first resized horizontally into scratch [in_h, out_w],
+    /// then each output row blends two of those. That is the same arithmetic, in the same
+    /// order, as blending four pixels per output, with about a third of the work for 28 -> 64.
+    pub fn apply_with(&self, src: &[f32], dst: &mut [f32], scratch: &mut Vec<f32>) {
         let out_w = self.cols.lo.len();
         assert_eq!(src.len(), self.in_h * self.in_w, "src must be [in_h, in_w]");
         assert_eq!(
@@ -67,14 +76,22 @@ impl Resize {
             self.rows.lo.len() * out_w,
             "dst must be [out_h, out_w]"
         );
+        scratch.resize(self.in_h * out_w, 0.0);
+        for (src_row, wide) in src
+            .chunks_exact(self.in_w)
+            .zip(scratch.chunks_exact_mut(out_w))
+        {
+            for (x, out) in wide.iter_mut().enumerate() {
+                let (fx, gx) = (self.cols.frac[x], 1.0 - self.cols.frac[x]);
+                *out = gx * src_row[self.cols.lo[x]] + fx * src_row[self.cols.hi[x]];
+            }
+        }
         for (y, dst_row) in dst.chunks_exact_mut(out_w).enumerate() {
             let (fy, gy) = (self.rows.frac[y], 1.0 - self.rows.frac[y]);
-            let top = &src[self.rows.lo[y] * self.in_w..][..self.in_w];
-            let bottom = &src[self.rows.hi[y] * self.in_w..][..self.in_w];
-            for (x, out) in dst_row.iter_mut().enumerate() {
-                let (fx, gx) = (self.cols.frac[x], 1.0 - self.cols.frac[x]);
-                let (l, h) = (self.cols.lo[x], self.cols.hi[x]);
-                *out = gy * (gx * top[l] + fx * top[h]) + fy * (gx * bottom[l] + fx * bottom[h]);
+            let top = &scratch[self.rows.lo[y] * out_w..][..out_w];
+            let bottom = &scratch[self.rows.hi[y] * out_w..][..out_w];
+            for ((out, &t), &b) in dst_row.iter_mut().zip(top).zip(bottom) {
+                *out = gy * t + fy * b;
             }
         }
     }

@@ -1,5 +1,6 @@
 //! A timeline of the run in the Chrome trace event format (open trace.json in
-//! https://ui.perfetto.dev or chrome://tracing): one process per rank, one thread per track
+//! https://ui.perfetto.dev or chrome://tracing): one process per rank (pid = rank + 1, named
+//! "rank r (host)"), one thread per track
 //! (compute, comm thread, copy stream), a complete ("X") event per span, flow arrows from a
 //! gradient's hand-off to its allreduce.
 //!
@@ -65,7 +66,8 @@ pub enum Track {
 impl Track {
     const ALL: [Track; 3] = [Track::Compute, Track::CommThread, Track::CopyStream];
 
-    fn tid(self) -> u32 {
+    /// Position of the track within its rank (also its sort order).
+    fn index(self) -> u64 {
         match self {
             Track::Compute => 0,
             Track::CommThread => 1,
@@ -309,9 +311,13 @@ impl Trace {
         if !self.enabled {
             return out;
         }
-        let pid = self.rank;
+        // Perfetto reads pid and tid the Linux way: tid 0 and pid 0 are the kernel's idle
+        // task, and a tid names one thread system-wide. So pid = rank + 1 and every track
+        // gets a tid unique in the file: 10 * pid + track (rank 0: 10, 11, 12).
+        let pid = self.rank as u64 + 1;
+        let tid = |track: Track| pid * 10 + track.index();
         let mut sep = "";
-        let mut meta = |out: &mut Vec<u8>, name: &str, tid: u32, key: &str, value: &dyn ToJson| {
+        let mut meta = |out: &mut Vec<u8>, name: &str, tid: u64, key: &str, value: &dyn ToJson| {
             let _ = write!(
                 out,
                 "{sep}{{\"name\":\"{name}\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"{key}\":"
@@ -321,23 +327,29 @@ impl Trace {
             sep = ",";
         };
         let process = format!("rank {} ({})", self.rank, self.host);
-        meta(&mut out, "process_name", 0, "name", &process.as_str());
+        meta(
+            &mut out,
+            "process_name",
+            tid(Track::Compute),
+            "name",
+            &process.as_str(),
+        );
         meta(
             &mut out,
             "process_sort_index",
-            0,
+            tid(Track::Compute),
             "sort_index",
             &(self.rank as u64),
         );
         for track in Track::ALL {
             if self.events.iter().any(|e| e.track == track) {
-                meta(&mut out, "thread_name", track.tid(), "name", &track.label());
+                meta(&mut out, "thread_name", tid(track), "name", &track.label());
                 meta(
                     &mut out,
                     "thread_sort_index",
-                    track.tid(),
+                    tid(track),
                     "sort_index",
-                    &(track.tid() as u64),
+                    &track.index(),
                 );
             }
         }
@@ -354,7 +366,7 @@ impl Trace {
             let _ = write!(
                 out,
                 ",\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{},\"ts\":",
-                e.track.tid()
+                tid(e.track)
             );
             write_us(&mut out, e.ts_ns);
             match e.kind {

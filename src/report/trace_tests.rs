@@ -76,11 +76,12 @@ fn two_ranks_merge_into_one_valid_trace_with_the_expected_events() {
             )
         })
         .collect();
+    // pid = rank + 1 (Perfetto takes pid 0 for the kernel's).
     assert_eq!(
         names,
         vec![
-            (0, format!("rank 0 ({host})")),
-            (1, format!("rank 1 ({host})"))
+            (1, format!("rank 0 ({host})")),
+            (2, format!("rank 1 ({host})"))
         ]
     );
     let threads: Vec<(u64, u64, &str)> = by_ph(&events, "M")
@@ -97,14 +98,15 @@ fn two_ranks_merge_into_one_valid_trace_with_the_expected_events() {
     assert_eq!(
         threads,
         vec![
-            (0, 0, "compute"),
-            (0, 1, "comm thread"),
-            (1, 0, "compute"),
-            (1, 2, "copy stream")
+            (1, 10, "compute"),
+            (1, 11, "comm thread"),
+            (2, 20, "compute"),
+            (2, 22, "copy stream")
         ]
     );
 
-    // Complete events: pid = rank, tid = track, durations from the Instants.
+    // Complete events: tid = 10 * pid + track (unique in the file, never 0), durations
+    // from the Instants.
     let spans = by_ph(&events, "X");
     assert_eq!(spans.len(), 4);
     let find = |pid: u64, name: &str| {
@@ -113,12 +115,12 @@ fn two_ranks_merge_into_one_valid_trace_with_the_expected_events() {
             .find(|e| e["pid"] == pid && e["name"] == name)
             .unwrap()
     };
-    let fwd0 = find(0, "forward D");
-    let fwd1 = find(1, "forward D");
-    let ar = find(0, "allreduce \"conv1\"");
+    let fwd0 = find(1, "forward D");
+    let fwd1 = find(2, "forward D");
+    let ar = find(1, "allreduce \"conv1\"");
     assert_eq!(
         (fwd0["tid"].as_u64(), ar["tid"].as_u64()),
-        (Some(0), Some(1))
+        (Some(10), Some(11))
     );
     assert!((us(&fwd0["dur"]) - 1500.0).abs() < 1e-6);
     assert!((us(&ar["dur"]) - 250.0).abs() < 1e-6);
@@ -129,14 +131,14 @@ fn two_ranks_merge_into_one_valid_trace_with_the_expected_events() {
     assert_eq!(ar["args"]["bytes"], 8192);
     assert_eq!(ar["args"]["algorithm"], "rd");
     assert!(ar["args"]["busbw"].is_null(), "NaN is written as null");
-    let d2h = find(1, "d2h");
+    let d2h = find(2, "d2h");
     assert_eq!(
         (
             d2h["tid"].as_u64(),
             d2h["args"]["neg"].as_i64(),
             d2h["args"]["ok"].as_bool()
         ),
-        (Some(2), Some(-2), Some(true))
+        (Some(22), Some(-2), Some(true))
     );
     assert_eq!(fwd1["args"]["step"], 3);
     assert!(fwd0.get("args").is_none());
@@ -197,11 +199,14 @@ fn flows_link_two_tracks_with_one_id_and_ranks_do_not_collide() {
     let starts = by_ph(&events, "s");
     let ends = by_ph(&events, "f");
     assert_eq!((starts.len(), ends.len()), (2, 2));
-    for pid in [0u64, 1] {
+    for pid in [1u64, 2] {
         let s = starts.iter().find(|e| e["pid"] == pid).unwrap();
         let f = ends.iter().find(|e| e["pid"] == pid).unwrap();
         assert_eq!(s["id"], f["id"]);
-        assert_eq!((s["tid"].as_u64(), f["tid"].as_u64()), (Some(0), Some(1)));
+        assert_eq!(
+            (s["tid"].as_u64(), f["tid"].as_u64()),
+            (Some(pid * 10), Some(pid * 10 + 1))
+        );
         assert_eq!(f["bp"], "e");
         assert!(us(&f["ts"]) > us(&s["ts"]));
     }
@@ -281,7 +286,7 @@ fn absorb_keeps_each_events_args() {
     let spans = by_ph(&events, "X");
     assert_eq!(spans[0]["args"], serde_json::json!({"k": 1}));
     assert_eq!(spans[1]["args"], serde_json::json!({"k": 2, "m": 3}));
-    assert_eq!(spans[1]["tid"], 1);
+    assert_eq!(spans[1]["tid"], 11, "comm thread track of rank 0");
 }
 
 #[test]
