@@ -8,7 +8,7 @@ pub mod synthetic;
 
 pub use shard::{EpochOrder, Shard};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST.
@@ -87,32 +87,14 @@ impl Dataset {
                     "data: {n} synthetic images of 28x28 (blobs, rings and strokes; --data synthetic:{n})"
                 ),
             }),
-            DataSource::FashionMnistDefault => {
-                let dir = Path::new(DEFAULT_DIR);
-                let file = find_images(dir).with_context(|| {
-                    format!(
-                        "Fashion-MNIST not found in {DEFAULT_DIR} (the default when --data is not \
-                         given): install it with `apt-get install dataset-fashion-mnist`, or pass \
-                         --data DIR (a directory with train-images-idx3-ubyte[.gz])"
-                    )
-                })?;
-                let mut set = Dataset::from_file(&file)?;
-                set.description = format!(
-                    "data: Fashion-MNIST, {} images of {}x{} from {} (the default; --data DIR for other data)",
-                    set.count,
-                    set.height,
-                    set.width,
-                    file.display()
-                );
-                Ok(set)
-            }
+            DataSource::FashionMnistDefault => Dataset::load_default(Path::new(DEFAULT_DIR)),
             DataSource::Dir(path) => {
                 let file = if path.is_file() {
                     path.clone()
                 } else {
-                    find_images(path).with_context(|| {
-                        format!(
-                            "--data {}: pass --data DIR with a directory holding \
+                    find_images(path).map_err(|problem| {
+                        anyhow::anyhow!(
+                            "--data {}: {problem}: pass --data DIR with a directory holding \
                              train-images-idx3-ubyte[.gz] (MNIST or Fashion-MNIST layout), or \
                              install Fashion-MNIST with `apt-get install dataset-fashion-mnist` \
                              and leave out --data",
@@ -123,6 +105,27 @@ impl Dataset {
                 Dataset::from_file(&file)
             }
         }
+    }
+
+    /// The default data set from `dir` (DEFAULT_DIR; a parameter so tests can point it at a
+    /// missing directory).
+    fn load_default(dir: &Path) -> Result<Dataset> {
+        let file = find_images(dir).map_err(|problem| {
+            anyhow::anyhow!(
+                "{problem} (Fashion-MNIST, the default when --data is not given): install \
+                 it with `apt-get install dataset-fashion-mnist`, or pass --data DIR (a \
+                 directory with train-images-idx3-ubyte[.gz]) or --data synthetic:N"
+            )
+        })?;
+        let mut set = Dataset::from_file(&file)?;
+        set.description = format!(
+            "data: Fashion-MNIST, {} images of {}x{} from {} (the default; --data DIR for other data)",
+            set.count,
+            set.height,
+            set.width,
+            file.display()
+        );
+        Ok(set)
     }
 
     fn from_file(file: &Path) -> Result<Dataset> {
@@ -182,16 +185,16 @@ fn scale_pixels(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// The first training-image file present in `dir`.
-fn find_images(dir: &Path) -> Result<PathBuf> {
+/// The first training-image file present in `dir`, or what is wrong (without the fix).
+fn find_images(dir: &Path) -> std::result::Result<PathBuf, String> {
     if !dir.is_dir() {
-        bail!("data directory {} does not exist", dir.display());
+        return Err(format!("data directory {} does not exist", dir.display()));
     }
     IMAGE_FILES
         .iter()
         .map(|name| dir.join(name))
         .find(|p| p.is_file())
-        .with_context(|| format!("no train-images-idx3-ubyte[.gz] in {}", dir.display()))
+        .ok_or_else(|| format!("no train-images-idx3-ubyte[.gz] in {}", dir.display()))
 }
 
 #[cfg(test)]
@@ -315,6 +318,23 @@ mod tests {
         let src = DataSource::Dir(PathBuf::from("/nonexistent/mnist"));
         let msg = format!("{:#}", Dataset::load(&src).unwrap_err());
         assert!(msg.contains("/nonexistent/mnist"), "{msg}");
+        assert!(
+            msg.contains("apt-get install dataset-fashion-mnist") && msg.contains("--data DIR"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "one line: {msg}");
+    }
+
+    #[test]
+    fn missing_default_data_names_the_path_and_both_fixes() {
+        let msg = format!(
+            "{:#}",
+            Dataset::load_default(Path::new("/nonexistent/fmnist")).unwrap_err()
+        );
+        assert!(
+            msg.contains("/nonexistent/fmnist") && msg.contains("does not exist"),
+            "{msg}"
+        );
         assert!(
             msg.contains("apt-get install dataset-fashion-mnist") && msg.contains("--data DIR"),
             "{msg}"

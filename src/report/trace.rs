@@ -324,7 +324,7 @@ impl Trace {
             );
             value.to_json(out);
             out.extend_from_slice(b"}}");
-            sep = ",";
+            sep = ",\n";
         };
         let process = format!("rank {} ({})", self.rank, self.host);
         meta(
@@ -354,7 +354,7 @@ impl Trace {
             }
         }
         for e in &self.events {
-            out.extend_from_slice(b",{\"name\":");
+            out.extend_from_slice(b",\n{\"name\":");
             e.name.as_ref().to_json(&mut out);
             out.extend_from_slice(b",\"cat\":");
             e.cat.to_json(&mut out);
