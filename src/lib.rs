@@ -5,14 +5,16 @@ pub mod backend;
 pub mod checkpoint;
 pub mod cli;
 pub mod comm;
+pub mod data;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod report;
 pub mod train;
 
 /// `dcgan-train [train]`
-pub fn run_train(_args: cli::TrainArgs) -> anyhow::Result<()> {
-    anyhow::bail!("training is not built yet")
+pub fn run_train(args: cli::TrainArgs) -> anyhow::Result<()> {
+    train::run::run(args)
 }
 
 /// `dcgan-train bench-step`

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod buckets;
 pub mod exchange;
 pub mod noise;
+pub mod run;
 pub mod step;
 pub mod timeline;
 

@@ -49,10 +49,7 @@ fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf> {
         None => PathBuf::from("runs").join(chrono::Local::now().format("%Y%m%d-%H%M%S").to_string()),
     };
     if dir.join("metrics.jsonl").exists() {
-        bail!(
-            "{} already holds a run (metrics.jsonl): choose another --out, or move the old run away",
-            dir.display()
-        );
+        bail!("{} already holds a run (metrics.jsonl): choose another --out, or move the old run away", dir.display());
     }
     std::fs::create_dir_all(dir.join("samples")).with_context(|| format!("cannot create --out {}", dir.display()))?;
     Ok(dir)
@@ -96,7 +93,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
         let mut steps_in_epoch = 0u64;
         for i in 0..steps_per_epoch {
             if trainer.step >= max_steps {
-                finish_epoch(&mut trainer, &mut metrics_out, &mut epochs_done, &out, &grid_noise, epoch, steps_in_epoch, epoch_start, batch, &mut progress)?;
+                finish_epoch(
+                    &mut trainer,
+                    &mut metrics_out,
+                    &mut epochs_done,
+                    &out,
+                    &grid_noise,
+                    epoch,
+                    steps_in_epoch,
+                    epoch_start,
+                    batch,
+                    &mut progress,
+                )?;
                 break 'epochs;
             }
             let t0 = Instant::now();
@@ -108,7 +116,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
             let ips = (steps_in_epoch as usize * batch) as f64 / epoch_start.elapsed().as_secs_f64();
             progress.update(i + 1, last.loss_d, last.loss_g, last.d_x, last.d_g_z, ips);
         }
-        finish_epoch(&mut trainer, &mut metrics_out, &mut epochs_done, &out, &grid_noise, epoch, steps_in_epoch, epoch_start, batch, &mut progress)?;
+        finish_epoch(
+            &mut trainer,
+            &mut metrics_out,
+            &mut epochs_done,
+            &out,
+            &grid_noise,
+            epoch,
+            steps_in_epoch,
+            epoch_start,
+            batch,
+            &mut progress,
+        )?;
     }
     trainer.finish_pending();
     let final_grid = out.join("samples").join("final.png");

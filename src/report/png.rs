@@ -1,0 +1,151 @@
+//! Sample grids as 8-bit grayscale PNG files (like torchvision's `save_image` of a batch).
+
+use super::write_atomically;
+use anyhow::{Context, Result, bail};
+use std::io::{BufReader, Write};
+use std::path::Path;
+
+/// Pixels between images and around the grid.
+pub const PADDING: usize = 2;
+/// Grey, not black: DCGAN samples of MNIST-like data have black backgrounds, and black
+/// padding would make neighbouring images run together.
+pub const PAD_VALUE: u8 = 128;
+
+/// images [count, h, w] in [-1, 1] -> an 8-bit grayscale PNG grid with `cols` columns and
+/// 2 px of padding; written to a temporary file in the same directory, then renamed.
+///
+/// Pixel value round((v + 1) * 127.5), clamped to [0, 255] (NaN becomes 0). Cells after the
+/// last image in the last row are padding grey.
+pub fn write_grid(path: &Path, images: &[f32], count: usize, h: usize, w: usize, cols: usize) -> Result<()> {
+    let (pixels, height, width) = grid_pixels(images, count, h, w, cols)?;
+    let mut encoded = Vec::new();
+    let mut encoder = png::Encoder::new(&mut encoded, width as u32, height as u32);
+    encoder.set_color(png::ColorType::Grayscale);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(&pixels)?;
+    writer.finish()?;
+    write_atomically(path, |file| Ok(file.write_all(&encoded)?))
+        .with_context(|| format!("cannot write the sample grid {}", path.display()))
+}
+
+/// The grid as [height, width] bytes, with its height and width.
+pub fn grid_pixels(images: &[f32], count: usize, h: usize, w: usize, cols: usize) -> Result<(Vec<u8>, usize, usize)> {
+    if count == 0 || h == 0 || w == 0 || cols == 0 {
+        bail!("image grid of {count} images of {h}x{w} in {cols} columns: all must be at least 1");
+    }
+    if images.len() != count * h * w {
+        bail!("image grid: expected {count} images of {h}x{w} ({} values), found {}", count * h * w, images.len());
+    }
+    let cols = cols.min(count);
+    let rows = count.div_ceil(cols);
+    let width = cols * (w + PADDING) + PADDING;
+    let height = rows * (h + PADDING) + PADDING;
+    if u32::try_from(width).is_err() || u32::try_from(height).is_err() {
+        bail!("image grid of {width}x{height} pixels is too large for a PNG");
+    }
+    let mut pixels = vec![PAD_VALUE; width * height];
+    for (i, image) in images.chunks_exact(h * w).enumerate() {
+        let (top, left) = (PADDING + (i / cols) * (h + PADDING), PADDING + (i % cols) * (w + PADDING));
+        for (y, row) in image.chunks_exact(w).enumerate() {
+            let dst = &mut pixels[(top + y) * width + left..][..w];
+            for (d, &v) in dst.iter_mut().zip(row) {
+                *d = to_byte(v);
+            }
+        }
+    }
+    Ok((pixels, height, width))
+}
+
+/// [-1, 1] -> [0, 255], rounded; NaN -> 0.
+pub fn to_byte(v: f32) -> u8 {
+    // `as u8` saturates and maps NaN to 0.
+    ((v + 1.0) * 127.5).round() as u8
+}
+
+/// Decodes an 8-bit grayscale PNG: (pixels [height, width], height, width). For tests.
+pub fn read_png_gray(path: &Path) -> Result<(Vec<u8>, usize, usize)> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut reader = png::Decoder::new(BufReader::new(file))
+        .read_info()
+        .with_context(|| format!("{}: not a PNG file", path.display()))?;
+    let info = reader.info();
+    if info.color_type != png::ColorType::Grayscale || info.bit_depth != png::BitDepth::Eight {
+        bail!("{}: expected 8-bit grayscale, found {:?} at {:?}", path.display(), info.color_type, info.bit_depth);
+    }
+    let mut pixels = vec![0u8; reader.output_buffer_size().context("PNG too large")?];
+    let frame = reader.next_frame(&mut pixels).with_context(|| format!("{}: corrupt PNG data", path.display()))?;
+    pixels.truncate(frame.buffer_size());
+    Ok((pixels, frame.height as usize, frame.width as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("dcgan-png-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn round_trip_places_every_pixel() {
+        // 5 images of 3x4 in 2 columns -> 3 rows; every value distinct-ish and in range.
+        let (count, h, w, cols) = (5, 3, 4, 2);
+        let images: Vec<f32> = (0..count * h * w).map(|i| (i as f32 / 59.0) * 2.0 - 1.0).collect();
+        let path = temp_dir("rt").join("samples").join("epoch-001.png");
+        write_grid(&path, &images, count, h, w, cols).unwrap();
+        let (pixels, height, width) = read_png_gray(&path).unwrap();
+        assert_eq!((height, width), (3 * (h + 2) + 2, 2 * (w + 2) + 2));
+        for i in 0..count {
+            for y in 0..h {
+                for x in 0..w {
+                    let gy = 2 + (i / cols) * (h + 2) + y;
+                    let gx = 2 + (i % cols) * (w + 2) + x;
+                    let v = images[i * h * w + y * w + x];
+                    let want = ((v + 1.0) * 127.5).round() as u8;
+                    assert_eq!(pixels[gy * width + gx], want, "image {i} ({y},{x})");
+                }
+            }
+        }
+        // Padding: the border, the gap between columns, and the empty sixth cell.
+        assert_eq!(pixels[0], PAD_VALUE);
+        assert_eq!(pixels[3 * width + 2 + w], PAD_VALUE);
+        let (ey, ex) = (2 + 2 * (h + 2), 2 + (w + 2));
+        assert_eq!(pixels[ey * width + ex], PAD_VALUE);
+        // No temporary file left behind.
+        let names: Vec<_> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("epoch-001.png")]);
+    }
+
+    #[test]
+    fn byte_mapping_endpoints_and_out_of_range() {
+        assert_eq!(to_byte(-1.0), 0);
+        assert_eq!(to_byte(1.0), 255);
+        assert_eq!(to_byte(0.0), 128); // 127.5 rounds away from zero
+        assert_eq!(to_byte(3.0), 255);
+        assert_eq!(to_byte(-7.0), 0);
+        assert_eq!(to_byte(f32::NAN), 0);
+    }
+
+    #[test]
+    fn wrong_sizes_are_errors() {
+        let dir = temp_dir("bad");
+        assert!(write_grid(&dir.join("a.png"), &[0.0; 10], 2, 2, 2, 2).is_err());
+        assert!(write_grid(&dir.join("b.png"), &[], 0, 2, 2, 2).is_err());
+        assert!(write_grid(&dir.join("c.png"), &[0.0; 8], 2, 2, 2, 0).is_err());
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing written");
+    }
+
+    #[test]
+    fn overwrites_an_existing_grid() {
+        let path = temp_dir("over").join("g.png");
+        write_grid(&path, &[-1.0; 4], 1, 2, 2, 8).unwrap();
+        write_grid(&path, &[1.0; 4], 1, 2, 2, 8).unwrap();
+        let (pixels, height, width) = read_png_gray(&path).unwrap();
+        assert_eq!((height, width), (6, 6), "cols is capped at count");
+        assert_eq!(pixels[2 * 6 + 2], 255);
+    }
+}

@@ -1,0 +1,289 @@
+//! Training progress on stderr: an indicatif bar per epoch on a terminal, a line every few
+//! seconds in a log file (batch jobs), or nothing (`--no-progress`).
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// How often Plain mode writes a line at most.
+pub const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the bar's message is re-formatted at most (the bar itself redraws at ~20 Hz).
+const BAR_MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// An indicatif bar per epoch with losses and images/s in its message.
+    Bar,
+    /// One line to stderr at most every [`PLAIN_INTERVAL`], and one per finished epoch.
+    Plain,
+    /// Nothing.
+    Off,
+}
+
+impl ProgressMode {
+    /// Off with `--no-progress`; else Bar when stderr is a terminal, Plain otherwise.
+    pub fn detect(no_progress: bool) -> ProgressMode {
+        if no_progress {
+            ProgressMode::Off
+        } else if std::io::stderr().is_terminal() {
+            ProgressMode::Bar
+        } else {
+            ProgressMode::Plain
+        }
+    }
+}
+
+/// The latest metrics shown.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shown {
+    loss_d: f32,
+    loss_g: f32,
+    d_x: f32,
+    d_g_z: f32,
+}
+
+/// Progress of one epoch. Make a new one per epoch.
+pub struct Progress {
+    mode: ProgressMode,
+    /// 1-based, for display.
+    epoch: u64,
+    epochs: u64,
+    steps: usize,
+    started: Instant,
+    bar: Option<ProgressBar>,
+    last_message: Option<Instant>,
+    out: Box<dyn Write + Send>,
+    interval: Duration,
+    last_line: Option<Instant>,
+    shown: Shown,
+}
+
+impl Progress {
+    /// Progress for epoch `epoch` (0-based, shown as epoch + 1) of `epochs`, with
+    /// `steps_in_epoch` steps.
+    pub fn new(mode: ProgressMode, epoch: u64, epochs: u64, steps_in_epoch: usize) -> Progress {
+        let target = match mode {
+            ProgressMode::Bar => ProgressDrawTarget::stderr(),
+            _ => ProgressDrawTarget::hidden(),
+        };
+        Self::build(mode, epoch, epochs, steps_in_epoch, Box::new(std::io::stderr()), PLAIN_INTERVAL, target)
+    }
+
+    /// Plain mode writing to `out` with lines at most every `interval` (tests, logs).
+    pub fn plain_to(
+        out: Box<dyn Write + Send>,
+        interval: Duration,
+        epoch: u64,
+        epochs: u64,
+        steps_in_epoch: usize,
+    ) -> Progress {
+        let hidden = ProgressDrawTarget::hidden();
+        Self::build(ProgressMode::Plain, epoch, epochs, steps_in_epoch, out, interval, hidden)
+    }
+
+    fn build(
+        mode: ProgressMode,
+        epoch: u64,
+        epochs: u64,
+        steps: usize,
+        out: Box<dyn Write + Send>,
+        interval: Duration,
+        target: ProgressDrawTarget,
+    ) -> Progress {
+        let bar = (mode == ProgressMode::Bar).then(|| {
+            let style = ProgressStyle::with_template(
+                "epoch {prefix} [{bar:24}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
+            )
+            .expect("the template is valid")
+            .progress_chars("=> ");
+            let bar = ProgressBar::with_draw_target(Some(steps as u64), target).with_style(style);
+            bar.set_prefix(format!("{}/{epochs}", epoch + 1));
+            bar
+        });
+        Progress {
+            mode,
+            epoch: epoch + 1,
+            epochs,
+            steps,
+            started: Instant::now(),
+            bar,
+            last_message: None,
+            out,
+            interval,
+            last_line: None,
+            shown: Shown::default(),
+        }
+    }
+
+    /// Step `step_in_epoch` (0-based) has finished with these metrics (averaged over ranks).
+    pub fn update(&mut self, step_in_epoch: usize, loss_d: f32, loss_g: f32, d_x: f32, d_g_z: f32, images_per_s: f64) {
+        self.shown = Shown { loss_d, loss_g, d_x, d_g_z };
+        let done = step_in_epoch + 1;
+        let now = Instant::now();
+        let due = |last: Option<Instant>, every: Duration| last.is_none_or(|t| now - t >= every);
+        match self.mode {
+            ProgressMode::Off => {}
+            ProgressMode::Bar => {
+                let bar = self.bar.as_ref().expect("Bar mode has a bar");
+                bar.set_position(done as u64);
+                if due(self.last_message, BAR_MESSAGE_INTERVAL) || done == self.steps {
+                    bar.set_message(format!("{} {:.0} img/s", self.metrics(), images_per_s));
+                    self.last_message = Some(now);
+                }
+            }
+            ProgressMode::Plain => {
+                if due(self.last_line, self.interval) {
+                    self.last_line = Some(now);
+                    let elapsed = self.started.elapsed().as_secs_f64();
+                    let eta = elapsed / done as f64 * self.steps.saturating_sub(done) as f64;
+                    let line = format!(
+                        "epoch {}/{} step {done}/{} | {} | {images_per_s:.0} img/s | eta {}",
+                        self.epoch,
+                        self.epochs,
+                        self.steps,
+                        self.metrics(),
+                        clock(eta)
+                    );
+                    // Progress is best effort: a closed stderr must not stop training.
+                    let _ = writeln!(self.out, "{line}");
+                }
+            }
+        }
+    }
+
+    /// The epoch is over: `seconds` of wall time at `images_per_s` (all ranks together).
+    pub fn finish_epoch(&mut self, seconds: f64, images_per_s: f64) {
+        let summary = format!("{} | {seconds:.1} s, {images_per_s:.0} img/s", self.metrics());
+        match self.mode {
+            ProgressMode::Off => {}
+            ProgressMode::Bar => {
+                let bar = self.bar.as_ref().expect("Bar mode has a bar");
+                bar.set_position(self.steps as u64);
+                bar.finish_with_message(summary);
+            }
+            ProgressMode::Plain => {
+                let _ =
+                    writeln!(self.out, "epoch {}/{} done: {} steps | {summary}", self.epoch, self.epochs, self.steps);
+                let _ = self.out.flush();
+            }
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let s = self.shown;
+        format!("loss_D {:.3} loss_G {:.3} D(x) {:.2} D(G(z)) {:.2}", s.loss_d, s.loss_g, s.d_x, s.d_g_z)
+    }
+
+    #[cfg(test)]
+    fn bar(&self) -> Option<&ProgressBar> {
+        self.bar.as_ref()
+    }
+}
+
+/// Seconds as h:mm:ss or m:ss.
+fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A `Write` whose bytes the test can read afterwards.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(String::from).collect()
+        }
+    }
+
+    #[test]
+    fn plain_mode_is_throttled_and_shows_the_numbers() {
+        let out = Captured::default();
+        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::from_secs(3600), 2, 5, 10);
+        for step in 0..10 {
+            p.update(step, 0.5 + step as f32, 2.25, 0.8, 0.125, 1234.4);
+        }
+        // The first step prints; the rest fall inside the interval.
+        let lines = out.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("epoch 3/5 step 1/10 |"), "{}", lines[0]);
+        assert!(lines[0].contains("loss_D 0.500 loss_G 2.250 D(x) 0.80 D(G(z)) 0.12"), "{}", lines[0]);
+        assert!(lines[0].contains("1234 img/s"), "{}", lines[0]);
+        p.finish_epoch(12.34, 999.6);
+        let lines = out.lines();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with("epoch 3/5 done: 10 steps"), "{}", lines[1]);
+        assert!(lines[1].contains("loss_D 9.500") && lines[1].contains("12.3 s, 1000 img/s"), "{}", lines[1]);
+    }
+
+    #[test]
+    fn plain_mode_with_zero_interval_prints_every_step() {
+        let out = Captured::default();
+        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 0, 1, 3);
+        for step in 0..3 {
+            p.update(step, 1.0, 1.0, 0.5, 0.5, 10.0);
+        }
+        let lines = out.lines();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].contains("step 3/3") && lines[2].ends_with("eta 0:00"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn bar_mode_tracks_position_and_message() {
+        let mut p = Progress::build(
+            ProgressMode::Bar,
+            0,
+            2,
+            4,
+            Box::new(std::io::sink()),
+            PLAIN_INTERVAL,
+            ProgressDrawTarget::hidden(),
+        );
+        p.update(0, 0.7, 1.5, 0.6, 0.4, 321.0);
+        let bar = p.bar().unwrap().clone();
+        assert_eq!(bar.position(), 1);
+        assert_eq!(bar.length(), Some(4));
+        assert_eq!(bar.prefix(), "1/2");
+        assert!(bar.message().contains("loss_D 0.700") && bar.message().contains("321 img/s"));
+        p.update(3, 0.1, 1.5, 0.6, 0.4, 400.0); // the last step always refreshes the message
+        assert!(bar.message().contains("loss_D 0.100"), "{}", bar.message());
+        p.finish_epoch(2.0, 500.0);
+        assert!(bar.is_finished());
+        assert!(bar.message().contains("2.0 s, 500 img/s"));
+    }
+
+    #[test]
+    fn off_and_detect() {
+        assert_eq!(ProgressMode::detect(true), ProgressMode::Off);
+        // Under `cargo test` stderr is captured or a terminal; either way not Off.
+        assert_ne!(ProgressMode::detect(false), ProgressMode::Off);
+        let mut p = Progress::new(ProgressMode::Off, 0, 1, 2);
+        p.update(0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        p.finish_epoch(1.0, 1.0);
+        assert!(p.bar().is_none());
+    }
+
+    #[test]
+    fn clock_format() {
+        assert_eq!(clock(0.4), "0:00");
+        assert_eq!(clock(65.0), "1:05");
+        assert_eq!(clock(3725.0), "1:02:05");
+    }
+}
