@@ -43,7 +43,7 @@ pub struct ModelArgs {
     pub batch_size: u64,
     /// Adam learning rate.
     #[arg(long, default_value_t = 2e-4)]
-    pub lr: f32,
+    pub lr: f64,
     /// Seed for weights, data order and noise: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

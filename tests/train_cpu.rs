@@ -1,0 +1,180 @@
+//! The training command end to end on one rank: outputs, determinism, and bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dcgan-train"));
+    c.env("RAYON_NUM_THREADS", "2");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// The step records of a run, without the wall-clock field.
+fn step_metrics(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for name in ["a", "b"] {
+        let out = tmp.path().join(name);
+        let o = run(&[
+            "--data",
+            "synthetic:200",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "15",
+            "--seed",
+            "7",
+            "--no-progress",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        runs.push(out);
+    }
+    let a = step_metrics(&runs[0]);
+    assert_eq!(a.len(), 15, "15 steps (the second epoch cut short by --max-steps)");
+    for rec in &a {
+        for k in ["loss_d", "loss_g", "d_x", "d_g_z"] {
+            let v = rec[k].as_f64().unwrap();
+            assert!(v.is_finite(), "{k} = {v}");
+        }
+        let dx = rec["d_x"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&dx));
+    }
+    assert_eq!(a, step_metrics(&runs[1]), "the same seed gives the same metrics");
+
+    for png in ["epoch-001.png", "epoch-002.png", "final.png"] {
+        let (pixels, h, w) = dcgan_train::report::png::read_png_gray(&runs[0].join("samples").join(png)).unwrap();
+        // 8x8 grid of 28x28 with 2 px padding around and between.
+        assert_eq!((h, w), (8 * 28 + 9 * 2, 8 * 28 + 9 * 2), "{png}");
+        let distinct: std::collections::HashSet<u8> = pixels.iter().copied().collect();
+        assert!(distinct.len() > 16, "{png} shows images, not a flat field");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(runs[0].join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"], 15);
+    assert!(summary["images_per_s"].as_f64().unwrap() > 0.0);
+
+    // Another seed trains differently.
+    let out = tmp.path().join("c");
+    let o = run(&[
+        "--data",
+        "synthetic:200",
+        "--batch-size",
+        "16",
+        "--max-steps",
+        "3",
+        "--seed",
+        "8",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(step_metrics(&out)[..3], a[..3]);
+}
+
+#[test]
+fn the_64x64_model_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let o = run(&[
+        "--image-size",
+        "64",
+        "--data",
+        "synthetic:64",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, h, w) = dcgan_train::report::png::read_png_gray(&out.join("samples").join("final.png")).unwrap();
+    assert_eq!((h, w), (8 * 64 + 18, 8 * 64 + 18));
+}
+
+/// Every error is one line naming the problem and the fix, with a non-zero exit.
+fn assert_one_line_error(args: &[&str], needles: &[&str]) {
+    let o = run(args);
+    assert!(!o.status.success(), "{args:?} should fail");
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: '{n}' missing from: {err}");
+    }
+    assert!(lines.len() <= 3, "{args:?}: a short error, got: {err}");
+}
+
+#[test]
+fn bad_input_gives_one_clear_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let out = out.to_str().unwrap();
+    assert_one_line_error(
+        &["--data", "/nonexistent/dir", "--out", out],
+        &["/nonexistent/dir", "apt-get install dataset-fashion-mnist", "--data"],
+    );
+    let corrupt = tmp.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    std::fs::write(corrupt.join("train-images-idx3-ubyte"), [0x12u8, 0x34, 8, 3, 0, 0, 0, 1]).unwrap();
+    assert_one_line_error(&["--data", corrupt.to_str().unwrap(), "--out", out], &["train-images-idx3-ubyte", "magic"]);
+    assert_one_line_error(&["--data", "synthetic:10", "--batch-size", "64", "--out", out], &["--batch-size"]);
+    assert_one_line_error(&["--epochs", "0"], &["--epochs"]);
+    assert_one_line_error(&["--image-size", "32"], &["--image-size", "28 or 64"]);
+    assert_one_line_error(&["--batch-size", "0"], &["--batch-size"]);
+    assert!(!Path::new(out).join("metrics.jsonl").exists());
+    // A diverging run stops at the step where the loss stops being finite.
+    let nan_out = tmp.path().join("nan");
+    assert_one_line_error(
+        &["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "5", "--lr", "1e30", "--out", nan_out.to_str().unwrap()],
+        &["loss became", "at step 1", "--lr"],
+    );
+}
+
+#[test]
+fn an_existing_run_is_never_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let args = [
+        "--data",
+        "synthetic:32",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "1",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert!(run(&args).status.success());
+    let before = std::fs::read(out.join("metrics.jsonl")).unwrap();
+    assert_one_line_error(&args, &["already holds a run", "--out"]);
+    assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), before);
+}
