@@ -37,12 +37,12 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();
     for _ in 0..args.warmup {
-        trainer.step(&images, args.model.lr as f32, args.model.lr as f32)?;
+        trainer.step(&images, args.model.lr as f32, args.model.lr as f32, false)?;
     }
     let mut times = Vec::with_capacity(args.steps as usize);
     for _ in 0..args.steps {
         let t0 = Instant::now();
-        trainer.step(&images, args.model.lr as f32, args.model.lr as f32)?;
+        trainer.step(&images, args.model.lr as f32, args.model.lr as f32, false)?;
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     trainer.finish_pending();

@@ -36,6 +36,10 @@ pub trait Exchange<B: Backend> {
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline);
     /// The buckets of `net`, in submission order.
     fn buckets(&self, net: NetId) -> &[Bucket];
+    /// Start averaging this step's metrics over ranks (before G's buckets, so that they do
+    /// not wait behind them); `finish_metrics` returns the averages.
+    fn start_metrics(&mut self, values: &[f32]);
+    fn finish_metrics(&mut self, out: &mut [f32]);
 }
 
 /// The buckets of both networks (ids: G's first, then D's).
@@ -48,11 +52,12 @@ pub fn plan_buckets<B: Backend>(model: &Dcgan<B>, bucket_bytes: usize) -> [Vec<B
 /// One rank: nothing to average, so Adam runs per bucket when the step asks.
 pub struct SoloExchange {
     buckets: [Vec<Bucket>; 2],
+    metrics: Vec<f32>,
 }
 
 impl SoloExchange {
     pub fn new(buckets: [Vec<Bucket>; 2]) -> Self {
-        SoloExchange { buckets }
+        SoloExchange { buckets, metrics: Vec::new() }
     }
 }
 
@@ -68,5 +73,12 @@ impl<B: Backend> Exchange<B> for SoloExchange {
     }
     fn buckets(&self, net: NetId) -> &[Bucket] {
         &self.buckets[net as usize]
+    }
+    fn start_metrics(&mut self, values: &[f32]) {
+        self.metrics.clear();
+        self.metrics.extend_from_slice(values);
+    }
+    fn finish_metrics(&mut self, out: &mut [f32]) {
+        out.copy_from_slice(&self.metrics);
     }
 }

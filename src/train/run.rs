@@ -109,7 +109,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             }
             let t0 = Instant::now();
             data.fill_batch(order.batch(i), size, &mut images);
-            last = trainer.step(&images, m.lr as f32, m.lr as f32)?;
+            last = trainer.step(&images, m.lr as f32, m.lr as f32, false)?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             steps_in_epoch += 1;
             metrics_out.write(&StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, ms })?;

@@ -17,6 +17,7 @@ use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
 use crate::model::dcgan::{Dcgan, NZ};
 use crate::model::net::{Net, Observer, Phase};
+use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::nn::stage::Stage;
 use anyhow::{Result, bail};
@@ -25,6 +26,9 @@ use std::time::Instant;
 /// Losses and discriminator outputs of one step, averaged over ranks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StepMetrics {
+    /// Some rank asked to stop (SIGINT/SIGTERM); every rank sees the same answer.
+    #[serde(skip)]
+    pub stop: bool,
     /// BCE(D(x), 1) + BCE(D(G(z)), 0)
     pub loss_d: f32,
     /// BCE(D(G(z)), 1) with the updated D
@@ -63,6 +67,16 @@ pub struct GanTrainer<B: Backend> {
     noise: Vec<f32>,
     /// G's learning rate for the update still in flight, if any.
     g_pending: Option<f32>,
+    /// `--sync-bn`: batch-norm statistics over all ranks.
+    pub bn_sync: Option<Box<dyn BnSync<B>>>,
+}
+
+/// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
+fn sync_of<B: Backend>(s: &mut Option<Box<dyn BnSync<B>>>) -> Option<&mut dyn BnSync<B>> {
+    match s {
+        Some(b) => Some(b.as_mut()),
+        None => None,
+    }
 }
 
 /// Routes a network's events to the timeline and, when `submit`, its groups to the exchange.
@@ -112,6 +126,7 @@ impl<B: Backend> GanTrainer<B> {
             cfg,
             step: 0,
             g_pending: None,
+            bn_sync: None,
         })
     }
 
@@ -130,7 +145,8 @@ impl<B: Backend> GanTrainer<B> {
         let d: &mut Net<B> = &mut self.model.d;
         let mut obs =
             StepObserver { exchange: &mut *self.exchange, timeline: &mut self.timeline, net: NetId::D, submit };
-        d.forward(be, true, None, &mut obs);
+        let mut sync = sync_of(&mut self.bn_sync);
+        d.forward(be, true, crate::nn::reborrow(&mut sync), &mut obs);
         let out = match which {
             0 => &mut self.out_real,
             1 => &mut self.out_fake,
@@ -140,7 +156,7 @@ impl<B: Backend> GanTrainer<B> {
         be.bce_with_logits(View::whole(d.output()), target, ViewMut::whole(&mut self.dlogits), ViewMut::whole(out));
         be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
         obs.timeline.span(Track::Compute, "loss", "bce", t0, Instant::now());
-        d.backward(be, weights, weights.is_none(), None, &mut obs);
+        d.backward(be, weights, weights.is_none(), sync, &mut obs);
     }
 
     /// Complete G's update left in flight by the previous step.
@@ -152,8 +168,9 @@ impl<B: Backend> GanTrainer<B> {
         }
     }
 
-    /// One step on this rank's `images` [B, H, W] (in [-1, 1]).
-    pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32) -> Result<StepMetrics> {
+    /// One step on this rank's `images` [B, H, W] (in [-1, 1]). `stop` asks every rank to
+    /// stop after this step (the answer comes back in the metrics).
+    pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
         self.timeline.step = self.step;
         let (rank, world) = (self.cfg.rank, self.cfg.world);
 
@@ -178,7 +195,7 @@ impl<B: Backend> GanTrainer<B> {
                 net: NetId::G,
                 submit: false,
             };
-            self.model.g.forward(&self.be, true, None, &mut obs);
+            self.model.g.forward(&self.be, true, sync_of(&mut self.bn_sync), &mut obs);
         }
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
@@ -190,8 +207,11 @@ impl<B: Backend> GanTrainer<B> {
         store.adam_steps += 1;
         self.exchange.finish(&self.be, NetId::D, store, lr_d, store.adam_steps, &mut self.timeline);
 
-        // 5. G's loss through the updated D, and G's backward.
+        // 5. G's loss through the updated D, and G's backward. The metrics leave first so that
+        //    they do not wait behind G's buckets.
         self.d_pass(1.0, None, false, 2);
+        let mut raw = self.read_metrics(stop);
+        self.exchange.start_metrics(&raw);
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(d.d_input()), ViewMut::whole(g.d_output_mut()));
         {
@@ -201,7 +221,7 @@ impl<B: Backend> GanTrainer<B> {
                 net: NetId::G,
                 submit: true,
             };
-            self.model.g.backward(&self.be, Some(false), false, None, &mut obs);
+            self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
         }
         self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
         self.g_pending = Some(lr_g);
@@ -209,7 +229,15 @@ impl<B: Backend> GanTrainer<B> {
             self.finish_pending();
         }
 
-        let metrics = self.read_metrics();
+        self.exchange.finish_metrics(&mut raw);
+        let metrics = StepMetrics {
+            loss_d: raw[0],
+            loss_g: raw[1],
+            d_x: raw[2],
+            d_g_z: raw[3],
+            d_g_z2: raw[4],
+            stop: raw[5] > 0.0,
+        };
         if !(metrics.loss_d.is_finite() && metrics.loss_g.is_finite()) {
             bail!(
                 "the loss became {} at step {} (loss_d {}, loss_g {}): lower --lr or check the data",
@@ -223,14 +251,15 @@ impl<B: Backend> GanTrainer<B> {
         Ok(metrics)
     }
 
-    fn read_metrics(&self) -> StepMetrics {
+    /// This rank's [loss_d, loss_g, d_x, d_g_z, d_g_z2, stop].
+    fn read_metrics(&self, stop: bool) -> [f32; 6] {
         let mut r = [0.0f32; 2];
         let mut f = [0.0f32; 2];
         let mut g = [0.0f32; 2];
         self.be.download(View::whole(&self.out_real), &mut r);
         self.be.download(View::whole(&self.out_fake), &mut f);
         self.be.download(View::whole(&self.out_g), &mut g);
-        StepMetrics { loss_d: r[0] + f[0], loss_g: g[0], d_x: r[1], d_g_z: f[1], d_g_z2: g[1] }
+        [r[0] + f[0], g[0], r[1], f[1], g[1], if stop { 1.0 } else { 0.0 }]
     }
 
     /// G in evaluation mode on `noise` [n, NZ] (sample-major), in chunks of the training

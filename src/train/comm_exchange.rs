@@ -1,0 +1,187 @@
+//! The multi-rank `Exchange`: each bucket is copied to host memory as soon as backward
+//! completes it and handed to the comm thread; the step later waits for each bucket in
+//! submission order, copies the average back and runs that bucket's Adam at once.
+
+use super::buckets::Bucket;
+use super::exchange::{Exchange, NetId};
+use super::timeline::{Timeline, Track};
+use crate::backend::{Backend, View, ViewMut};
+use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
+use crate::nn::BnSync;
+use crate::nn::params::ParamStore;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Per-run totals for the summary.
+#[derive(Clone, Debug, Default)]
+pub struct ExchangeStats {
+    /// Time the comm thread spent averaging buckets.
+    pub comm_busy: Duration,
+    /// Time the training thread spent blocked waiting for buckets.
+    pub exposed: Duration,
+    /// Gradient bytes averaged.
+    pub bytes: u64,
+    /// (bucket bytes, algorithm name) of every bucket, as last used.
+    pub algorithms: Vec<(String, usize, &'static str)>,
+}
+
+/// Buckets of one network: their plan, and where each one is this step.
+struct NetBuckets {
+    plan: Vec<Bucket>,
+    /// Bucket index of each stage.
+    bucket_of_stage: Vec<usize>,
+    /// Groups still missing for each bucket this step.
+    missing: Vec<usize>,
+    /// Complete buckets not yet submitted (`--no-overlap`).
+    held: Vec<usize>,
+    in_flight: Vec<(usize, Ticket)>,
+    /// Host memory of each bucket, None while the comm thread owns it.
+    host: Vec<Option<Box<dyn HostData>>>,
+}
+
+impl NetBuckets {
+    fn new(plan: Vec<Bucket>, stages: usize) -> Self {
+        let mut bucket_of_stage = vec![usize::MAX; stages];
+        for (b, bucket) in plan.iter().enumerate() {
+            for &s in &bucket.stages {
+                bucket_of_stage[s] = b;
+            }
+        }
+        let missing = plan.iter().map(|b| b.stages.len()).collect();
+        let host = plan.iter().map(|b| Some(Box::new(vec![0.0f32; b.range.len()]) as Box<dyn HostData>)).collect();
+        NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host }
+    }
+}
+
+/// The bucket id of the per-step metrics (after every gradient bucket's).
+const METRICS_ID: u32 = 1000;
+
+pub struct CommExchange {
+    comm: Rc<CommHandle>,
+    nets: [NetBuckets; 2],
+    metrics: Option<Ticket>,
+    /// Submit each bucket the moment it is complete (false: `--no-overlap`).
+    overlap: bool,
+    pub stats: ExchangeStats,
+}
+
+impl CommExchange {
+    /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts.
+    pub fn new(comm: Rc<CommHandle>, buckets: [Vec<Bucket>; 2], stages: (usize, usize), overlap: bool) -> Self {
+        let [g, d] = buckets;
+        let mut stats = ExchangeStats::default();
+        for b in g.iter().chain(&d) {
+            stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
+        }
+        CommExchange { comm, nets: [NetBuckets::new(g, stages.0), NetBuckets::new(d, stages.1)], metrics: None, overlap, stats }
+    }
+
+    fn submit<B: Backend>(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
+        let nb = &mut self.nets[net as usize];
+        let bucket = &nb.plan[b];
+        let mut host = nb.host[b].take().expect("a bucket is submitted once per step");
+        let t0 = Instant::now();
+        be.download(View::range(&store.grad, bucket.range.clone()), host.as_mut_slice());
+        tl.span_with(Track::Copy, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
+        let ticket = self.comm.submit(BucketRequest {
+            id: bucket.id,
+            label: bucket.label.to_string(),
+            data: host,
+            before_fragment: None,
+            after_fragment: None,
+        });
+        nb.in_flight.push((b, ticket));
+    }
+}
+
+impl<B: Backend> Exchange<B> for CommExchange {
+    fn group_ready(&mut self, be: &B, net: NetId, store: &ParamStore<B>, stage: usize, tl: &mut Timeline) {
+        let nb = &mut self.nets[net as usize];
+        let b = nb.bucket_of_stage[stage];
+        nb.missing[b] -= 1;
+        if nb.missing[b] == 0 {
+            nb.missing[b] = nb.plan[b].stages.len();
+            if self.overlap {
+                self.submit(be, net, store, b, tl);
+            } else {
+                nb.held.push(b);
+            }
+        }
+    }
+
+    fn flush(&mut self, be: &B, net: NetId, store: &ParamStore<B>, tl: &mut Timeline) {
+        let held = std::mem::take(&mut self.nets[net as usize].held);
+        for &b in &held {
+            self.submit(be, net, store, b, tl);
+        }
+        self.nets[net as usize].held = held;
+        self.nets[net as usize].held.clear();
+    }
+
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
+        let in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
+        for (b, ticket) in in_flight {
+            let t0 = Instant::now();
+            let done = match self.comm.wait(ticket) {
+                Ok(d) => d,
+                Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
+            };
+            let t1 = Instant::now();
+            self.stats.exposed += t1 - t0;
+            self.stats.comm_busy += done.busy;
+            self.stats.bytes += done.bytes as u64;
+            let nb = &mut self.nets[net as usize];
+            let bucket = &nb.plan[b];
+            tl.span(Track::Compute, "wait", bucket.label, t0, t1);
+            tl.span_with(Track::Comm, "allreduce", bucket.label, done.started, done.finished, done.bytes, done.algorithm.name());
+            let mut host = done.data;
+            be.upload(host.as_mut_slice(), ViewMut::range(&mut store.grad, bucket.range.clone()));
+            let t2 = Instant::now();
+            tl.span_with(Track::Copy, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
+            store.adam(be, bucket.range.clone(), lr, t);
+            tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
+            nb.host[b] = Some(host);
+        }
+    }
+
+    fn buckets(&self, net: NetId) -> &[Bucket] {
+        &self.nets[net as usize].plan
+    }
+
+    fn start_metrics(&mut self, values: &[f32]) {
+        self.metrics = Some(self.comm.submit(BucketRequest::new(METRICS_ID, "metrics", values.to_vec())));
+    }
+
+    fn finish_metrics(&mut self, out: &mut [f32]) {
+        let ticket = self.metrics.take().expect("start_metrics first");
+        match self.comm.wait(ticket) {
+            Ok(mut done) => out.copy_from_slice(done.data.as_mut_slice()),
+            Err(e) => self.comm.abort(1, &format!("metrics exchange failed: {e:#}")),
+        }
+    }
+}
+
+/// `--sync-bn`: batch-norm sums averaged over ranks through the comm thread.
+pub struct CommBnSync {
+    pub comm: Rc<CommHandle>,
+    host: Vec<f32>,
+}
+
+impl CommBnSync {
+    pub fn new(comm: Rc<CommHandle>) -> Self {
+        CommBnSync { comm, host: Vec::new() }
+    }
+}
+
+impl<B: Backend> BnSync<B> for CommBnSync {
+    fn average(&mut self, be: &B, mut buf: ViewMut<B>) {
+        self.host.resize(buf.len, 0.0);
+        be.download(buf.as_view(), &mut self.host);
+        let averaged = match self.comm.allreduce_mean(std::mem::take(&mut self.host)) {
+            Ok(v) => v,
+            Err(e) => self.comm.abort(1, &format!("batch-norm statistics exchange failed: {e:#}")),
+        };
+        be.upload(&averaged, buf.rb());
+        self.host = averaged;
+    }
+}
