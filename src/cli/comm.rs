@@ -5,7 +5,7 @@
 use clap::Args;
 
 /// Options every command that talks to other ranks accepts.
-#[derive(Args, Clone, Debug, Default)]
+#[derive(Args, Clone, Debug, Default, serde::Serialize)]
 pub struct CommArgs {}
 
 /// `dcgan-train bench-allreduce`

@@ -2,6 +2,7 @@
 //! `dcgan-train --epochs 1` and `dcgan-train train --epochs 1` are the same.
 
 pub mod comm;
+pub mod size;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ pub enum Command {
 }
 
 /// Options shared by training and the step benchmark.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct ModelArgs {
     /// Image side: 28 (the default model) or 64 (the DCGAN paper's; 28x28 data is resized).
     #[arg(long, default_value_t = 28, value_parser = parse_image_size)]
@@ -52,7 +53,7 @@ pub struct ModelArgs {
     pub threads: Option<usize>,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -74,7 +75,73 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_progress: bool,
     #[command(flatten)]
+    pub parallel: ParallelArgs,
+    #[command(flatten)]
+    pub checkpoints: CheckpointArgs,
+    #[command(flatten)]
     pub comm: comm::CommArgs,
+}
+
+/// Data parallelism: how the batch is split and how gradients are exchanged.
+#[derive(Args, Debug, Clone, serde::Serialize)]
+pub struct ParallelArgs {
+    /// A fixed global batch split over the ranks (strong scaling) instead of --batch-size per
+    /// rank (weak scaling); must be divisible by the number of ranks.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub global_batch_size: Option<u64>,
+    /// Scale the learning rate with the global batch relative to 64: none, linear or sqrt.
+    #[arg(long, value_enum, default_value_t = LrScaling::None)]
+    pub lr_scaling: LrScaling,
+    /// Ramp the learning rate linearly from 0 over this many steps.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: u64,
+    /// Batch-norm statistics over all ranks (one allreduce per BN layer per pass) instead of
+    /// per rank.
+    #[arg(long)]
+    pub sync_bn: bool,
+    /// Fuse neighbouring layers' gradients into buckets of at most this size (B/KiB/MiB).
+    #[arg(long, default_value = "1MiB", value_parser = size::parse_bytes)]
+    pub bucket_bytes: usize,
+    /// Exchange gradients only after the whole backward (for comparison with the default,
+    /// which sends each bucket as soon as backward completes it).
+    #[arg(long)]
+    pub no_overlap: bool,
+    /// Benchmarking only: skip the gradient exchange (ranks drift apart) to isolate its cost.
+    #[arg(long)]
+    pub no_exchange: bool,
+    /// Write a Chrome trace (Perfetto, chrome://tracing) of every rank to FILE.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Steps recorded in the trace.
+    #[arg(long, default_value_t = 20)]
+    pub trace_steps: u64,
+    /// Every K steps, check that all ranks hold identical parameters (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub check_consistency: u64,
+    /// A 1-rank run's summary.json: the summary then reports the weak-scaling speedup of the
+    /// MPI paper's eq. (1) against it.
+    #[arg(long)]
+    pub baseline_summary: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScaling {
+    None,
+    Linear,
+    Sqrt,
+}
+
+/// Checkpoints and resuming.
+#[derive(Args, Debug, Clone, serde::Serialize)]
+pub struct CheckpointArgs {
+    /// Write a checkpoint every N steps (default: at the end of every epoch), and always at
+    /// the end and when stopped by SIGINT/SIGTERM.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: Option<u64>,
+    /// Continue the run in DIR from its latest checkpoint (same ranks and options).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

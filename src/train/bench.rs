@@ -32,7 +32,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let macs = step_macs(&model);
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };
-    let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::new(false))?;
+    let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::disabled())?;
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();

@@ -3,27 +3,14 @@
 //! submission order, copies the average back and runs that bucket's Adam at once.
 
 use super::buckets::Bucket;
-use super::exchange::{Exchange, NetId};
+use super::exchange::{Exchange, ExchangeStats, NetId};
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
-
-/// Per-run totals for the summary.
-#[derive(Clone, Debug, Default)]
-pub struct ExchangeStats {
-    /// Time the comm thread spent averaging buckets.
-    pub comm_busy: Duration,
-    /// Time the training thread spent blocked waiting for buckets.
-    pub exposed: Duration,
-    /// Gradient bytes averaged.
-    pub bytes: u64,
-    /// (bucket bytes, algorithm name) of every bucket, as last used.
-    pub algorithms: Vec<(String, usize, &'static str)>,
-}
+use std::time::Instant;
 
 /// Buckets of one network: their plan, and where each one is this step.
 struct NetBuckets {
@@ -82,7 +69,7 @@ impl CommExchange {
         let mut host = nb.host[b].take().expect("a bucket is submitted once per step");
         let t0 = Instant::now();
         be.download(View::range(&store.grad, bucket.range.clone()), host.as_mut_slice());
-        tl.span_with(Track::Copy, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
+        tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
         let ticket = self.comm.submit(BucketRequest {
             id: bucket.id,
             label: bucket.label.to_string(),
@@ -133,11 +120,11 @@ impl<B: Backend> Exchange<B> for CommExchange {
             let nb = &mut self.nets[net as usize];
             let bucket = &nb.plan[b];
             tl.span(Track::Compute, "wait", bucket.label, t0, t1);
-            tl.span_with(Track::Comm, "allreduce", bucket.label, done.started, done.finished, done.bytes, done.algorithm.name());
+            tl.span_with(Track::CommThread, "allreduce", bucket.label, done.started, done.finished, done.bytes, done.algorithm.name());
             let mut host = done.data;
             be.upload(host.as_mut_slice(), ViewMut::range(&mut store.grad, bucket.range.clone()));
             let t2 = Instant::now();
-            tl.span_with(Track::Copy, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
+            tl.span_with(Track::CopyStream, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
             store.adam(be, bucket.range.clone(), lr, t);
             tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
             nb.host[b] = Some(host);
@@ -146,6 +133,10 @@ impl<B: Backend> Exchange<B> for CommExchange {
 
     fn buckets(&self, net: NetId) -> &[Bucket] {
         &self.nets[net as usize].plan
+    }
+
+    fn stats(&self) -> ExchangeStats {
+        self.stats.clone()
     }
 
     fn start_metrics(&mut self, values: &[f32]) {

@@ -7,7 +7,20 @@ use super::timeline::{Timeline, Track};
 use crate::backend::Backend;
 use crate::model::dcgan::Dcgan;
 use crate::nn::params::ParamStore;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Per-run totals for the summary.
+#[derive(Clone, Debug, Default)]
+pub struct ExchangeStats {
+    /// Time the comm thread spent averaging buckets.
+    pub comm_busy: Duration,
+    /// Time the training thread spent blocked waiting for buckets.
+    pub exposed: Duration,
+    /// Gradient bytes averaged.
+    pub bytes: u64,
+    /// (bucket bytes, algorithm name) of every bucket, as last used.
+    pub algorithms: Vec<(String, usize, &'static str)>,
+}
 
 /// Which network a call is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +53,10 @@ pub trait Exchange<B: Backend> {
     /// not wait behind them); `finish_metrics` returns the averages.
     fn start_metrics(&mut self, values: &[f32]);
     fn finish_metrics(&mut self, out: &mut [f32]);
+    /// Totals so far (none for one rank).
+    fn stats(&self) -> ExchangeStats {
+        ExchangeStats::default()
+    }
 }
 
 /// The buckets of both networks (ids: G's first, then D's).

@@ -2,11 +2,18 @@
 //! benchmark.
 
 pub mod bench;
+pub mod comm_exchange;
+pub mod config;
+pub mod job;
+pub mod outputs;
+pub mod signals;
 pub mod buckets;
 pub mod exchange;
 pub mod noise;
 pub mod run;
 pub mod step;
+pub mod summary;
+pub mod sync;
 pub mod timeline;
 
 use anyhow::Result;

@@ -1,196 +1,294 @@
-//! `dcgan-train [train]`: the epoch loop and everything a run writes: metrics.jsonl,
-//! summary.json, sample grids, progress on the terminal.
+//! `dcgan-train [train]` on every rank: set-up that all ranks agree on, the epoch loop,
+//! checkpoints, and what rank 0 writes.
 
-use super::exchange::{SoloExchange, plan_buckets};
+use super::comm_exchange::{CommBnSync, CommExchange};
+use super::config::{RESUMABLE, Settings, first_difference, training_config};
+use super::exchange::{Exchange, SoloExchange, plan_buckets};
+use super::job::{Job, PeerFailed};
 use super::noise::fixed_noise;
+use super::outputs::{EpochRecord, Outputs, StepRecord, default_dir};
+use super::signals::StopFlag;
 use super::step::{GanTrainer, StepConfig, StepMetrics};
+use super::summary::{RunFacts, build_summary};
+use super::sync;
 use super::timeline::Timeline;
+use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
+use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::cli::TrainArgs;
+use crate::comm::CommConfig;
 use crate::data::{DataSource, Dataset, Shard};
 use crate::model::dcgan::Dcgan;
-use crate::report::jsonl::JsonlWriter;
-use crate::report::png::write_grid;
-use crate::report::progress::{Progress, ProgressMode};
-use anyhow::{Context, Result, bail};
-use serde::Serialize;
-use std::path::{Path, PathBuf};
+use crate::report::progress::{Progress as ProgressBar, ProgressMode};
+use crate::report::trace::Trace;
+use anyhow::{Context, Result, anyhow, bail};
+use std::rc::Rc;
 use std::time::Instant;
 
 /// Images in a sample grid (8 x 8).
 const GRID: usize = 64;
 
-#[derive(Serialize)]
-struct StepRecord<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    step: u64,
-    epoch: u64,
-    #[serde(flatten)]
-    metrics: StepMetrics,
-    ms: f64,
-}
-
-#[derive(Serialize, Clone)]
-struct EpochRecord {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    epoch: u64,
-    steps: u64,
-    seconds: f64,
-    images_per_s: f64,
-    sample: String,
-}
-
-/// The run directory: `--out`, or runs/<timestamp>. An existing run is never overwritten.
-fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf> {
-    let dir = match out {
-        Some(d) => d.to_path_buf(),
-        None => PathBuf::from("runs").join(chrono::Local::now().format("%Y%m%d-%H%M%S").to_string()),
-    };
-    if dir.join("metrics.jsonl").exists() {
-        bail!("{} already holds a run (metrics.jsonl): choose another --out, or move the old run away", dir.display());
-    }
-    std::fs::create_dir_all(dir.join("samples")).with_context(|| format!("cannot create --out {}", dir.display()))?;
-    Ok(dir)
-}
-
 pub fn run(args: TrainArgs) -> Result<()> {
+    crate::report::trace::init_clock();
+    let comm = Rc::new(crate::comm::start(CommConfig::from_args(&args.comm)?)?);
+    let job = Job::new(comm.clone());
+    let result = train(&job, &args);
+    drop(job);
+    let comm = Rc::try_unwrap(comm).map_err(|_| anyhow!("internal error: the comm handle is still in use"))?;
+    let shutdown = comm.shutdown();
+    result?;
+    shutdown
+}
+
+/// Every rank runs with the options rank 0 runs with.
+fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
+    let mine = training_config(args);
+    let root_bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&mine)?)?;
+    let root: serde_json::Value = serde_json::from_slice(&root_bytes)?;
+    if let Some(diff) = first_difference(&mine, &root, &[]) {
+        bail!(
+            "rank {} was started with other options than rank 0 ({diff}): start every rank with the same command line",
+            job.world.rank
+        );
+    }
+    Ok(())
+}
+
+/// On rank 0: the checkpoint to resume from, checked against this job.
+fn load_resume(args: &TrainArgs, job: &Job, layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout)) -> Result<Checkpoint> {
+    let dir = args.checkpoints.resume.as_ref().expect("called with --resume");
+    let ck = checkpoint::load(&checkpoint::resolve(dir)?, layouts)?;
+    let p = &ck.progress;
+    if p.ranks != job.world.size {
+        bail!(
+            "the checkpoint in {} was written by {} ranks and this job has {}: resume with mpiexec -n {} (the data order depends on the rank count)",
+            dir.display(),
+            p.ranks,
+            job.world.size,
+            p.ranks
+        );
+    }
+    if let Some(diff) = first_difference(&training_config(args), &p.config, &RESUMABLE) {
+        bail!("--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with", dir.display());
+    }
+    Ok(ck)
+}
+
+fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     let started = Instant::now();
-    let m = &args.model;
-    let threads = super::setup_threads(m.threads, 1)?;
-    let source = DataSource::parse(args.data.as_deref())?;
-    let data = Dataset::load(&source)?;
-    eprintln!("{}", data.description);
-    let batch = m.batch_size as usize;
-    let shard = Shard::new(data.count, 0, 1, batch, m.seed)?;
-    let out = prepare_out_dir(args.out.as_deref())?;
+    let (world, root) = (&job.world, job.is_root());
+    let stop = StopFlag::install()?;
+    let threads = super::setup_threads(args.model.threads, world.local_size)?;
+    job.agree(same_options_everywhere(job, args))?;
+    let settings = job.agree(Settings::resolve(args, world.size))?;
+    let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
+    let shard = job.agree(Shard::new(data.count, world.rank, world.size, settings.per_rank_batch, args.model.seed))?;
+    let (m, p) = (&args.model, &args.parallel);
+    let size = m.image_size;
+    let batch = settings.per_rank_batch;
 
     let be = Cpu;
-    let model = Dcgan::new(&be, m.image_size, batch, m.seed)?;
-    let buckets = plan_buckets(&model, 1 << 20);
-    let exchange = Box::new(SoloExchange::new(buckets));
-    let cfg = StepConfig { seed: m.seed, rank: 0, world: 1, overlap_steps: true };
-    let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::new(false))?;
+    let model = Dcgan::new(&be, size, batch, m.seed)?;
+    let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
+    let resume = args.checkpoints.resume.is_some();
+    let ck = job.agree(if root && resume { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
+    let mut outputs = job.agree(match (root, &ck) {
+        (false, _) => Ok(None),
+        (true, Some(ck)) => {
+            Outputs::resume(args.checkpoints.resume.as_ref().expect("resuming"), ck.progress.step, ck.progress.epoch).map(Some)
+        }
+        (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir)).map(Some),
+    })?;
 
-    let size = m.image_size;
+    let buckets = plan_buckets(&model, p.bucket_bytes);
+    let exchange: Box<dyn Exchange<Cpu>> = if world.size == 1 || p.no_exchange {
+        Box::new(SoloExchange::new(buckets))
+    } else {
+        let stages = (model.g.stages.len(), model.d.stages.len());
+        Box::new(CommExchange::new(job.comm.clone(), buckets, stages, !p.no_overlap))
+    };
+    let timeline = match &p.trace {
+        Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),
+        None => Timeline::disabled(),
+    };
+    // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
+    let cfg = StepConfig { seed: m.seed, rank: world.rank, world: world.size, overlap_steps: !p.no_overlap };
+    let mut trainer = GanTrainer::new(be, model, exchange, cfg, timeline)?;
+    if p.sync_bn && world.size > 1 {
+        trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
+    }
+
+    // Rank 0's weights (or its checkpoint) everywhere.
+    let mut progress = Progress {
+        step: 0,
+        epoch: 0,
+        batch_in_epoch: 0,
+        seed: m.seed,
+        ranks: world.size,
+        batch_per_rank: batch,
+        image_size: size,
+        rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
+        config: training_config(args),
+    };
+    if let Some(ck) = &ck {
+        sync::restore(&trainer.be, &mut trainer.model.g.store, &ck.g, &ck.g_adam);
+        sync::restore(&trainer.be, &mut trainer.model.d.store, &ck.d, &ck.d_adam);
+        progress = ck.progress.clone();
+    }
+    for store in [&mut trainer.model.g.store, &mut trainer.model.d.store] {
+        sync::broadcast_from_root(job, &trainer.be, store, resume)?;
+    }
+    if world.size > 1 {
+        let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&progress)?)?;
+        progress = serde_json::from_slice(&bytes)?;
+    }
+    trainer.step = progress.step;
+
+    if root {
+        eprintln!("{}", data.description);
+        eprintln!(
+            "dcgan-train: {} rank(s) on {} host(s), {}, batch {} per rank ({} global), lr {}{}",
+            world.size,
+            world.host_count(),
+            trainer.be.describe(),
+            batch,
+            settings.global_batch,
+            settings.lr,
+            if resume { format!(", resuming at step {}", progress.step) } else { String::new() }
+        );
+        if p.no_exchange && world.size > 1 {
+            eprintln!("--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart");
+        }
+    }
+
+    let mut facts = RunFacts::default();
     let mut images = vec![0.0f32; batch * size * size];
     let grid_noise = fixed_noise(m.seed, GRID);
-    let mut metrics_out = JsonlWriter::create(&out.join("metrics.jsonl"))?;
-    let mode = ProgressMode::detect(args.no_progress);
+    let mode = if root { ProgressMode::detect(args.no_progress) } else { ProgressMode::Off };
     let steps_per_epoch = shard.batches_per_epoch();
     let max_steps = args.max_steps.unwrap_or(u64::MAX);
-    let mut epochs_done = Vec::new();
+    let train_started = Instant::now();
+    let steps_at_start = trainer.step;
     let mut last = StepMetrics::default();
+    let mut stopped = false;
 
-    'epochs: for epoch in 0..args.epochs {
-        if trainer.step >= max_steps {
-            break;
-        }
+    'epochs: for epoch in progress.epoch..args.epochs {
         let order = shard.epoch(epoch);
-        let mut progress = Progress::new(mode, epoch, args.epochs, steps_per_epoch);
+        let mut bar = ProgressBar::new(mode, epoch, args.epochs, steps_per_epoch);
         let epoch_start = Instant::now();
+        let first = if epoch == progress.epoch { progress.batch_in_epoch as usize } else { 0 };
         let mut steps_in_epoch = 0u64;
-        for i in 0..steps_per_epoch {
+        for i in first..steps_per_epoch {
             if trainer.step >= max_steps {
-                finish_epoch(
-                    &mut trainer,
-                    &mut metrics_out,
-                    &mut epochs_done,
-                    &out,
-                    &grid_noise,
-                    epoch,
-                    steps_in_epoch,
-                    epoch_start,
-                    batch,
-                    &mut progress,
-                )?;
-                break 'epochs;
+                break;
             }
             let t0 = Instant::now();
             data.fill_batch(order.batch(i), size, &mut images);
-            last = trainer.step(&images, m.lr as f32, m.lr as f32, false)?;
+            let lr = settings.lr_at(trainer.step);
+            last = trainer.step(&images, lr, lr, stop.requested())?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
+            facts.step_ms.push(ms);
             steps_in_epoch += 1;
-            metrics_out.write(&StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, ms })?;
-            let ips = (steps_in_epoch as usize * batch) as f64 / epoch_start.elapsed().as_secs_f64();
-            progress.update(i + 1, last.loss_d, last.loss_g, last.d_x, last.d_g_z, ips);
+            progress.epoch = epoch;
+            progress.batch_in_epoch = i as u64 + 1;
+            progress.step = trainer.step;
+            if let Some(out) = outputs.as_mut() {
+                let rec = StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, lr, ms };
+                job.or_fail(out.step(&rec));
+                let ips = (steps_in_epoch as usize * settings.global_batch) as f64 / epoch_start.elapsed().as_secs_f64();
+                bar.update(i, last.loss_d, last.loss_g, last.d_x, last.d_g_z, ips);
+            }
+            if p.check_consistency > 0 && trainer.step % p.check_consistency == 0 {
+                trainer.finish_pending();
+                sync::check_consistency(job, &trainer.be, [&trainer.model.g, &trainer.model.d], trainer.step)?;
+            }
+            if last.stop {
+                stopped = true;
+                break 'epochs;
+            }
+            if args.checkpoints.checkpoint_every.is_some_and(|n| trainer.step % n == 0) {
+                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+            }
         }
-        finish_epoch(
-            &mut trainer,
-            &mut metrics_out,
-            &mut epochs_done,
-            &out,
-            &grid_noise,
-            epoch,
-            steps_in_epoch,
-            epoch_start,
-            batch,
-            &mut progress,
-        )?;
+        if progress.batch_in_epoch as usize == steps_per_epoch && progress.epoch == epoch {
+            // The epoch is complete.
+            trainer.finish_pending();
+            if !p.sync_bn {
+                sync::average_running_stats(job, &trainer.be, &mut trainer.model.g.store)?;
+                sync::average_running_stats(job, &trainer.be, &mut trainer.model.d.store)?;
+            }
+            let seconds = epoch_start.elapsed().as_secs_f64();
+            let images_per_s = (steps_in_epoch as usize * settings.global_batch) as f64 / seconds.max(1e-9);
+            facts.epoch_seconds.push(seconds);
+            progress.epoch = epoch + 1;
+            progress.batch_in_epoch = 0;
+            if let Some(out) = outputs.as_mut() {
+                bar.finish_epoch(seconds, images_per_s);
+                let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &trainer.sample(&grid_noise), size));
+                let rec = EpochRecord { kind: "epoch", epoch, steps: steps_in_epoch, seconds, images_per_s, sample: path.display().to_string() };
+                job.or_fail(out.epoch(&rec));
+            }
+            if args.checkpoints.checkpoint_every.is_none() {
+                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+            }
+        }
+        if trainer.step >= max_steps {
+            break;
+        }
     }
-    trainer.finish_pending();
-    let final_grid = out.join("samples").join("final.png");
-    write_grid(&final_grid, &trainer.sample(&grid_noise), GRID, size, size, 8)?;
-    metrics_out.flush()?;
 
-    let total_steps = trainer.step;
-    let wall = started.elapsed().as_secs_f64();
-    let train_seconds: f64 = epochs_done.iter().map(|e: &EpochRecord| e.seconds).sum();
-    let summary = serde_json::json!({
-        "program": concat!("dcgan-train ", env!("CARGO_PKG_VERSION")),
-        "device": trainer.be_describe(),
-        "threads": threads,
-        "ranks": 1,
-        "data": data.description,
-        "image_size": size,
-        "batch_size_per_rank": batch,
-        "global_batch_size": batch,
-        "lr": m.lr,
-        "seed": m.seed,
-        "epochs": epochs_done.len(),
-        "steps": total_steps,
-        "epoch_seconds": epochs_done.iter().map(|e| e.seconds).collect::<Vec<_>>(),
-        "images_per_s": (total_steps as usize * batch) as f64 / train_seconds.max(1e-9),
-        "ms_per_step": train_seconds * 1e3 / (total_steps.max(1) as f64),
-        "final_metrics": last,
-        "wall_seconds": wall,
-        "samples": final_grid.display().to_string(),
-    });
-    std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&summary)? + "\n")
-        .with_context(|| format!("cannot write {}", out.join("summary.json").display()))?;
-    eprintln!(
-        "done: {total_steps} steps in {wall:.1} s; samples in {}, metrics in {}",
-        out.join("samples").display(),
-        out.join("metrics.jsonl").display()
-    );
+    trainer.finish_pending();
+    let train_seconds = train_started.elapsed().as_secs_f64();
+    let ck_dir = save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+    if let Some(path) = &p.trace {
+        let parts = job.comm.gather_bytes(trainer.timeline.trace.to_json_events())?;
+        if let Some(parts) = parts {
+            job.or_fail(Trace::write_merged(path, &parts).with_context(|| format!("cannot write --trace {}", path.display())));
+        }
+    }
+    if stopped {
+        if root {
+            let dir = outputs.as_ref().map(|o| o.dir.display().to_string()).unwrap_or_default();
+            bail!(
+                "stopped by a signal after step {}; checkpoint in {}: continue with `dcgan-train --resume {dir}` and the same options{}",
+                trainer.step,
+                ck_dir.map(|d| d.display().to_string()).unwrap_or_default(),
+                if world.size > 1 { format!(" under mpiexec -n {}", world.size) } else { String::new() }
+            );
+        }
+        return Err(PeerFailed.into());
+    }
+    if let Some(out) = outputs.as_mut() {
+        let final_grid = job.or_fail(out.grid("final", &trainer.sample(&grid_noise), size));
+        facts.steps_run = trainer.step - steps_at_start;
+        facts.train_seconds = train_seconds;
+        facts.wall_seconds = started.elapsed().as_secs_f64();
+        facts.threads = threads;
+        let summary = build_summary(args, job, &settings, &trainer, &data.description, &facts, &last, &final_grid)?;
+        job.or_fail(out.summary(&summary));
+        eprintln!(
+            "done: {} steps in {:.1} s; samples in {}, metrics in {}",
+            facts.steps_run,
+            facts.wall_seconds,
+            out.dir.join("samples").display(),
+            out.dir.join("metrics.jsonl").display()
+        );
+    }
     Ok(())
 }
 
-/// End of an epoch: complete G's update, write the sample grid and the epoch record.
-#[allow(clippy::too_many_arguments)]
-fn finish_epoch(
-    trainer: &mut GanTrainer<Cpu>,
-    metrics_out: &mut JsonlWriter,
-    done: &mut Vec<EpochRecord>,
-    out: &Path,
-    grid_noise: &[f32],
-    epoch: u64,
-    steps: u64,
-    epoch_start: Instant,
-    batch: usize,
-    progress: &mut Progress,
-) -> Result<()> {
+/// Rank 0 writes a checkpoint of the current state (every rank holds the same weights).
+fn save_checkpoint<B: Backend>(
+    job: &Job,
+    trainer: &mut GanTrainer<B>,
+    outputs: Option<&mut Outputs>,
+    progress: &Progress,
+) -> Option<std::path::PathBuf> {
     trainer.finish_pending();
-    let seconds = epoch_start.elapsed().as_secs_f64();
-    let images_per_s = (steps as usize * batch) as f64 / seconds.max(1e-9);
-    progress.finish_epoch(seconds, images_per_s);
-    let size = trainer.model.image_size;
-    let path = out.join("samples").join(format!("epoch-{:03}.png", epoch + 1));
-    write_grid(&path, &trainer.sample(grid_noise), GRID, size, size, 8)?;
-    let rec = EpochRecord { kind: "epoch", epoch, steps, seconds, images_per_s, sample: path.display().to_string() };
-    metrics_out.write(&rec)?;
-    metrics_out.flush()?;
-    done.push(rec);
-    Ok(())
+    let out = outputs?;
+    let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
+    let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
+    let ck = Checkpoint { g, d, g_adam, d_adam, progress: progress.clone() };
+    let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
+    Some(job.or_fail(out.checkpoint(layouts, &ck)))
 }

@@ -130,6 +130,10 @@ impl<B: Backend> GanTrainer<B> {
         })
     }
 
+    pub fn exchange_stats(&self) -> super::exchange::ExchangeStats {
+        self.exchange.stats()
+    }
+
     pub fn be_describe(&self) -> String {
         self.be.describe()
     }

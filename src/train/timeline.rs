@@ -1,47 +1,42 @@
-//! What happened when, per step: spans on the compute thread, the comm thread and the copy
-//! stream, kept in a reused buffer (no allocation once warm) for the Chrome trace.
+//! The training thread's view of the Chrome trace: spans tagged with the step they belong
+//! to, recorded for the first `--trace-steps` steps only (a trace of every step of a long run
+//! would be gigabytes).
 
+use crate::report::trace::Trace;
+pub use crate::report::trace::Track;
 use std::time::Instant;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Track {
-    Compute,
-    Comm,
-    Copy,
-}
-
-#[derive(Clone, Debug)]
-pub struct Span {
-    pub track: Track,
-    /// "forward", "backward-data", "allreduce", ...
-    pub cat: &'static str,
-    /// The stage or bucket label.
-    pub name: &'static str,
-    pub start: Instant,
-    pub end: Instant,
-    pub step: u64,
-    /// Bytes moved, for copies and allreduces.
-    pub bytes: usize,
-    /// The allreduce algorithm, when the span is one.
-    pub algorithm: &'static str,
-}
-
-#[derive(Default)]
 pub struct Timeline {
-    pub enabled: bool,
+    pub trace: Trace,
+    /// The step being recorded.
     pub step: u64,
-    pub spans: Vec<Span>,
+    /// Record steps below this.
+    pub steps_limit: u64,
 }
 
 impl Timeline {
-    pub fn new(enabled: bool) -> Self {
-        Timeline { enabled, step: 0, spans: Vec::new() }
+    pub fn new(trace: Trace, steps_limit: u64) -> Self {
+        Timeline { trace, step: 0, steps_limit }
     }
 
+    /// Records nothing.
+    pub fn disabled() -> Self {
+        Self::new(Trace::disabled(), 0)
+    }
+
+    fn on(&self) -> bool {
+        self.step < self.steps_limit && self.trace.is_enabled()
+    }
+
+    /// `name` (a stage or bucket label) on `track` from `start` to `end`; `cat` says what
+    /// it was ("forward", "allreduce", ...).
     pub fn span(&mut self, track: Track, cat: &'static str, name: &'static str, start: Instant, end: Instant) {
-        self.span_with(track, cat, name, start, end, 0, "");
+        if self.on() {
+            self.trace.span(track, name, cat, start, end, &[("step", self.step.into())]);
+        }
     }
 
+    /// A span that moved `bytes` (copies, allreduces), with the algorithm when there is one.
     #[allow(clippy::too_many_arguments)]
     pub fn span_with(
         &mut self,
@@ -53,8 +48,14 @@ impl Timeline {
         bytes: usize,
         algorithm: &'static str,
     ) {
-        if self.enabled {
-            self.spans.push(Span { track, cat, name, start, end, step: self.step, bytes, algorithm });
+        if self.on() {
+            let step = ("step", self.step.into());
+            let b = ("bytes", bytes.into());
+            if algorithm.is_empty() {
+                self.trace.span(track, name, cat, start, end, &[step, b]);
+            } else {
+                self.trace.span(track, name, cat, start, end, &[step, b, ("algorithm", algorithm.into())]);
+            }
         }
     }
 }

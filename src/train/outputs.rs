@@ -1,0 +1,109 @@
+//! What a run writes (rank 0 only): the run directory, metrics.jsonl, sample grids,
+//! checkpoints. A new run never overwrites an old one; a resumed run continues its own.
+
+use super::step::StepMetrics;
+use crate::checkpoint::{self, Checkpoint};
+use crate::nn::params::ParamLayout;
+use crate::report::jsonl::JsonlWriter;
+use crate::report::png::write_grid;
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Serialize)]
+pub struct StepRecord {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub step: u64,
+    pub epoch: u64,
+    #[serde(flatten)]
+    pub metrics: StepMetrics,
+    pub lr: f32,
+    pub ms: f64,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct EpochRecord {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub epoch: u64,
+    pub steps: u64,
+    pub seconds: f64,
+    pub images_per_s: f64,
+    pub sample: String,
+}
+
+pub struct Outputs {
+    pub dir: PathBuf,
+    metrics: JsonlWriter,
+}
+
+/// The default run directory, runs/<local time>.
+pub fn default_dir() -> PathBuf {
+    PathBuf::from("runs").join(chrono::Local::now().format("%Y%m%d-%H%M%S").to_string())
+}
+
+impl Outputs {
+    /// A fresh run directory; refuses one that already holds a run.
+    pub fn create(dir: &Path) -> Result<Outputs> {
+        if dir.join("metrics.jsonl").exists() {
+            bail!(
+                "{} already holds a run (metrics.jsonl): choose another --out, continue it with --resume {}, or move it away",
+                dir.display(),
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(dir.join("samples")).with_context(|| format!("cannot create --out {}", dir.display()))?;
+        let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
+        Ok(Outputs { dir: dir.to_path_buf(), metrics })
+    }
+
+    /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
+    /// completed epochs: records the interrupted run wrote after that point are dropped (the
+    /// resumed run writes them again, with the same values).
+    pub fn resume(dir: &Path, step: u64, epoch: u64) -> Result<Outputs> {
+        let path = dir.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let kept: String = text
+            .lines()
+            .filter(|l| match serde_json::from_str::<serde_json::Value>(l) {
+                Ok(v) if v["type"] == "step" => v["step"].as_u64().is_some_and(|s| s <= step),
+                Ok(v) if v["type"] == "epoch" => v["epoch"].as_u64().is_some_and(|e| e < epoch),
+                Ok(_) => true,
+                Err(_) => false,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))?;
+        std::fs::create_dir_all(dir.join("samples"))?;
+        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)? })
+    }
+
+    pub fn step(&mut self, rec: &StepRecord) -> Result<()> {
+        self.metrics.write(rec)
+    }
+
+    pub fn epoch(&mut self, rec: &EpochRecord) -> Result<()> {
+        self.metrics.write(rec)?;
+        self.metrics.sync()
+    }
+
+    /// samples/<name>.png from images [64, side, side].
+    pub fn grid(&self, name: &str, images: &[f32], side: usize) -> Result<PathBuf> {
+        let path = self.dir.join("samples").join(format!("{name}.png"));
+        write_grid(&path, images, images.len() / (side * side), side, side, 8)?;
+        Ok(path)
+    }
+
+    pub fn checkpoint(&mut self, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
+        self.metrics.sync()?;
+        checkpoint::save(&self.dir, layouts, ck)
+    }
+
+    pub fn summary(&self, summary: &serde_json::Value) -> Result<()> {
+        let path = self.dir.join("summary.json");
+        let text = serde_json::to_string_pretty(summary)? + "\n";
+        crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}

@@ -1,0 +1,142 @@
+//! summary.json: what ran where, how fast, and where the time went (compute, communication,
+//! how much of it was hidden), with the MPI paper's weak-scaling speedup against a baseline.
+
+use super::config::Settings;
+use super::exchange::NetId;
+use super::job::Job;
+use super::step::{GanTrainer, StepMetrics};
+use crate::backend::Backend;
+use crate::cli::TrainArgs;
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// Measurements collected during the run.
+#[derive(Default)]
+pub struct RunFacts {
+    pub step_ms: Vec<f64>,
+    pub epoch_seconds: Vec<f64>,
+    pub steps_run: u64,
+    pub train_seconds: f64,
+    pub wall_seconds: f64,
+    pub threads: usize,
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
+
+/// Eq. (1) of the MPI paper: s = t_{1,b0} / t_{N,b} * b / b0 * N, from the baseline's step
+/// time t_{1,b0} at batch b0 and this run's t_{N,b} at batch b per rank on N ranks.
+pub fn weak_scaling_speedup(base_ms: f64, base_batch: f64, ms: f64, batch: f64, ranks: f64) -> f64 {
+    base_ms / ms * batch / base_batch * ranks
+}
+
+fn baseline(path: &Path, ms: f64, batch: usize, ranks: usize) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --baseline-summary {}", path.display()))?;
+    let b: Value = serde_json::from_str(&text).with_context(|| format!("--baseline-summary {} is not a summary.json", path.display()))?;
+    let (Some(base_ms), Some(base_batch)) = (b["ms_per_step"].as_f64(), b["batch_size_per_rank"].as_f64()) else {
+        anyhow::bail!("--baseline-summary {} has no ms_per_step / batch_size_per_rank: pass a summary.json of this program", path.display());
+    };
+    let s = weak_scaling_speedup(base_ms, base_batch, ms, batch as f64, ranks as f64);
+    Ok(json!({
+        "file": path.display().to_string(),
+        "baseline_ms_per_step": base_ms,
+        "baseline_batch": base_batch,
+        "baseline_ranks": b["ranks"],
+        "speedup_eq1": s,
+        "efficiency": s / ranks as f64,
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn build_summary<B: Backend>(
+    args: &TrainArgs,
+    job: &Job,
+    settings: &Settings,
+    trainer: &GanTrainer<B>,
+    data: &str,
+    facts: &RunFacts,
+    last: &StepMetrics,
+    final_grid: &Path,
+) -> Result<Value> {
+    let w = &job.world;
+    let steps = facts.steps_run.max(1) as f64;
+    // The median step excludes the epoch ends (sampling, checkpoints) and warm-up outliers.
+    let ms = median(&facts.step_ms);
+    let ex = trainer.exchange_stats();
+    let comm_ms = ex.comm_busy.as_secs_f64() * 1e3 / steps;
+    let exposed_ms = ex.exposed.as_secs_f64() * 1e3 / steps;
+    let buckets: Vec<Value> = [NetId::G, NetId::D]
+        .iter()
+        .flat_map(|&n| trainer.exchange.buckets(n).to_vec())
+        .map(|b| {
+            let algo = ex.algorithms.iter().find(|(l, _, _)| l == b.label).map_or("none", |a| a.2);
+            json!({"bucket": b.label, "bytes": b.bytes(), "algorithm": algo})
+        })
+        .collect();
+    let table: Vec<Value> = job
+        .comm
+        .selection_table()
+        .into_iter()
+        .map(|(lo, hi, a)| json!({"min_bytes": lo, "max_bytes": if hi == usize::MAX { Value::Null } else { json!(hi) }, "algorithm": a.name()}))
+        .collect();
+    let mut s = json!({
+        "program": concat!("dcgan-train ", env!("CARGO_PKG_VERSION")),
+        "options": serde_json::to_value(args)?,
+        "ranks": w.size,
+        "hosts": w.hosts,
+        "host_count": w.host_count(),
+        "mpi_library": w.mpi_library,
+        "device": trainer.be_describe(),
+        "threads_per_rank": facts.threads,
+        "data": data,
+        "image_size": args.model.image_size,
+        "batch_size_per_rank": settings.per_rank_batch,
+        "global_batch_size": settings.global_batch,
+        "lr": settings.lr,
+        "steps": trainer.step,
+        "steps_this_run": facts.steps_run,
+        "epoch_seconds": facts.epoch_seconds,
+        "ms_per_step": ms,
+        "ms_per_step_mean": facts.train_seconds * 1e3 / steps,
+        "global_images_per_s": settings.global_batch as f64 / (ms / 1e3),
+        "comm": {
+            "exchange": if w.size == 1 { "none (one rank)" } else if args.parallel.no_exchange { "skipped (--no-exchange)" } else if args.parallel.no_overlap { "after backward (--no-overlap)" } else { "overlapped with backward" },
+            "comm_ms_per_step": comm_ms,
+            "exposed_comm_ms_per_step": exposed_ms,
+            "hidden_comm_fraction": if comm_ms > 0.0 { 1.0 - exposed_ms / comm_ms } else { 0.0 },
+            "bytes_per_step": ex.bytes as f64 / steps,
+            "buckets": buckets,
+            "algorithm_by_size": table,
+            "sync_bn": args.parallel.sync_bn,
+        },
+        "final_metrics": last,
+        "train_seconds": facts.train_seconds,
+        "wall_seconds": facts.wall_seconds,
+        "samples": final_grid.display().to_string(),
+    });
+    if let Some(path) = &args.parallel.baseline_summary {
+        s["weak_scaling"] = baseline(path, ms, settings.per_rank_batch, w.size)?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eq1_reproduces_the_mpi_papers_figure() {
+        // 256 nodes at b = 256 against one GPU at 256: a step 1.18x longer gives 217x.
+        let s = weak_scaling_speedup(1.0, 256.0, 256.0 / 217.0, 256.0, 256.0);
+        assert!((s - 217.0).abs() < 1e-9);
+        // Half the batch per rank at the same step time counts half.
+        assert!((weak_scaling_speedup(100.0, 64.0, 100.0, 32.0, 2.0) - 1.0).abs() < 1e-12);
+    }
+}
