@@ -2,6 +2,7 @@
 //! `dcgan-train --epochs 1` and `dcgan-train train --epochs 1` are the same.
 
 pub mod comm;
+pub mod size;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
