@@ -8,9 +8,7 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
-        return Err(format!(
-            "'{s}' is not a size: write a number with an optional unit, e.g. 4B, 8KiB, 1MiB"
-        ));
+        return Err(format!("'{s}' is not a size: write a number with an optional unit, e.g. 4B, 8KiB, 1MiB"));
     }
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -18,25 +16,16 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         other => {
-            return Err(format!(
-                "unknown unit '{other}' in '{s}': use B, KiB, MiB or GiB"
-            ));
+            return Err(format!("unknown unit '{other}' in '{s}': use B, KiB, MiB or GiB"));
         }
     };
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("'{s}' is too large a size"))?;
-    n.checked_mul(1usize << shift)
-        .ok_or_else(|| format!("'{s}' is too large a size"))
+    let n: usize = digits.parse().map_err(|_| format!("'{s}' is too large a size"))?;
+    n.checked_mul(1usize << shift).ok_or_else(|| format!("'{s}' is too large a size"))
 }
 
 /// Parse a comma-separated list of sizes, e.g. `4B,1KiB,4MiB`.
 pub fn parse_bytes_list(s: &str) -> Result<Vec<usize>, String> {
-    let list: Vec<usize> = s
-        .split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(parse_bytes)
-        .collect::<Result<_, _>>()?;
+    let list: Vec<usize> = s.split(',').filter(|p| !p.trim().is_empty()).map(parse_bytes).collect::<Result<_, _>>()?;
     if list.is_empty() {
         return Err("empty list of sizes: write e.g. 4B,1KiB,4MiB".into());
     }

@@ -1,13 +1,246 @@
-//! Communication between ranks: transports, hand-written allreduce algorithms, the comm
-//! thread. (Skeleton: filled in by the allreduce work, issue 3.)
+//! Communication between ranks: the `Transport` (MPI or in-process channels), the hand-written
+//! allreduce algorithms, the comm thread that owns MPI (`engine`), and the `bench-allreduce` /
+//! `tune-allreduce` commands.
+//!
+//! MPI lives on one thread: `start` spawns the comm thread, which initializes MPI, makes every
+//! MPI call and finalizes; the rest of the program talks to it through a `CommHandle`.
 
-pub mod bench {
-    pub fn run(_args: crate::cli::comm::BenchAllreduceArgs) -> anyhow::Result<()> {
-        anyhow::bail!("bench-allreduce is not built yet")
+pub mod allreduce;
+pub mod bench;
+pub mod engine;
+pub mod helpers;
+pub mod reduce;
+pub mod stall;
+pub mod status;
+pub mod transport;
+pub mod tune;
+mod worker;
+
+pub use allreduce::Algorithm;
+pub use engine::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
+
+use crate::cli::comm::{AllreduceChoice, CommArgs};
+use allreduce::select::{Policy, RulesFile};
+use anyhow::{Context, anyhow};
+use engine::Shared;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+use transport::{Local, Transport, WaitPolicy};
+use worker::Worker;
+
+/// Who this process is in the job.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorldInfo {
+    pub rank: usize,
+    pub size: usize,
+    /// From the shared-memory split (ranks on the same host).
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub hostname: String,
+    /// Hostname of every rank, index = rank.
+    pub hosts: Vec<String>,
+    /// MPI_Get_library_version's first line, or "none (single process)".
+    pub mpi_library: String,
+    /// The MPI thread level granted ("multiple", "serialized", "funneled"; "none" without MPI).
+    pub thread_level: String,
+}
+
+impl WorldInfo {
+    /// One process, no MPI.
+    pub fn single() -> WorldInfo {
+        let host = hostname();
+        WorldInfo {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            hostname: host.clone(),
+            hosts: vec![host],
+            mpi_library: "none (single process)".into(),
+            thread_level: "none".into(),
+        }
+    }
+
+    /// Distinct hosts, in rank order of first appearance.
+    pub fn host_count(&self) -> usize {
+        let mut seen: Vec<&String> = Vec::new();
+        for h in &self.hosts {
+            if !seen.contains(&h) {
+                seen.push(h);
+            }
+        }
+        seen.len()
     }
 }
-pub mod tune {
-    pub fn run(_args: crate::cli::comm::TuneAllreduceArgs) -> anyhow::Result<()> {
-        anyhow::bail!("tune-allreduce is not built yet")
+
+pub(crate) fn hostname() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// The comm thread's settings, built from `CommArgs`.
+#[derive(Clone, Debug)]
+pub struct CommConfig {
+    /// How the algorithm is picked per message size.
+    pub policy: Policy,
+    /// Buckets are cut into fragments of at most this many bytes (0 = not cut).
+    pub fragment_bytes: usize,
+    /// A collective that waits longer than this ends the job (Duration::MAX = never).
+    pub stall_timeout: Duration,
+    /// End the job when a collective fails (true in the program; tests set false to see the
+    /// error as a `Result`).
+    pub abort_on_failure: bool,
+}
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        CommConfig::from_args(&CommArgs::default()).expect("the defaults are valid")
     }
+}
+
+impl CommConfig {
+    pub fn from_args(a: &CommArgs) -> anyhow::Result<Self> {
+        let policy = match (a.allreduce, &a.allreduce_tuning) {
+            (AllreduceChoice::Auto, Some(path)) => Policy::Rules(RulesFile::load(path)?),
+            (AllreduceChoice::Auto, None) => Policy::Threshold(a.allreduce_threshold),
+            (fixed, Some(_)) => anyhow::bail!(
+                "--allreduce-tuning applies to --allreduce auto, not --allreduce {}: drop one of the two",
+                fixed.algorithm().map(|x| x.name()).unwrap_or("auto")
+            ),
+            (fixed, None) => Policy::Fixed(fixed.algorithm().expect("not auto")),
+        };
+        Ok(CommConfig {
+            policy,
+            fragment_bytes: a.fragment_bytes,
+            stall_timeout: a.stall_timeout,
+            abort_on_failure: true,
+        })
+    }
+}
+
+/// Whether this process was started by mpiexec (or another MPI launcher).
+pub fn launched_by_mpi() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// A transport for this process and who it is: MPI under mpiexec, else one rank alone.
+/// Must run on the thread that will make every call (the comm thread).
+fn open_transport() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> {
+    #[cfg(feature = "mpi")]
+    if launched_by_mpi() {
+        let (t, world) = transport::mpi::Mpi::init()?;
+        return Ok((Box::new(t), world));
+    }
+    let t = Local::group(1).pop().expect("one endpoint");
+    Ok((Box::new(t), WorldInfo::single()))
+}
+
+/// Spawn the comm thread. Under mpiexec it initializes MPI on that thread; outside mpiexec or
+/// without the `mpi` feature: one rank, no MPI (every allreduce is a copy).
+pub fn start(cfg: CommConfig) -> anyhow::Result<CommHandle> {
+    spawn(cfg, open_transport)
+}
+
+/// `n` comm threads connected in this process (the Local transport): for tests of code that
+/// uses a `CommHandle`, one handle per simulated rank.
+pub fn start_local_group(n: usize, cfg: CommConfig) -> anyhow::Result<Vec<CommHandle>> {
+    Local::group(n)
+        .into_iter()
+        .map(|t| {
+            let rank = t.rank();
+            let world = WorldInfo {
+                rank,
+                size: n,
+                local_rank: rank,
+                local_size: n,
+                hostname: "local".into(),
+                hosts: vec!["local".into(); n],
+                mpi_library: "none (Local transport)".into(),
+                thread_level: "none".into(),
+            };
+            spawn(cfg.clone(), move || Ok((Box::new(t) as Box<dyn Transport>, world)))
+        })
+        .collect()
+}
+
+fn spawn(
+    cfg: CommConfig,
+    make: impl FnOnce() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> + Send + 'static,
+) -> anyhow::Result<CommHandle> {
+    let policy = WaitPolicy::new(cfg.stall_timeout);
+    let shared = Arc::new(Shared {
+        base: Instant::now(),
+        busy_ns: AtomicU64::new(0),
+        collectives: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        busy_since_ns: AtomicU64::new(0),
+        current_seq: AtomicU64::new(0),
+        abort: policy.abort.clone(),
+    });
+    let (tx, rx) = channel();
+    let (ready_tx, ready_rx) = channel();
+    let thread_shared = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("comm".into())
+        .spawn(move || {
+            let opened = make().and_then(|(mut t, world)| {
+                let table = cfg.policy.table(t.size())?;
+                t.set_policy(policy);
+                Ok((t, world, table))
+            });
+            let (t, world, table) = match opened {
+                Ok(x) => x,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok((world, table.clone())));
+            Worker {
+                t,
+                table,
+                fragment_bytes: cfg.fragment_bytes,
+                stall_timeout: cfg.stall_timeout,
+                abort_on_failure: cfg.abort_on_failure,
+                shared: thread_shared,
+                failed: None,
+            }
+            .run(rx);
+        })
+        .context("cannot start the comm thread")?;
+    let (world, table) = ready_rx.recv().map_err(|_| anyhow!("the comm thread died while starting"))??;
+    shared.busy_since_ns.store(0, Ordering::Relaxed);
+    Ok(CommHandle {
+        world,
+        tx,
+        shared,
+        table,
+        fragment_bytes: cfg.fragment_bytes,
+        stall_timeout: cfg.stall_timeout,
+        thread: Some(thread),
+    })
+}
+
+/// Run `f` on a freshly started comm thread that owns the transport (MPI under mpiexec), then
+/// finalize: for the benchmark and the tuner, which time the algorithms directly.
+pub fn run_on_comm_thread<R: Send + 'static>(
+    stall_timeout: Duration,
+    f: impl FnOnce(&mut dyn Transport, &WorldInfo) -> anyhow::Result<R> + Send + 'static,
+) -> anyhow::Result<R> {
+    std::thread::Builder::new()
+        .name("comm".into())
+        .spawn(move || {
+            let (mut t, world) = open_transport()?;
+            t.set_policy(WaitPolicy::new(stall_timeout));
+            let r = f(&mut *t, &world);
+            drop(t); // MPI_Finalize
+            r
+        })
+        .context("cannot start the comm thread")?
+        .join()
+        .map_err(|_| anyhow!("the comm thread panicked"))?
 }

@@ -60,7 +60,13 @@ impl CommExchange {
         for b in g.iter().chain(&d) {
             stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
         }
-        CommExchange { comm, nets: [NetBuckets::new(g, stages.0), NetBuckets::new(d, stages.1)], metrics: None, overlap, stats }
+        CommExchange {
+            comm,
+            nets: [NetBuckets::new(g, stages.0), NetBuckets::new(d, stages.1)],
+            metrics: None,
+            overlap,
+            stats,
+        }
     }
 
     fn submit<B: Backend>(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
@@ -120,7 +126,15 @@ impl<B: Backend> Exchange<B> for CommExchange {
             let nb = &mut self.nets[net as usize];
             let bucket = &nb.plan[b];
             tl.span(Track::Compute, "wait", bucket.label, t0, t1);
-            tl.span_with(Track::CommThread, "allreduce", bucket.label, done.started, done.finished, done.bytes, done.algorithm.name());
+            tl.span_with(
+                Track::CommThread,
+                "allreduce",
+                bucket.label,
+                done.started,
+                done.finished,
+                done.bytes,
+                done.algorithm.name(),
+            );
             let mut host = done.data;
             be.upload(host.as_mut_slice(), ViewMut::range(&mut store.grad, bucket.range.clone()));
             let t2 = Instant::now();

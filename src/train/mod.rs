@@ -2,15 +2,15 @@
 //! benchmark.
 
 pub mod bench;
+pub mod buckets;
 pub mod comm_exchange;
 pub mod config;
-pub mod job;
-pub mod outputs;
-pub mod signals;
-pub mod buckets;
 pub mod exchange;
+pub mod job;
 pub mod noise;
+pub mod outputs;
 pub mod run;
+pub mod signals;
 pub mod step;
 pub mod summary;
 pub mod sync;

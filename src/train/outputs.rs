@@ -53,7 +53,8 @@ impl Outputs {
                 dir.display()
             );
         }
-        std::fs::create_dir_all(dir.join("samples")).with_context(|| format!("cannot create --out {}", dir.display()))?;
+        std::fs::create_dir_all(dir.join("samples"))
+            .with_context(|| format!("cannot create --out {}", dir.display()))?;
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         Ok(Outputs { dir: dir.to_path_buf(), metrics })
     }

@@ -55,7 +55,11 @@ fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
 }
 
 /// On rank 0: the checkpoint to resume from, checked against this job.
-fn load_resume(args: &TrainArgs, job: &Job, layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout)) -> Result<Checkpoint> {
+fn load_resume(
+    args: &TrainArgs,
+    job: &Job,
+    layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout),
+) -> Result<Checkpoint> {
     let dir = args.checkpoints.resume.as_ref().expect("called with --resume");
     let ck = checkpoint::load(&checkpoint::resolve(dir)?, layouts)?;
     let p = &ck.progress;
@@ -69,7 +73,10 @@ fn load_resume(args: &TrainArgs, job: &Job, layouts: (&crate::nn::params::ParamL
         );
     }
     if let Some(diff) = first_difference(&training_config(args), &p.config, &RESUMABLE) {
-        bail!("--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with", dir.display());
+        bail!(
+            "--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with",
+            dir.display()
+        );
     }
     Ok(ck)
 }
@@ -95,7 +102,8 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     let mut outputs = job.agree(match (root, &ck) {
         (false, _) => Ok(None),
         (true, Some(ck)) => {
-            Outputs::resume(args.checkpoints.resume.as_ref().expect("resuming"), ck.progress.step, ck.progress.epoch).map(Some)
+            Outputs::resume(args.checkpoints.resume.as_ref().expect("resuming"), ck.progress.step, ck.progress.epoch)
+                .map(Some)
         }
         (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir)).map(Some),
     })?;
@@ -195,7 +203,8 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
             if let Some(out) = outputs.as_mut() {
                 let rec = StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, lr, ms };
                 job.or_fail(out.step(&rec));
-                let ips = (steps_in_epoch as usize * settings.global_batch) as f64 / epoch_start.elapsed().as_secs_f64();
+                let ips =
+                    (steps_in_epoch as usize * settings.global_batch) as f64 / epoch_start.elapsed().as_secs_f64();
                 bar.update(i, last.loss_d, last.loss_g, last.d_x, last.d_g_z, ips);
             }
             if p.check_consistency > 0 && trainer.step % p.check_consistency == 0 {
@@ -224,8 +233,16 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
             progress.batch_in_epoch = 0;
             if let Some(out) = outputs.as_mut() {
                 bar.finish_epoch(seconds, images_per_s);
-                let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &trainer.sample(&grid_noise), size));
-                let rec = EpochRecord { kind: "epoch", epoch, steps: steps_in_epoch, seconds, images_per_s, sample: path.display().to_string() };
+                let path =
+                    job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &trainer.sample(&grid_noise), size));
+                let rec = EpochRecord {
+                    kind: "epoch",
+                    epoch,
+                    steps: steps_in_epoch,
+                    seconds,
+                    images_per_s,
+                    sample: path.display().to_string(),
+                };
                 job.or_fail(out.epoch(&rec));
             }
             if args.checkpoints.checkpoint_every.is_none() {
@@ -243,7 +260,9 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     if let Some(path) = &p.trace {
         let parts = job.comm.gather_bytes(trainer.timeline.trace.to_json_events())?;
         if let Some(parts) = parts {
-            job.or_fail(Trace::write_merged(path, &parts).with_context(|| format!("cannot write --trace {}", path.display())));
+            job.or_fail(
+                Trace::write_merged(path, &parts).with_context(|| format!("cannot write --trace {}", path.display())),
+            );
         }
     }
     if stopped {

@@ -38,10 +38,15 @@ pub fn weak_scaling_speedup(base_ms: f64, base_batch: f64, ms: f64, batch: f64, 
 }
 
 fn baseline(path: &Path, ms: f64, batch: usize, ranks: usize) -> Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --baseline-summary {}", path.display()))?;
-    let b: Value = serde_json::from_str(&text).with_context(|| format!("--baseline-summary {} is not a summary.json", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read --baseline-summary {}", path.display()))?;
+    let b: Value = serde_json::from_str(&text)
+        .with_context(|| format!("--baseline-summary {} is not a summary.json", path.display()))?;
     let (Some(base_ms), Some(base_batch)) = (b["ms_per_step"].as_f64(), b["batch_size_per_rank"].as_f64()) else {
-        anyhow::bail!("--baseline-summary {} has no ms_per_step / batch_size_per_rank: pass a summary.json of this program", path.display());
+        anyhow::bail!(
+            "--baseline-summary {} has no ms_per_step / batch_size_per_rank: pass a summary.json of this program",
+            path.display()
+        );
     };
     let s = weak_scaling_speedup(base_ms, base_batch, ms, batch as f64, ranks as f64);
     Ok(json!({

@@ -3,7 +3,7 @@
 //! Also the host snapshots of a network that checkpoints are made of.
 
 use super::job::Job;
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, DeviceBuf, View, ViewMut};
 use crate::checkpoint::{Moments, NetTensors};
 use crate::model::net::Net;
 use crate::nn::params::ParamStore;
@@ -54,9 +54,15 @@ pub fn average_running_stats<B: Backend>(job: &Job, be: &B, store: &mut ParamSto
 /// FNV-1a over the bits of each trained tensor and running statistic, in layout order.
 fn tensor_hashes<B: Backend>(be: &B, store: &ParamStore<B>) -> Vec<(String, u64)> {
     let (values, state) = store.download_values(be);
-    let hash = |v: &[f32]| v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x100_0000_01b3));
+    let hash = |v: &[f32]| {
+        v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x100_0000_01b3))
+    };
     let l = &store.layout;
-    l.params.iter().map(|t| (t.name.clone(), hash(&values[t.range.clone()]))).chain(l.buffers.iter().map(|t| (t.name.clone(), hash(&state[t.range.clone()])))).collect()
+    l.params
+        .iter()
+        .map(|t| (t.name.clone(), hash(&values[t.range.clone()])))
+        .chain(l.buffers.iter().map(|t| (t.name.clone(), hash(&state[t.range.clone()]))))
+        .collect()
 }
 
 /// Compare every rank's parameters with rank 0's; every rank fails if any differs, and a

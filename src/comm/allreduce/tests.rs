@@ -1,0 +1,139 @@
+//! Every algorithm on the Local transport against an independent reference (the exact sum of
+//! integer-valued inputs), at every rank count 1..16 and awkward lengths.
+
+use super::{Algorithm, allreduce_mean, inv_ranks};
+use crate::comm::transport::{Local, Transport};
+
+/// Run `f` on every rank of an `n`-rank Local group, each on its own thread.
+pub(crate) fn on_ranks<R: Send>(n: usize, f: impl Fn(&mut Local) -> R + Sync) -> Vec<R> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = Local::group(n).into_iter().map(|mut t| s.spawn(move || f(&mut t))).collect();
+        handles.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
+/// Integer-valued input of rank r, element i: sums over up to 16 ranks are exact in f32.
+fn input(r: usize, i: usize) -> f32 {
+    ((i * 31 + r * 17 + (i >> 7)) % 61) as f32 - 30.0
+}
+
+fn expected(p: usize, len: usize) -> Vec<f32> {
+    let s = inv_ranks(p);
+    (0..len)
+        .map(|i| {
+            let sum: i64 = (0..p).map(|r| input(r, i) as i64).sum();
+            sum as f32 * s
+        })
+        .collect()
+}
+
+#[test]
+fn every_algorithm_every_rank_count_every_length_is_exact() {
+    for p in 1..=16usize {
+        let mut lens = vec![0, 1, 2, 3, 7, p.saturating_sub(1), p, p + 1, 1_000_003];
+        lens.sort();
+        lens.dedup();
+        for algo in Algorithm::ALL {
+            // The large case is the expensive one: every algorithm at p in a spread of rank
+            // counts covering powers of two, odd counts and the largest.
+            let big = matches!(p, 1 | 2 | 3 | 4 | 5 | 7 | 8 | 12 | 16);
+            for &len in lens.iter().filter(|&&l| l < 1_000_000 || big) {
+                let want = expected(p, len);
+                let got = on_ranks(p, |t| {
+                    let mut v: Vec<f32> = (0..len).map(|i| input(t.rank(), i)).collect();
+                    allreduce_mean(t, algo, &mut v, 5).expect("allreduce");
+                    v
+                });
+                for (r, v) in got.iter().enumerate() {
+                    let bad = v.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits());
+                    assert!(
+                        bad.is_none(),
+                        "{algo} p={p} len={len} rank {r}: element {} is {} not {}",
+                        bad.unwrap(),
+                        v[bad.unwrap()],
+                        want[bad.unwrap()]
+                    );
+                    assert_eq!(v.len(), len);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn remaining_rank_counts_with_the_large_length() {
+    // The rank counts the test above skips for the 1000003-element case.
+    for p in [6usize, 9, 10, 11, 13, 14, 15] {
+        let len = 1_000_003;
+        let want = expected(p, len);
+        for algo in Algorithm::ALL {
+            let got = on_ranks(p, |t| {
+                let mut v: Vec<f32> = (0..len).map(|i| input(t.rank(), i)).collect();
+                allreduce_mean(t, algo, &mut v, 9).expect("allreduce");
+                v
+            });
+            for (r, v) in got.iter().enumerate() {
+                assert!(
+                    v.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{algo} p={p} rank {r} differs from the reference"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn real_valued_inputs_give_identical_bits_on_every_rank_and_every_run() {
+    // Not exactly representable sums: ranks must still agree bit for bit, and a second run
+    // must give the same bits (weights stay identical across ranks and runs).
+    let noisy = |r: usize, i: usize| ((i as f32 * 0.37 + r as f32 * 1.91).sin() * 1e-3) as f32;
+    for p in [2usize, 3, 5, 6, 8, 13] {
+        for algo in Algorithm::ALL {
+            let run = || {
+                on_ranks(p, |t| {
+                    let mut v: Vec<f32> = (0..4099).map(|i| noisy(t.rank(), i)).collect();
+                    allreduce_mean(t, algo, &mut v, 1).expect("allreduce");
+                    v
+                })
+            };
+            let a = run();
+            let b = run();
+            for r in 0..p {
+                assert!(
+                    a[r].iter().zip(&a[0]).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{algo} p={p}: rank {r} differs from rank 0"
+                );
+                assert!(
+                    a[r].iter().zip(&b[r]).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{algo} p={p}: rank {r} differs between two runs"
+                );
+            }
+            // And it is the mean, up to rounding.
+            for i in (0..4099).step_by(97) {
+                let mean: f64 = (0..p).map(|r| noisy(r, i) as f64).sum::<f64>() / p as f64;
+                assert!((a[0][i] as f64 - mean).abs() < 1e-8, "{algo} p={p} i={i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn back_to_back_collectives_with_different_tags_do_not_mix() {
+    // Two vectors reduced one after the other (as buckets are): each keeps its own values.
+    for algo in Algorithm::ALL {
+        let got = on_ranks(5, |t| {
+            let mut a: Vec<f32> = (0..300).map(|i| input(t.rank(), i)).collect();
+            let mut b: Vec<f32> = (0..17).map(|i| input(t.rank(), i + 1000)).collect();
+            allreduce_mean(t, algo, &mut a, 1).unwrap();
+            allreduce_mean(t, algo, &mut b, 2).unwrap();
+            (a, b)
+        });
+        let want_a = expected(5, 300);
+        let want_b: Vec<f32> = expected(5, 1017)[1000..].to_vec();
+        for (a, b) in got {
+            assert_eq!(a, want_a, "{algo}");
+            assert_eq!(b, want_b, "{algo}");
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The training thread's side of the comm thread: `CommHandle` submits gradient buckets
+//! (averaged in place, in submission order, cut into fragments that each run one allreduce)
+//! and makes small blocking collectives; the comm thread (`worker.rs`) makes every call into
+//! the transport.
+
+use crate::comm::WorldInfo;
+use crate::comm::allreduce::Algorithm;
+use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::stall::STALL_EXIT_CODE;
+use anyhow::{anyhow, bail};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Host memory the comm thread may read and write while it owns it (Vec<f32> for the CPU
+/// backend, pinned memory for CUDA).
+pub trait HostData: Send {
+    fn as_mut_slice(&mut self) -> &mut [f32];
+}
+
+impl HostData for Vec<f32> {
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        self
+    }
+}
+
+/// Called on the comm thread with the element range of one fragment.
+pub type FragmentHook = Box<dyn FnMut(Range<usize>) + Send>;
+
+/// One bucket of gradients to average over the ranks.
+pub struct BucketRequest {
+    /// Stable per bucket; also its tag base (buckets must be submitted in the same order, with
+    /// the same ids and lengths, on every rank).
+    pub id: u32,
+    /// e.g. "G.layer1 (convT+bn)", for stall messages and traces.
+    pub label: String,
+    /// Averaged in place (sum over ranks, then * 1/N).
+    pub data: Box<dyn HostData>,
+    /// Called on the comm thread before fragment [range] is reduced (the CUDA path waits there
+    /// for the device-to-host copy of that fragment). None = ready now.
+    pub before_fragment: Option<FragmentHook>,
+    /// Called on the comm thread after fragment [range] is reduced (the CUDA path starts the
+    /// host-to-device copy of that fragment there).
+    pub after_fragment: Option<FragmentHook>,
+}
+
+impl BucketRequest {
+    /// A bucket with no fragment hooks.
+    pub fn new(id: u32, label: impl Into<String>, data: impl HostData + 'static) -> Self {
+        BucketRequest { id, label: label.into(), data: Box::new(data), before_fragment: None, after_fragment: None }
+    }
+}
+
+/// Claim on a submitted bucket; `CommHandle::wait` turns it into the averaged data.
+pub struct Ticket {
+    id: u32,
+    done: Receiver<anyhow::Result<BucketDone>>,
+}
+
+impl Ticket {
+    pub fn bucket_id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// When one fragment's allreduce ran (comm thread clock).
+#[derive(Clone, Debug)]
+pub struct FragmentTiming {
+    pub range: Range<usize>,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// A bucket after averaging.
+pub struct BucketDone {
+    pub id: u32,
+    pub data: Box<dyn HostData>,
+    /// What was used (chosen by fragment size).
+    pub algorithm: Algorithm,
+    pub bytes: usize,
+    pub fragments: usize,
+    pub submitted: Instant,
+    /// When the comm thread took the bucket up.
+    pub started: Instant,
+    pub finished: Instant,
+    /// Time inside the allreduce calls (excludes waiting in `before_fragment`).
+    pub busy: Duration,
+    pub fragment_times: Vec<FragmentTiming>,
+}
+
+/// Totals since start, for the run summary's comm time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommStats {
+    /// Time the comm thread spent inside collectives.
+    pub busy: Duration,
+    pub collectives: u64,
+    /// Bytes averaged by buckets and helpers.
+    pub bytes: u64,
+}
+
+/// State the comm thread publishes for the handle (stats, watchdog) and the abort flag.
+pub(crate) struct Shared {
+    pub base: Instant,
+    pub busy_ns: AtomicU64,
+    pub collectives: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Nanoseconds after `base` at which the current collective began; 0 = idle.
+    pub busy_since_ns: AtomicU64,
+    pub current_seq: AtomicU64,
+    /// Non-zero: abort with this code (checked by every wait loop).
+    pub abort: Arc<AtomicI32>,
+}
+
+pub(crate) enum HelperOp {
+    MeanF32(Vec<f32>),
+    MeanF64(Vec<f64>),
+    BroadcastF32(usize, Vec<f32>),
+    BroadcastBytes(usize, Vec<u8>),
+    GatherBytes(Vec<u8>),
+    Barrier,
+}
+
+pub(crate) enum HelperOut {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bytes(Vec<u8>),
+    Gathered(Option<Vec<Vec<u8>>>),
+    Unit,
+}
+
+pub(crate) enum Command {
+    Bucket { req: BucketRequest, submitted: Instant, done: Sender<anyhow::Result<BucketDone>> },
+    Helper { op: HelperOp, done: Sender<anyhow::Result<HelperOut>> },
+    Abort { code: i32 },
+    Shutdown { done: Sender<()> },
+}
+
+/// The elements of each fragment of an `n`-element bucket: equal parts of at most
+/// `fragment_bytes` (0 = one fragment). Always at least one fragment (empty for n = 0).
+pub fn fragments(n: usize, fragment_bytes: usize) -> Vec<Range<usize>> {
+    let per = (fragment_bytes / 4).max(1);
+    let k = if fragment_bytes == 0 { 1 } else { n.div_ceil(per).max(1) };
+    (0..k).map(|j| crate::comm::allreduce::part(n, k, j)).collect()
+}
+
+/// How much longer than the stall timeout the training thread waits for a comm thread that
+/// is stuck where its own detector cannot see (inside a blocking MPI_Allreduce).
+const WATCHDOG_EXTRA: Duration = Duration::from_secs(30);
+
+/// The training thread's handle on the comm thread. Dropped without `shutdown` (an error on
+/// this rank), the comm thread stops without finalizing MPI and is not joined (it may be
+/// blocked in a collective the other ranks will never finish); the process exiting then makes
+/// mpiexec end the job.
+pub struct CommHandle {
+    pub(crate) world: WorldInfo,
+    pub(crate) tx: Sender<Command>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) table: SelectionTable,
+    pub(crate) fragment_bytes: usize,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) thread: Option<JoinHandle<()>>,
+}
+
+impl CommHandle {
+    pub fn world(&self) -> &WorldInfo {
+        &self.world
+    }
+
+    /// Queue a bucket; returns at once. Buckets are averaged in submission order.
+    pub fn submit(&self, req: BucketRequest) -> Ticket {
+        let (done, rx) = channel();
+        let id = req.id;
+        // If the comm thread is gone the ticket's channel is closed and `wait` says so.
+        let _ = self.tx.send(Command::Bucket { req, submitted: Instant::now(), done });
+        Ticket { id, done: rx }
+    }
+
+    /// Block until the bucket is averaged.
+    pub fn wait(&self, t: Ticket) -> anyhow::Result<BucketDone> {
+        self.await_reply(&t.done)
+    }
+
+    /// Average a vector over the ranks (blocking): sync-bn statistics, running stats.
+    pub fn allreduce_mean(&self, data: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+        match self.helper(HelperOp::MeanF32(data))? {
+            HelperOut::F32(v) => Ok(v),
+            _ => unreachable!("MeanF32 answers F32"),
+        }
+    }
+
+    /// Average a small f64 vector over the ranks (metrics).
+    pub fn allreduce_mean_f64(&self, data: Vec<f64>) -> anyhow::Result<Vec<f64>> {
+        match self.helper(HelperOp::MeanF64(data))? {
+            HelperOut::F64(v) => Ok(v),
+            _ => unreachable!("MeanF64 answers F64"),
+        }
+    }
+
+    /// Every rank gets `root`'s vector (initial weights); other ranks' `data` is ignored.
+    pub fn broadcast_f32(&self, root: usize, data: Vec<f32>) -> anyhow::Result<Vec<f32>> {
+        match self.helper(HelperOp::BroadcastF32(root, data))? {
+            HelperOut::F32(v) => Ok(v),
+            _ => unreachable!("BroadcastF32 answers F32"),
+        }
+    }
+
+    /// Every rank gets `root`'s bytes (config hash, resume state).
+    pub fn broadcast_bytes(&self, root: usize, data: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        match self.helper(HelperOp::BroadcastBytes(root, data))? {
+            HelperOut::Bytes(v) => Ok(v),
+            _ => unreachable!("BroadcastBytes answers Bytes"),
+        }
+    }
+
+    /// Every rank's bytes on rank 0 (index = rank); None on the other ranks.
+    pub fn gather_bytes(&self, data: Vec<u8>) -> anyhow::Result<Option<Vec<Vec<u8>>>> {
+        match self.helper(HelperOp::GatherBytes(data))? {
+            HelperOut::Gathered(v) => Ok(v),
+            _ => unreachable!("GatherBytes answers Gathered"),
+        }
+    }
+
+    pub fn barrier(&self) -> anyhow::Result<()> {
+        self.helper(HelperOp::Barrier).map(|_| ())
+    }
+
+    /// Print `msg` as one line (prefixed with the rank) and end the whole job with `code`
+    /// (MPI_Abort through the comm thread; plain exit with one rank). Never returns.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        eprintln!("rank {}: {msg}", self.world.rank);
+        if self.world.size == 1 {
+            std::process::exit(code);
+        }
+        // Wakes a comm thread that is blocked in a collective as well as an idle one.
+        self.shared.abort.store(if code == 0 { 1 } else { code }, Ordering::SeqCst);
+        let _ = self.tx.send(Command::Abort { code });
+        // The comm thread calls MPI_Abort; if it cannot (stuck in a blocking MPI call), a
+        // plain exit also makes mpiexec end the job.
+        std::thread::sleep(Duration::from_secs(10));
+        std::process::exit(code)
+    }
+
+    /// The algorithm a bucket of `bytes` gets (chosen by its fragment size).
+    pub fn algorithm_for(&self, bytes: usize) -> Algorithm {
+        let frag = fragments(bytes / 4, self.fragment_bytes)[0].len() * 4;
+        self.table.pick(frag)
+    }
+
+    /// (min_bytes, max_bytes inclusive, algorithm) by message (= fragment) size, for
+    /// summaries. The last range ends at usize::MAX.
+    pub fn selection_table(&self) -> Vec<(usize, usize, Algorithm)> {
+        self.table.ranges().to_vec()
+    }
+
+    /// `--fragment-bytes` (0 = buckets are not cut).
+    pub fn fragment_bytes(&self) -> usize {
+        self.fragment_bytes
+    }
+
+    /// Time spent inside collectives, and their count, since start.
+    pub fn stats(&self) -> CommStats {
+        CommStats {
+            busy: Duration::from_nanos(self.shared.busy_ns.load(Ordering::Relaxed)),
+            collectives: self.shared.collectives.load(Ordering::Relaxed),
+            bytes: self.shared.bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Finish queued work, finalize MPI and join the comm thread.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
+        let (done, rx) = channel();
+        self.tx.send(Command::Shutdown { done }).map_err(|_| anyhow!("the comm thread had already stopped"))?;
+        let _ = rx.recv();
+        if let Some(h) = self.thread.take() {
+            h.join().map_err(|_| anyhow!("the comm thread panicked while shutting down"))?;
+        }
+        Ok(())
+    }
+
+    fn helper(&self, op: HelperOp) -> anyhow::Result<HelperOut> {
+        let (done, rx) = channel();
+        self.tx
+            .send(Command::Helper { op, done })
+            .map_err(|_| anyhow!("rank {}: the comm thread has stopped", self.world.rank))?;
+        self.await_reply(&rx)
+    }
+
+    fn await_reply<R>(&self, rx: &Receiver<anyhow::Result<R>>) -> anyhow::Result<R> {
+        loop {
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(r) => return r,
+                Err(RecvTimeoutError::Timeout) => self.watchdog(),
+                Err(RecvTimeoutError::Disconnected) => {
+                    bail!("rank {}: the comm thread has stopped", self.world.rank)
+                }
+            }
+        }
+    }
+
+    /// End the job if the comm thread has been inside one collective far longer than the
+    /// stall timeout: it is stuck where its own detector cannot see.
+    fn watchdog(&self) {
+        let since = self.shared.busy_since_ns.load(Ordering::Relaxed);
+        if since == 0 {
+            return;
+        }
+        let busy = self.shared.base.elapsed().saturating_sub(Duration::from_nanos(since));
+        if busy > self.stall_timeout.saturating_add(WATCHDOG_EXTRA) {
+            eprintln!(
+                "rank {}: stall: the comm thread has been inside collective #{} for {:.0} s \
+                 (stuck in a blocking MPI call); ending the job",
+                self.world.rank,
+                self.shared.current_seq.load(Ordering::Relaxed),
+                busy.as_secs_f64()
+            );
+            std::process::exit(STALL_EXIT_CODE);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The `Transport` trait: point-to-point messages between ranks, which every allreduce
+//! algorithm is written against, with two implementations: `Mpi` (rsmpi, under mpiexec) and
+//! `Local` (threads and channels in one process, for tests at any rank count).
+
+pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+
+use crate::comm::status::{Activity, StatusReply};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use local::Local;
+
+/// An MPI tag. MPI guarantees tags up to 32767 (`MPI_TAG_UB` may be larger, never smaller).
+pub type Tag = i32;
+
+/// Tags at and above this value are reserved for the comm thread's own messages; bucket tags
+/// are taken modulo this value.
+pub const TAG_RESERVED: Tag = 32700;
+/// Blocking helpers of `CommHandle` (broadcast, small allreduce, gather, barrier).
+pub const TAG_HELPER: Tag = 32700;
+/// The library's own allreduce on the Local transport.
+pub const TAG_NATIVE: Tag = 32701;
+/// Start-up exchanges (hostnames).
+pub const TAG_SETUP: Tag = 32702;
+/// Benchmark and tuning collectives.
+pub const TAG_BENCH: Tag = 32703;
+/// Stall detector: "where are you?" and its answer.
+pub const TAG_STATUS_QUERY: Tag = 32765;
+pub const TAG_STATUS_REPLY: Tag = 32766;
+
+/// How received values are combined with the values already in the buffer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Combine {
+    /// `dst = src`
+    Copy,
+    /// `dst = dst + src`
+    Add,
+    /// `dst = (dst + src) * s`: the last reduction step, fused with the 1/N scaling.
+    AddScale(f32),
+}
+
+/// Why a transport operation did not complete.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommError {
+    /// Waited longer than the stall timeout for `peer`.
+    Stalled { peer: usize, waited: Duration },
+    /// The job is being aborted (`CommHandle::abort` was called on this rank).
+    Aborted { code: i32 },
+    /// The peer's endpoint is gone (Local transport: its thread ended).
+    Disconnected { peer: usize },
+    /// The ranks disagree about a message (length, order): a bug or mismatched calls.
+    Protocol(String),
+}
+
+impl std::fmt::Display for CommError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommError::Stalled { peer, waited } => {
+                write!(f, "waited {:.1} s for rank {peer}", waited.as_secs_f64())
+            }
+            CommError::Aborted { code } => write!(f, "job aborted (code {code})"),
+            CommError::Disconnected { peer } => write!(f, "rank {peer} has gone away"),
+            CommError::Protocol(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for CommError {}
+
+/// How long a blocked operation may wait, and the flag that interrupts it.
+#[derive(Clone, Debug)]
+pub struct WaitPolicy {
+    pub stall_timeout: Duration,
+    /// 0 = keep going; anything else = abort with that exit code.
+    pub abort: Arc<AtomicI32>,
+}
+
+impl WaitPolicy {
+    pub fn new(stall_timeout: Duration) -> Self {
+        WaitPolicy { stall_timeout, abort: Arc::new(AtomicI32::new(0)) }
+    }
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy::new(Duration::from_secs(60))
+    }
+}
+
+/// What a wait loop should do after one more unsuccessful poll.
+pub enum Tick {
+    Poll,
+    /// Poll, but first answer status queries from stalled ranks.
+    Serve,
+    Fail(CommError),
+}
+
+/// Bookkeeping of one blocking wait: spins cheaply at first (small messages arrive within
+/// microseconds), then yields the core, answers status queries every 10 ms, and fails after
+/// the stall timeout.
+pub struct WaitClock {
+    spins: u32,
+    start: Option<Instant>,
+    last_serve: Option<Instant>,
+}
+
+impl WaitClock {
+    /// Polls between two reads of the clock.
+    const SPINS_PER_CHECK: u32 = 64;
+    const YIELD_AFTER: Duration = Duration::from_micros(200);
+    const SERVE_EVERY: Duration = Duration::from_millis(10);
+
+    pub fn new() -> Self {
+        WaitClock { spins: 0, start: None, last_serve: None }
+    }
+
+    pub fn tick(&mut self, policy: &WaitPolicy, peer: usize) -> Tick {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % Self::SPINS_PER_CHECK != 0 {
+            return Tick::Poll;
+        }
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let waited = now - start;
+        let code = policy.abort.load(Ordering::Relaxed);
+        if code != 0 {
+            return Tick::Fail(CommError::Aborted { code });
+        }
+        if waited > policy.stall_timeout {
+            return Tick::Fail(CommError::Stalled { peer, waited });
+        }
+        if waited > Self::YIELD_AFTER {
+            std::thread::yield_now();
+            let last = *self.last_serve.get_or_insert(start);
+            if now - last > Self::SERVE_EVERY {
+                self.last_serve = Some(now);
+                return Tick::Serve;
+            }
+        }
+        Tick::Poll
+    }
+}
+
+impl Default for WaitClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Point-to-point messages between the ranks of one job. All calls block until done (or
+/// fail with a `CommError` after the stall timeout); the allreduce algorithms are sequences of
+/// these calls, identical in structure on every rank.
+pub trait Transport {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+
+    fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError>;
+    /// Receive exactly `buf.len()` bytes; a message of another length is a `Protocol` error.
+    fn recv(&mut self, from: usize, tag: Tag, buf: &mut [u8]) -> Result<(), CommError>;
+    /// Receive a message whose length only the sender knows.
+    fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError>;
+    /// Send to `to` and receive from `from` at the same time (no deadlock when two ranks
+    /// exchange large messages).
+    fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, buf: &mut [u8], tag: Tag) -> Result<(), CommError>;
+
+    /// The step every allreduce algorithm is made of: send `buf[send.1]` to rank `send.0`
+    /// while receiving `recv.1.len()` values from rank `recv.0` and combining them into
+    /// `buf[recv.1]`. The two ranges are either disjoint or identical (recursive doubling
+    /// sends the vector it reduces into). Empty ranges are skipped: both sides know the
+    /// lengths. Large reductions are pipelined in chunks where the transport can.
+    fn exchange(
+        &mut self,
+        buf: &mut [f32],
+        send: Option<(usize, Range<usize>)>,
+        recv: Option<(usize, Range<usize>, Combine)>,
+        tag: Tag,
+    ) -> Result<(), CommError>;
+
+    /// The library's own sum-allreduce (MPI_Allreduce), the baseline `mpi` algorithm.
+    fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError>;
+
+    /// What this rank is doing, for other ranks' stall reports.
+    fn activity(&mut self) -> &mut Activity;
+    fn set_policy(&mut self, policy: WaitPolicy);
+    fn policy(&self) -> &WaitPolicy;
+    /// Answer pending status queries of stalled ranks (called from wait loops and when idle).
+    fn serve_status(&mut self);
+    /// Ask every other rank what it is doing; `None` where no answer came within `grace`.
+    fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>>;
+    /// End the whole job with `code` (MPI_Abort; a plain exit in one process).
+    fn abort(&mut self, code: i32) -> !;
+}
+
+/// The bytes of a float slice (for sending f32 data through the byte interface).
+pub fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
+}
+
+/// The bytes of a float slice, writable (every byte pattern is a valid f32).
+pub fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as above, and any 4 bytes form a valid f32, so writes cannot create bad values.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), std::mem::size_of_val(x)) }
+}

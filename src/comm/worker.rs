@@ -1,0 +1,203 @@
+//! The comm thread's work loop: takes commands from the `CommHandle` in order, runs buckets
+//! fragment by fragment and the blocking helpers on the transport, answers status queries when
+//! idle, and ends the job when a collective fails or stalls.
+
+use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::allreduce::{Algorithm, allreduce_mean};
+use crate::comm::engine::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
+use crate::comm::helpers;
+use crate::comm::stall::{self, STALL_EXIT_CODE};
+use crate::comm::transport::{CommError, TAG_HELPER, TAG_RESERVED, Tag, Transport, f32_bytes};
+use anyhow::{anyhow, bail};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How often an idle comm thread wakes to answer status queries and check the abort flag.
+const IDLE_POLL: Duration = Duration::from_millis(20);
+
+pub(crate) struct Worker {
+    pub t: Box<dyn Transport>,
+    pub table: SelectionTable,
+    pub fragment_bytes: usize,
+    pub stall_timeout: Duration,
+    /// End the job on a failure (always under MPI); false lets tests see the error instead.
+    pub abort_on_failure: bool,
+    pub shared: Arc<Shared>,
+    /// Set after a failure when not aborting: every later command fails with it.
+    pub failed: Option<String>,
+}
+
+impl Worker {
+    pub fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            let cmd = match rx.recv_timeout(IDLE_POLL) {
+                Ok(c) => c,
+                Err(RecvTimeoutError::Timeout) => {
+                    let code = self.shared.abort.load(Ordering::Relaxed);
+                    if code != 0 {
+                        self.t.abort(code);
+                    }
+                    self.t.serve_status();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // The handle was dropped without shutdown: this rank is failing. Finalizing
+                    // could block on ranks that are still in collectives; leave MPI as it is.
+                    std::mem::forget(self.t);
+                    return;
+                }
+            };
+            match cmd {
+                Command::Bucket { req, submitted, done } => {
+                    let r = self.bucket(req, submitted);
+                    let _ = done.send(r);
+                }
+                Command::Helper { op, done } => {
+                    let r = self.helper(op);
+                    let _ = done.send(r);
+                }
+                Command::Abort { code } => self.t.abort(code),
+                Command::Shutdown { done } => {
+                    drop(self.t); // MPI_Finalize
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn begin(&mut self, label: &str) -> anyhow::Result<()> {
+        if let Some(f) = &self.failed {
+            bail!("communication failed earlier: {f}");
+        }
+        let seq = self.t.activity().enter(label);
+        self.shared.current_seq.store(seq, Ordering::Relaxed);
+        let since = self.shared.base.elapsed().as_nanos() as u64 + 1;
+        self.shared.busy_since_ns.store(since, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn end(&mut self, busy: Duration, bytes: usize) {
+        self.t.activity().leave();
+        self.shared.busy_since_ns.store(0, Ordering::Relaxed);
+        let s = &self.shared;
+        s.busy_ns.fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+        s.collectives.fetch_add(1, Ordering::Relaxed);
+        s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Turn a failed collective into the job's end (or, in tests, an error).
+    fn fail(&mut self, e: CommError) -> anyhow::Error {
+        let msg = match &e {
+            CommError::Aborted { code } => self.t.abort(*code),
+            CommError::Stalled { .. } => stall::report(&mut *self.t, &e, self.stall_timeout),
+            other => {
+                let label = self.t.activity().label.clone();
+                format!("rank {}: communication failed in {label}: {other}", self.t.rank())
+            }
+        };
+        if self.abort_on_failure {
+            eprintln!("{msg}");
+            let code = if matches!(e, CommError::Stalled { .. }) { STALL_EXIT_CODE } else { 1 };
+            self.t.abort(code);
+        }
+        self.shared.busy_since_ns.store(0, Ordering::Relaxed);
+        self.failed = Some(msg.lines().next().unwrap_or_default().to_string());
+        anyhow!(msg)
+    }
+
+    /// Average `data` fragment by fragment with the algorithm for the fragment size.
+    fn bucket(&mut self, mut req: BucketRequest, submitted: Instant) -> anyhow::Result<BucketDone> {
+        let started = Instant::now();
+        let n = req.data.as_mut_slice().len();
+        let frags = fragments(n, self.fragment_bytes);
+        let algorithm = self.table.pick(frags[0].len() * 4);
+        let tag = (req.id % TAG_RESERVED as u32) as Tag;
+        self.begin(&format!(
+            "bucket {} \"{}\" ({} bytes, {} fragment(s), {algorithm})",
+            req.id,
+            req.label,
+            n * 4,
+            frags.len()
+        ))?;
+        let data = req.data.as_mut_slice();
+        let mut fragment_times = Vec::with_capacity(frags.len());
+        let mut busy = Duration::ZERO;
+        for f in &frags {
+            if let Some(hook) = req.before_fragment.as_mut() {
+                hook(f.clone());
+            }
+            let start = Instant::now();
+            let r = allreduce_mean(&mut *self.t, algorithm, &mut data[f.clone()], tag);
+            let end = Instant::now();
+            if let Err(e) = r {
+                return Err(self.fail(e));
+            }
+            busy += end - start;
+            fragment_times.push(FragmentTiming { range: f.clone(), start, end });
+            if let Some(hook) = req.after_fragment.as_mut() {
+                hook(f.clone());
+            }
+        }
+        self.end(busy, n * 4);
+        Ok(BucketDone {
+            id: req.id,
+            data: req.data,
+            algorithm,
+            bytes: n * 4,
+            fragments: frags.len(),
+            submitted,
+            started,
+            finished: Instant::now(),
+            busy,
+            fragment_times,
+        })
+    }
+
+    fn helper(&mut self, op: HelperOp) -> anyhow::Result<HelperOut> {
+        let (label, bytes) = match &op {
+            HelperOp::MeanF32(v) => (format!("allreduce_mean of {} floats", v.len()), v.len() * 4),
+            HelperOp::MeanF64(v) => (format!("allreduce_mean_f64 of {} values", v.len()), v.len() * 8),
+            HelperOp::BroadcastF32(root, v) => (format!("broadcast_f32 from rank {root}"), v.len() * 4),
+            HelperOp::BroadcastBytes(root, v) => (format!("broadcast_bytes from rank {root}"), v.len()),
+            HelperOp::GatherBytes(v) => ("gather_bytes to rank 0".to_string(), v.len()),
+            HelperOp::Barrier => ("barrier".to_string(), 0),
+        };
+        self.begin(&label)?;
+        let start = Instant::now();
+        let t = &mut *self.t;
+        let r = match op {
+            HelperOp::MeanF32(mut v) => {
+                let frags = fragments(v.len(), self.fragment_bytes);
+                let algo: Algorithm = self.table.pick(frags[0].len() * 4);
+                frags
+                    .into_iter()
+                    .try_for_each(|f| allreduce_mean(t, algo, &mut v[f], TAG_HELPER))
+                    .map(|_| HelperOut::F32(v))
+            }
+            HelperOp::MeanF64(v) => helpers::mean_f64(t, &v, TAG_HELPER).map(HelperOut::F64),
+            HelperOp::BroadcastF32(root, v) => {
+                let mut bytes = f32_bytes(&v).to_vec();
+                helpers::broadcast(t, root, &mut bytes, TAG_HELPER).map(|_| {
+                    HelperOut::F32(
+                        bytes.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect(),
+                    )
+                })
+            }
+            HelperOp::BroadcastBytes(root, mut v) => {
+                helpers::broadcast(t, root, &mut v, TAG_HELPER).map(|_| HelperOut::Bytes(v))
+            }
+            HelperOp::GatherBytes(v) => helpers::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
+            HelperOp::Barrier => helpers::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
+        };
+        match r {
+            Ok(out) => {
+                self.end(start.elapsed(), bytes);
+                Ok(out)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+}
