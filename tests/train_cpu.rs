@@ -77,7 +77,7 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(runs[0].join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["steps"], 15);
-    assert!(summary["images_per_s"].as_f64().unwrap() > 0.0);
+    assert!(summary["global_images_per_s"].as_f64().unwrap() > 0.0);
 
     // Another seed trains differently.
     let out = tmp.path().join("c");

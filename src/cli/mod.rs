@@ -45,6 +45,15 @@ pub struct ModelArgs {
     /// Adam learning rate.
     #[arg(long, default_value_t = 2e-4)]
     pub lr: f64,
+    /// Adam's beta1 (the DCGAN paper's 0.5).
+    #[arg(long, default_value_t = 0.5)]
+    pub adam_beta1: f32,
+    /// Adam's beta2.
+    #[arg(long, default_value_t = 0.999)]
+    pub adam_beta2: f32,
+    /// Adam's epsilon (PyTorch's default 1e-8).
+    #[arg(long, default_value_t = 1e-8)]
+    pub adam_eps: f32,
     /// Seed for weights, data order and noise: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -95,6 +95,12 @@ impl<B: Backend> Dcgan<B> {
         )?;
         Ok(Dcgan { g, d, image_size })
     }
+
+    /// Adam's (beta1, beta2, eps) for both networks.
+    pub fn set_adam(&mut self, beta1: f32, beta2: f32, eps: f32) {
+        self.g.store.adam_betas_eps = (beta1, beta2, eps);
+        self.d.store.adam_betas_eps = (beta1, beta2, eps);
+    }
 }
 
 /// A seed for one purpose derived from the run's seed (splitmix64 of both).

@@ -52,18 +52,16 @@ impl<B: Backend> BatchNormLayer<B> {
         sync: Option<&mut dyn BnSync<B>>,
     ) {
         be.bn_forward_stats(&self.geom, x, ViewMut::whole(&mut self.sums));
-        // Averaging the per-rank sums keeps them "sums over one rank's count", so the local
-        // count still turns them into the global mean.
-        if let Some(s) = sync {
-            s.average(be, ViewMut::whole(&mut self.sums));
-        }
+        // Summed over ranks, the statistics cover ranks x count elements (which also sets the
+        // unbiased variance of the running statistics).
+        let ranks = sync.map_or(1, |s| s.all_sum(be, ViewMut::whole(&mut self.sums)));
         let (gr, br) = (self.gamma_range(), self.beta_range());
         let ParamStore { value, state, .. } = p;
         be.bn_forward_apply(
             &self.geom,
             x,
             View::whole(&self.sums),
-            self.geom.count as f64,
+            (self.geom.count * ranks) as f64,
             View::range(value, gr),
             View::range(value, br),
             self.act,
@@ -119,9 +117,7 @@ impl<B: Backend> BatchNormLayer<B> {
                 be.copy(View::whole(&self.sums), dst);
             }
         }
-        if let Some(s) = sync {
-            s.average(be, ViewMut::whole(&mut self.sums));
-        }
+        let ranks = sync.map_or(1, |s| s.all_sum(be, ViewMut::whole(&mut self.sums)));
         be.bn_backward_data(
             &self.geom,
             x,
@@ -129,7 +125,7 @@ impl<B: Backend> BatchNormLayer<B> {
             View::whole(&self.saved),
             p.value(&self.gamma_range()),
             View::whole(&self.sums),
-            self.geom.count as f64,
+            (self.geom.count * ranks) as f64,
             dx,
         );
     }

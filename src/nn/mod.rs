@@ -8,10 +8,11 @@ pub mod stage;
 
 use crate::backend::{Backend, ViewMut};
 
-/// Averages batch-norm statistics over ranks in place (`--sync-bn`). The buffer holds
-/// per-channel sums of this rank; afterwards it holds the mean of those sums over ranks.
+/// Sums batch-norm statistics over ranks in place (`--sync-bn`). The buffer holds
+/// per-channel sums of this rank; afterwards it holds the sums over all ranks. Returns the
+/// number of ranks (the factor by which the element count grew).
 pub trait BnSync<B: Backend> {
-    fn average(&mut self, be: &B, buf: ViewMut<B>);
+    fn all_sum(&mut self, be: &B, buf: ViewMut<B>) -> usize;
 }
 
 /// Reborrow an optional `BnSync` for one call (a plain `as_deref_mut` cannot shorten the

@@ -92,6 +92,9 @@ pub struct ParamStore<B: Backend> {
     /// Forward passes in training mode (PyTorch's `num_batches_tracked`, the same for every
     /// batch-norm layer of a network).
     pub bn_batches_tracked: u64,
+    /// Adam's (beta1, beta2, eps): the DCGAN paper's (0.5, 0.999) and PyTorch's 1e-8 unless
+    /// set otherwise.
+    pub adam_betas_eps: (f32, f32, f32),
 }
 
 impl<B: Backend> ParamStore<B> {
@@ -107,6 +110,7 @@ impl<B: Backend> ParamStore<B> {
             layout,
             adam_steps: 0,
             bn_batches_tracked: 0,
+            adam_betas_eps: (0.5, 0.999, 1e-8),
         };
         be.upload(&values, ViewMut::whole(&mut store.value));
         be.upload(&state, ViewMut::whole(&mut store.state));
@@ -122,7 +126,8 @@ impl<B: Backend> ParamStore<B> {
 
     /// Adam on one contiguous range (a bucket) with the step count `t` of this update.
     pub fn adam(&mut self, be: &B, range: Range<usize>, lr: f32, t: u64) {
-        let h = AdamStep::new(lr, t);
+        let (b1, b2, eps) = self.adam_betas_eps;
+        let h = AdamStep::with_betas(lr, b1, b2, eps, t);
         be.adam(
             &h,
             ViewMut::range(&mut self.value, range.clone()),

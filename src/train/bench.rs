@@ -28,7 +28,8 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let be = Cpu;
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
-    let model = Dcgan::new(&be, size, batch, args.model.seed)?;
+    let mut model = Dcgan::new(&be, size, batch, args.model.seed)?;
+    model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);
     let macs = step_macs(&model);
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };

@@ -166,7 +166,7 @@ impl<B: Backend> Exchange<B> for CommExchange {
     }
 }
 
-/// `--sync-bn`: batch-norm sums averaged over ranks through the comm thread.
+/// `--sync-bn`: batch-norm sums over ranks through the comm thread.
 pub struct CommBnSync {
     pub comm: Rc<CommHandle>,
     host: Vec<f32>,
@@ -179,14 +179,17 @@ impl CommBnSync {
 }
 
 impl<B: Backend> BnSync<B> for CommBnSync {
-    fn average(&mut self, be: &B, mut buf: ViewMut<B>) {
+    fn all_sum(&mut self, be: &B, mut buf: ViewMut<B>) -> usize {
         self.host.resize(buf.len, 0.0);
         be.download(buf.as_view(), &mut self.host);
-        let averaged = match self.comm.allreduce_mean(std::mem::take(&mut self.host)) {
+        let mut sums = match self.comm.allreduce_mean(std::mem::take(&mut self.host)) {
             Ok(v) => v,
             Err(e) => self.comm.abort(1, &format!("batch-norm statistics exchange failed: {e:#}")),
         };
-        be.upload(&averaged, buf.rb());
-        self.host = averaged;
+        let ranks = self.comm.world().size;
+        sums.iter_mut().for_each(|v| *v *= ranks as f32);
+        be.upload(&sums, buf.rb());
+        self.host = sums;
+        ranks
     }
 }

@@ -95,7 +95,8 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     let batch = settings.per_rank_batch;
 
     let be = Cpu;
-    let model = Dcgan::new(&be, size, batch, m.seed)?;
+    let mut model = Dcgan::new(&be, size, batch, m.seed)?;
+    model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let resume = args.checkpoints.resume.is_some();
     let ck = job.agree(if root && resume { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
