@@ -13,7 +13,10 @@ fn main() {
         Some(Command::TuneAllreduce(args)) => dcgan_train::comm::tune::run(args),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        // A rank that stops because another failed stays quiet: the job shows one error.
+        if e.downcast_ref::<dcgan_train::train::job::PeerFailed>().is_none() {
+            eprintln!("error: {e:#}");
+        }
         std::process::exit(1);
     }
 }

@@ -4,9 +4,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dcgan-train"));
-    c.env("RAYON_NUM_THREADS", "2");
-    c
+    Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
 }
 
 fn run(args: &[&str]) -> Output {

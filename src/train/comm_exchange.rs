@@ -21,7 +21,8 @@ struct NetBuckets {
     missing: Vec<usize>,
     /// Complete buckets not yet submitted (`--no-overlap`).
     held: Vec<usize>,
-    in_flight: Vec<(usize, Ticket)>,
+    /// (bucket, ticket, the step that submitted it)
+    in_flight: Vec<(usize, Ticket, u64)>,
     /// Host memory of each bucket, None while the comm thread owns it.
     host: Vec<Option<Box<dyn HostData>>>,
 }
@@ -83,7 +84,7 @@ impl CommExchange {
             before_fragment: None,
             after_fragment: None,
         });
-        nb.in_flight.push((b, ticket));
+        nb.in_flight.push((b, ticket, tl.step));
     }
 }
 
@@ -113,7 +114,7 @@ impl<B: Backend> Exchange<B> for CommExchange {
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
         let in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
-        for (b, ticket) in in_flight {
+        for (b, ticket, step) in in_flight {
             let t0 = Instant::now();
             let done = match self.comm.wait(ticket) {
                 Ok(d) => d,
@@ -126,19 +127,21 @@ impl<B: Backend> Exchange<B> for CommExchange {
             let nb = &mut self.nets[net as usize];
             let bucket = &nb.plan[b];
             tl.span(Track::Compute, "wait", bucket.label, t0, t1);
-            tl.span_with(
+            let algo = done.algorithm.name();
+            tl.span_of_step(
+                step,
                 Track::CommThread,
                 "allreduce",
                 bucket.label,
                 done.started,
                 done.finished,
                 done.bytes,
-                done.algorithm.name(),
+                algo,
             );
             let mut host = done.data;
             be.upload(host.as_mut_slice(), ViewMut::range(&mut store.grad, bucket.range.clone()));
             let t2 = Instant::now();
-            tl.span_with(Track::CopyStream, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
+            tl.span_of_step(step, Track::CopyStream, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
             store.adam(be, bucket.range.clone(), lr, t);
             tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
             nb.host[b] = Some(host);

@@ -24,14 +24,14 @@ impl Timeline {
         Self::new(Trace::disabled(), 0)
     }
 
-    fn on(&self) -> bool {
-        self.step < self.steps_limit && self.trace.is_enabled()
+    fn on(&self, step: u64) -> bool {
+        step < self.steps_limit && self.trace.is_enabled()
     }
 
     /// `name` (a stage or bucket label) on `track` from `start` to `end`; `cat` says what
     /// it was ("forward", "allreduce", ...).
     pub fn span(&mut self, track: Track, cat: &'static str, name: &'static str, start: Instant, end: Instant) {
-        if self.on() {
+        if self.on(self.step) {
             self.trace.span(track, name, cat, start, end, &[("step", self.step.into())]);
         }
     }
@@ -48,8 +48,25 @@ impl Timeline {
         bytes: usize,
         algorithm: &'static str,
     ) {
-        if self.on() {
-            let step = ("step", self.step.into());
+        self.span_of_step(self.step, track, cat, name, start, end, bytes, algorithm);
+    }
+
+    /// `span_with` for work that belongs to `step` though it is recorded later (G's buckets
+    /// are waited for in the next step).
+    #[allow(clippy::too_many_arguments)]
+    pub fn span_of_step(
+        &mut self,
+        step: u64,
+        track: Track,
+        cat: &'static str,
+        name: &'static str,
+        start: Instant,
+        end: Instant,
+        bytes: usize,
+        algorithm: &'static str,
+    ) {
+        if self.on(step) {
+            let step = ("step", step.into());
             let b = ("bytes", bytes.into());
             if algorithm.is_empty() {
                 self.trace.span(track, name, cat, start, end, &[step, b]);

@@ -28,3 +28,81 @@ pub fn rel_err(a: &[f32], b: &[f64], floor: f64) -> f64 {
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
+
+/// Every F32 tensor of a safetensors file, parsed by hand (independently of the crate).
+pub fn read_safetensors(path: &std::path::Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut out = std::collections::BTreeMap::new();
+    for (name, t) in header.as_object().unwrap() {
+        if name == "__metadata__" || t["dtype"] != "F32" {
+            continue;
+        }
+        let (s, e) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+        out.insert(
+            name.clone(),
+            data[s..e].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        );
+    }
+    out
+}
+
+/// G's and D's tensors of the latest checkpoint of a run, keyed "G main.0.weight".
+pub fn final_weights(run: &std::path::Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+    let root = run.join("checkpoints");
+    let latest = std::fs::read_to_string(root.join("latest")).expect("the run wrote a checkpoint");
+    let dir = root.join(latest.trim());
+    let mut all = std::collections::BTreeMap::new();
+    for net in ["G", "D"] {
+        for (k, v) in read_safetensors(&dir.join(format!("{net}.safetensors"))) {
+            all.insert(format!("{net} {k}"), v);
+        }
+    }
+    all
+}
+
+/// The dcgan-train binary under `mpiexec -n ranks` (as root, oversubscribed: what the test
+/// machines need), killed and failed if it runs longer than `limit_s`.
+pub fn mpirun(ranks: usize, args: &[&str], limit_s: u64) -> std::process::Output {
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    cmd.args(args);
+    run_limited(cmd, limit_s)
+}
+
+/// Run `cmd` with Open MPI's root/oversubscription permissions,
+/// failing the test if it does not finish within `limit_s` (a hang is a failure).
+pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process::Output {
+    use std::io::Read;
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("mpiexec runs (Open MPI is installed by scripts/test.sh)");
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).ok();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).ok();
+        v
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(limit_s);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{cmd:?} did not finish within {limit_s} s (a hang)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::process::Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
+}

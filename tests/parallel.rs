@@ -1,0 +1,247 @@
+//! Data-parallel training under mpiexec: equivalence with one big batch, identical replicas
+//! for every allreduce, overlap not changing the numbers, the trace, and bad input.
+
+mod common;
+
+use common::{final_weights, mpirun};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn ok(o: std::process::Output) -> std::process::Output {
+    assert!(o.status.success(), "the run failed:\n{}", stderr(&o));
+    o
+}
+
+/// Largest over tensors of max|a - b| / max|a| (0 when a is all zeros and b equals it).
+fn worst_relative_difference(a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32>>) -> (f64, String) {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let mut worst = (0.0, String::new());
+    for (k, x) in a {
+        let y = &b[k];
+        let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+        let diff = x.iter().zip(y).fold(0.0f64, |m, (p, q)| m.max((*p as f64 - *q as f64).abs()));
+        let rel = if scale > 0.0 { diff / scale } else { diff };
+        if rel > worst.0 {
+            worst = (rel, k.clone());
+        }
+    }
+    worst
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// 2 ranks x 32 with --sync-bn train exactly what 1 rank x 64 trains: the same examples, the
+/// same noise, batch statistics over the same 64 images, the same averaged gradient.
+///
+/// Why `--adam-eps 1 --lr 2e-5`: the two runs sum in different orders, so their gradients
+/// differ by f32 rounding (~1e-7). With PyTorch's eps = 1e-8, Adam's first step moves every
+/// weight by about ±lr whatever the gradient's size, so a gradient element that is ~0 gets
+/// opposite signs in the two runs and its weights end 2*lr apart; after that, ReLU and
+/// LeakyReLU kinks crossed by the perturbed activations turn 1e-7 into 1e-3 within a few
+/// steps (measured: 1e-2 after 5 steps with the default optimizer). A large eps makes the
+/// update proportional to the gradient and a small lr keeps the trajectories close enough
+/// that no kink is crossed, so what is compared is the data-parallel arithmetic itself.
+/// The same comparison without --sync-bn must fail by far: the check is sensitive.
+#[test]
+fn two_ranks_with_sync_bn_match_one_rank_over_the_same_examples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let common = ["--data", "synthetic:256", "--max-steps", "5", "--adam-eps", "1", "--lr", "2e-5", "--no-progress"];
+    let one = tmp.path().join("one");
+    let mut args = common.to_vec();
+    args.extend(["--batch-size", "64", "--out", path(&one)]);
+    ok(mpirun(1, &args, 300));
+    let two = tmp.path().join("two");
+    let mut args = common.to_vec();
+    args.extend(["--global-batch-size", "64", "--sync-bn", "--out", path(&two)]);
+    ok(mpirun(2, &args, 300));
+    let (a, b) = (final_weights(&one), final_weights(&two));
+    let (rel, name) = worst_relative_difference(&a, &b);
+    assert!(rel <= 1e-5, "2 ranks x 32 differ from 1 rank x 64 by {rel:e} in {name}");
+
+    let unsynced = tmp.path().join("unsynced");
+    let mut args = common.to_vec();
+    args.extend(["--global-batch-size", "64", "--out", path(&unsynced)]);
+    ok(mpirun(2, &args, 300));
+    let (rel, name) = worst_relative_difference(&a, &final_weights(&unsynced));
+    assert!(rel > 1e-3, "per-rank batch norm should train differently (only {rel:e} in {name})");
+}
+
+/// After 10 steps every rank holds the same weights, for every algorithm, at 3 and 4 ranks
+/// (the check compares hashes of every tensor with rank 0's and fails naming the first that
+/// differs). With the exchange switched off the same check must fail.
+#[test]
+fn replicas_stay_identical_for_every_allreduce() {
+    let tmp = tempfile::tempdir().unwrap();
+    for ranks in [3, 4] {
+        for algo in ["auto", "tree", "rd", "vhd", "ring", "mpi"] {
+            let out = tmp.path().join(format!("{ranks}-{algo}"));
+            let args = [
+                "--data",
+                "synthetic:256",
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "10",
+                "--check-consistency",
+                "10",
+                "--allreduce",
+                algo,
+                "--fragment-bytes",
+                "64KiB",
+                "--no-progress",
+                "--out",
+                path(&out),
+            ];
+            let o = mpirun(ranks, &args, 300);
+            assert!(o.status.success(), "{ranks} ranks, --allreduce {algo}:\n{}", stderr(&o));
+        }
+    }
+    let out = tmp.path().join("drift");
+    let args = [
+        "--data",
+        "synthetic:256",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "4",
+        "--check-consistency",
+        "2",
+        "--no-exchange",
+        "--no-progress",
+        "--out",
+        path(&out),
+    ];
+    let o = mpirun(3, &args, 300);
+    assert!(!o.status.success(), "ranks training on their own data must drift apart");
+    let err = stderr(&o);
+    assert!(
+        err.contains("--check-consistency") && err.contains("holds other parameters than rank 0, first in"),
+        "{err}"
+    );
+}
+
+/// Sending buckets during backward or after it changes when the exchange happens, not what
+/// is computed.
+#[test]
+fn overlap_and_no_overlap_give_bitwise_identical_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut weights = Vec::new();
+    for flag in [None, Some("--no-overlap")] {
+        let out = tmp.path().join(if flag.is_some() { "no-overlap" } else { "overlap" });
+        let mut args = vec![
+            "--data",
+            "synthetic:256",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "6",
+            "--no-progress",
+            "--out",
+            path(&out),
+        ];
+        args.extend(flag);
+        ok(mpirun(2, &args, 300));
+        weights.push(final_weights(&out));
+    }
+    assert_eq!(weights[0], weights[1]);
+}
+
+/// The trace is valid JSON with, for every rank and every step recorded, one allreduce per
+/// bucket; the buckets are those the summary lists.
+#[test]
+fn trace_has_one_allreduce_per_bucket_per_step_per_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let trace = tmp.path().join("trace.json");
+    let args = [
+        "--data",
+        "synthetic:256",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "4",
+        "--trace",
+        path(&trace),
+        "--trace-steps",
+        "3",
+        "--no-progress",
+        "--out",
+        path(&out),
+    ];
+    ok(mpirun(2, &args, 300));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("valid JSON");
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let buckets: Vec<String> = summary["comm"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["bucket"].as_str().unwrap().to_string())
+        .collect();
+    assert!(buckets.len() >= 2);
+    let mut count: BTreeMap<(u64, u64, String), usize> = BTreeMap::new();
+    let mut pids = std::collections::BTreeSet::new();
+    for e in t["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "X" {
+            pids.insert(e["pid"].as_u64().unwrap());
+        }
+        if e["ph"] == "X" && e["cat"] == "allreduce" {
+            let key = (
+                e["pid"].as_u64().unwrap(),
+                e["args"]["step"].as_u64().unwrap(),
+                e["name"].as_str().unwrap().to_string(),
+            );
+            *count.entry(key).or_default() += 1;
+            assert!(e["args"]["bytes"].as_u64().unwrap() > 0);
+            assert!(e["args"]["algorithm"].is_string());
+        }
+    }
+    assert_eq!(pids.len(), 2, "both ranks are in the trace");
+    for pid in &pids {
+        for step in 0..3u64 {
+            for b in &buckets {
+                assert_eq!(count.get(&(*pid, step, b.clone())), Some(&1), "rank pid {pid}, step {step}, bucket {b}");
+            }
+        }
+    }
+    assert!(count.keys().all(|(_, step, _)| *step < 3), "only --trace-steps steps are recorded");
+}
+
+#[test]
+fn bad_parallel_input_fails_on_every_rank_without_hanging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let o = mpirun(3, &["--data", "synthetic:256", "--global-batch-size", "64", "--out", path(&out)], 120);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("--global-batch-size 64") && err.contains("3 ranks"), "{err}");
+
+    // Two ranks started with different flags (MPMD syntax: one command line per rank).
+    let bin = env!("CARGO_BIN_EXE_dcgan-train");
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args([
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-n",
+        "1",
+        bin,
+        "--data",
+        "synthetic:64",
+        "--seed",
+        "1",
+        "--out",
+        path(&out),
+    ]);
+    cmd.args([":", "-n", "1", bin, "--data", "synthetic:64", "--seed", "2", "--out", path(&out)]);
+    let o = common::run_limited(cmd, 120);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("--seed 2 vs 1") && err.contains("same command line"), "{err}");
+    assert!(!out.join("metrics.jsonl").exists(), "nothing is written when the ranks disagree");
+}
