@@ -10,6 +10,7 @@ pub mod model;
 pub mod nn;
 pub mod ops;
 pub mod report;
+pub mod sample;
 pub mod train;
 
 /// `dcgan-train [train]`

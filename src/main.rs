@@ -11,6 +11,7 @@ fn main() {
         Some(Command::BenchStep(args)) => dcgan_train::run_bench_step(args),
         Some(Command::BenchAllreduce(args)) => dcgan_train::comm::bench::run(args),
         Some(Command::TuneAllreduce(args)) => dcgan_train::comm::tune::run(args),
+        Some(Command::Sample(args)) => dcgan_train::sample::run(args),
     };
     if let Err(e) = result {
         // A rank that stops because another failed stays quiet: the job shows one error.

@@ -35,6 +35,9 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
             rng: "counter".into(),
             config: serde_json::json!({"lr": 0.0002}),
         },
+        rank_states: (1..3)
+            .map(|r| [common::random(g.state_len(), 1.0, 10 + r), common::random(d.state_len(), 1.0, 20 + r)])
+            .collect(),
     }
 }
 

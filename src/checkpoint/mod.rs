@@ -9,7 +9,7 @@
 
 pub mod tensors;
 
-use crate::nn::params::ParamLayout;
+use crate::nn::params::{ParamLayout, TensorInfo};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -53,6 +53,9 @@ pub struct Checkpoint {
     pub g_adam: Moments,
     pub d_adam: Moments,
     pub progress: Progress,
+    /// Running statistics (G's, D's) of ranks 1.. (rank 0's are in G and D): without
+    /// --sync-bn they differ between epoch ends, and an exact resume needs each rank's own.
+    pub rank_states: Vec<[Vec<f32>; 2]>,
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -70,8 +73,26 @@ fn meta(pairs: &[(&str, String)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
 }
 
-fn encode_optimizer(g: (&ParamLayout, &Moments), d: (&ParamLayout, &Moments), progress: &Progress) -> Result<Vec<u8>> {
+fn rank_state_name(rank: usize, net: &str) -> String {
+    format!("rank{rank}.{net}.running_stats")
+}
+
+fn flat_info(name: String, len: usize) -> TensorInfo {
+    TensorInfo { name, shape: vec![len], range: 0..len, init: crate::nn::params::Init::Constant(0.0) }
+}
+
+fn encode_optimizer(
+    g: (&ParamLayout, &Moments),
+    d: (&ParamLayout, &Moments),
+    progress: &Progress,
+    rank_states: &[[Vec<f32>; 2]],
+) -> Result<Vec<u8>> {
     let mut infos = Vec::new();
+    for (i, states) in rank_states.iter().enumerate() {
+        for (net, st) in ["G", "D"].iter().zip(states) {
+            infos.push((flat_info(rank_state_name(i + 1, net), st.len()), &st[..]));
+        }
+    }
     for (net, (layout, m)) in [("G", g), ("D", d)] {
         for p in &layout.params {
             for (suffix, data) in [("exp_avg", &m.exp_avg), ("exp_avg_sq", &m.exp_avg_sq)] {
@@ -104,7 +125,7 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) 
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
-    let opt = encode_optimizer((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam), &ck.progress)?;
+    let opt = encode_optimizer((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam), &ck.progress, &ck.rank_states)?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
     let dir = root.join(&name);
@@ -207,5 +228,18 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     }
     let d_adam = moments.pop().expect("two networks");
     let g_adam = moments.pop().expect("two networks");
-    Ok(Checkpoint { g, d, g_adam, d_adam, progress })
+    let mut rank_states = Vec::new();
+    for rank in 1..progress.ranks {
+        let mut pair = [Vec::new(), Vec::new()];
+        for (net, (layout, out)) in ["G", "D"].iter().zip([layouts.0, layouts.1].iter().zip(pair.iter_mut())) {
+            let name = rank_state_name(rank, net);
+            if st.tensor(&name).is_err() {
+                bail!("{what} has no {name}: the checkpoint is incomplete");
+            }
+            out.resize(layout.state_len(), 0.0);
+            tensors::read_f32(&st, &flat_info(name, layout.state_len()), &what, out)?;
+        }
+        rank_states.push(pair);
+    }
+    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states })
 }

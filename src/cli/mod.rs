@@ -31,6 +31,24 @@ pub enum Command {
     BenchAllreduce(comm::BenchAllreduceArgs),
     /// Measure the algorithms on these ranks and write a rules file for --allreduce-tuning.
     TuneAllreduce(comm::TuneAllreduceArgs),
+    /// Render a grid of images from a saved generator.
+    Sample(SampleArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// A run directory (its latest checkpoint) or a checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Number of images.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub n: u64,
+    /// The PNG to write.
+    #[arg(long, default_value = "samples.png")]
+    pub out: PathBuf,
+    /// Seed of the noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// Options shared by training and the step benchmark.

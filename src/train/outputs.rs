@@ -84,6 +84,12 @@ impl Outputs {
         self.metrics.write(rec)
     }
 
+    /// Any other record (e.g. why the run stopped), synced to disk at once.
+    pub fn note(&mut self, rec: &serde_json::Value) -> Result<()> {
+        self.metrics.write(rec)?;
+        self.metrics.sync()
+    }
+
     pub fn epoch(&mut self, rec: &EpochRecord) -> Result<()> {
         self.metrics.write(rec)?;
         self.metrics.sync()

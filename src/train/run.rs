@@ -32,7 +32,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
     crate::report::trace::init_clock();
     let comm = Rc::new(crate::comm::start(CommConfig::from_args(&args.comm)?)?);
     let job = Job::new(comm.clone());
-    let result = train(&job, &args);
+    let mut result = train(&job, &args);
+    // Every error that reaches here, every rank has (errors of one rank alone end the job
+    // inside `train`): the ranks that failed themselves say why, then all wait for each
+    // other, so that no rank's exit ends the job before those lines are out.
+    if job.world.size > 1
+        && let Err(e) = &result
+    {
+        if e.downcast_ref::<PeerFailed>().is_none() {
+            eprintln!("error: {e:#}");
+            result = Err(PeerFailed.into());
+        }
+        let _ = job.comm.barrier();
+    }
     drop(job);
     let comm = Rc::try_unwrap(comm).map_err(|_| anyhow!("internal error: the comm handle is still in use"))?;
     let shutdown = comm.shutdown();
@@ -147,6 +159,10 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     for store in [&mut trainer.model.g.store, &mut trainer.model.d.store] {
         sync::broadcast_from_root(job, &trainer.be, store, resume)?;
     }
+    if resume {
+        let stores = [&mut trainer.model.g.store, &mut trainer.model.d.store];
+        sync::scatter_rank_states(job, &trainer.be, stores, ck.as_ref().map(|c| &c.rank_states[..]))?;
+    }
     if world.size > 1 {
         let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&progress)?)?;
         progress = serde_json::from_slice(&bytes)?;
@@ -194,7 +210,10 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
             let t0 = Instant::now();
             data.fill_batch(order.batch(i), size, &mut images);
             let lr = settings.lr_at(trainer.step);
-            last = trainer.step(&images, lr, lr, stop.requested())?;
+            // A diverging loss is the same on every rank (the metrics are averaged): rank 0 says so.
+            last = trainer
+                .step(&images, lr, lr, stop.requested())
+                .map_err(|e| if root { e } else { PeerFailed.into() })?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             facts.step_ms.push(ms);
             steps_in_epoch += 1;
@@ -267,16 +286,18 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
         }
     }
     if stopped {
-        if root {
-            let dir = outputs.as_ref().map(|o| o.dir.display().to_string()).unwrap_or_default();
-            bail!(
-                "stopped by a signal after step {}; checkpoint in {}: continue with `dcgan-train --resume {dir}` and the same options{}",
-                trainer.step,
-                ck_dir.map(|d| d.display().to_string()).unwrap_or_default(),
-                if world.size > 1 { format!(" under mpiexec -n {}", world.size) } else { String::new() }
-            );
-        }
-        return Err(PeerFailed.into());
+        let Some(out) = outputs.as_mut() else {
+            return Err(PeerFailed.into());
+        };
+        let dir = out.dir.display().to_string();
+        let ck = ck_dir.map(|d| d.display().to_string()).unwrap_or_default();
+        let under = if world.size > 1 { format!(" under mpiexec -n {}", world.size) } else { String::new() };
+        let resume = format!("dcgan-train --resume {dir} (with the same options{under})");
+        // Also in the run itself: mpiexec may stop relaying output while the job ends.
+        job.or_fail(
+            out.note(&serde_json::json!({"type": "stopped", "step": trainer.step, "checkpoint": ck, "resume": resume})),
+        );
+        bail!("stopped by a signal after step {}; checkpoint in {ck}: continue with {resume}", trainer.step);
     }
     if let Some(out) = outputs.as_mut() {
         let final_grid = job.or_fail(out.grid("final", &trainer.sample(&grid_noise), size));
@@ -297,7 +318,8 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// Rank 0 writes a checkpoint of the current state (every rank holds the same weights).
+/// Rank 0 writes a checkpoint of the current state (every rank holds the same weights; the
+/// running statistics of every rank are gathered). Collective.
 fn save_checkpoint<B: Backend>(
     job: &Job,
     trainer: &mut GanTrainer<B>,
@@ -305,10 +327,12 @@ fn save_checkpoint<B: Backend>(
     progress: &Progress,
 ) -> Option<std::path::PathBuf> {
     trainer.finish_pending();
-    let out = outputs?;
+    let stores = [&trainer.model.g.store, &trainer.model.d.store];
+    let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
+    let (out, rank_states) = (outputs?, rank_states?);
     let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
     let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
-    let ck = Checkpoint { g, d, g_adam, d_adam, progress: progress.clone() };
+    let ck = Checkpoint { g, d, g_adam, d_adam, progress: progress.clone(), rank_states };
     let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
     Some(job.or_fail(out.checkpoint(layouts, &ck)))
 }

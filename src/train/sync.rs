@@ -101,3 +101,54 @@ pub fn restore<B: Backend>(be: &B, store: &mut ParamStore<B>, t: &NetTensors, m:
     store.adam_steps = m.steps;
     store.bn_batches_tracked = t.batches_tracked;
 }
+
+/// Rank 0 receives the running statistics (G's, D's) of ranks 1.. for a checkpoint; the
+/// other ranks get None. Collective.
+pub fn gather_rank_states<B: Backend>(
+    job: &Job,
+    be: &B,
+    stores: [&ParamStore<B>; 2],
+) -> Result<Option<Vec<[Vec<f32>; 2]>>> {
+    if job.world.size == 1 {
+        return Ok(Some(Vec::new()));
+    }
+    let mine: Vec<u8> = stores.iter().flat_map(|s| download(be, &s.state)).flat_map(|x| x.to_le_bytes()).collect();
+    let Some(parts) = job.comm.gather_bytes(mine)? else {
+        return Ok(None);
+    };
+    let g_len = stores[0].state.len();
+    let states = parts[1..]
+        .iter()
+        .map(|bytes| {
+            let v: Vec<f32> =
+                bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+            [v[..g_len].to_vec(), v[g_len..].to_vec()]
+        })
+        .collect();
+    Ok(Some(states))
+}
+
+/// Every rank r > 0 takes its own running statistics from a checkpoint rank 0 read
+/// (`states` on rank 0, ignored elsewhere). Collective.
+pub fn scatter_rank_states<B: Backend>(
+    job: &Job,
+    be: &B,
+    stores: [&mut ParamStore<B>; 2],
+    states: Option<&[[Vec<f32>; 2]]>,
+) -> Result<()> {
+    if job.world.size == 1 {
+        return Ok(());
+    }
+    let flat: Vec<f32> =
+        states.map(|s| s.iter().flat_map(|[g, d]| g.iter().chain(d).copied()).collect()).unwrap_or_default();
+    let all = job.comm.broadcast_f32(0, flat)?;
+    if job.world.rank > 0 {
+        let per_rank = stores[0].state.len() + stores[1].state.len();
+        let mine = &all[(job.world.rank - 1) * per_rank..job.world.rank * per_rank];
+        let g_len = stores[0].state.len();
+        let [g, d] = stores;
+        be.upload(&mine[..g_len], ViewMut::whole(&mut g.state));
+        be.upload(&mine[g_len..], ViewMut::whole(&mut d.state));
+    }
+    Ok(())
+}

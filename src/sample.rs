@@ -1,0 +1,43 @@
+//! `dcgan-train sample`: render a grid of generated images from a saved generator.
+
+use crate::backend::cpu::Cpu;
+use crate::backend::{Backend, View, ViewMut};
+use crate::checkpoint;
+use crate::cli::SampleArgs;
+use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
+use crate::model::net::{BackwardOrder, Net, NoObserver};
+use crate::report::png::write_grid;
+use crate::train::noise::fixed_noise;
+use anyhow::{Result, bail};
+
+pub fn run(args: SampleArgs) -> Result<()> {
+    let dir = checkpoint::resolve(&args.checkpoint)?;
+    let size = checkpoint::image_size_of(&dir)?;
+    let specs = match size {
+        28 => &GENERATOR_28[..],
+        64 => &GENERATOR_64[..],
+        s => bail!("{} holds a generator for {s}x{s} images, which this program does not build", dir.display()),
+    };
+    let n = args.n as usize;
+    let be = Cpu;
+    let mut g = Net::new(&be, "G", specs, n, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
+    let t = checkpoint::load_generator(&dir, &g.store.layout)?;
+    be.upload(&t.values, ViewMut::whole(&mut g.store.value));
+    be.upload(&t.state, ViewMut::whole(&mut g.store.state));
+    // The training run's sample grids use the run's seed; --seed picks other noise.
+    let noise = fixed_noise(seed_for(args.seed, 0x73616d70), n);
+    let mut z = vec![0.0f32; NZ * n];
+    for i in 0..n {
+        for c in 0..NZ {
+            z[c * n + i] = noise[i * NZ + c];
+        }
+    }
+    be.upload(&z, ViewMut::whole(g.input_mut()));
+    g.forward(&be, false, None, &mut NoObserver);
+    let mut images = vec![0.0f32; n * size * size];
+    be.download(View::whole(g.output()), &mut images);
+    let cols = (n as f64).sqrt().ceil() as usize;
+    write_grid(&args.out, &images, n, size, size, cols)?;
+    eprintln!("{n} samples from {} written to {}", dir.display(), args.out.display());
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! Never losing work: an interrupted run resumed gives bitwise the run that was never
+//! interrupted; SIGTERM stops with a checkpoint; a rank killed outright ends the whole job
+//! quickly and leaves a checkpoint that resumes.
+
+mod common;
+
+use common::{final_weights, mpirun, run_limited};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn ok(o: std::process::Output) {
+    assert!(o.status.success(), "the run failed:\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Step records without the wall-clock field.
+fn step_records(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("ms");
+            v
+        })
+        .collect()
+}
+
+/// Interrupt after 7 of 16 steps (mid-epoch, between periodic checkpoints), resume, and
+/// compare with an uninterrupted run: every tensor bitwise, every step's metrics.
+fn resume_matches_uninterrupted(ranks: usize, extra: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let base =
+        ["--data", "synthetic:256", "--batch-size", "8", "--epochs", "2", "--checkpoint-every", "5", "--no-progress"];
+    let per_epoch = 256 / (8 * ranks);
+    let whole = tmp.path().join("whole");
+    let mut args = base.to_vec();
+    args.extend(extra);
+    args.extend(["--max-steps", "20", "--out", path(&whole)]);
+    ok(mpirun(ranks, &args, 600));
+
+    let parts = tmp.path().join("parts");
+    let mut first = base.to_vec();
+    first.extend(extra);
+    first.extend(["--max-steps", "7", "--out", path(&parts)]);
+    ok(mpirun(ranks, &first, 600));
+    let mut second = base.to_vec();
+    second.extend(extra);
+    second.extend(["--max-steps", "20", "--resume", path(&parts)]);
+    ok(mpirun(ranks, &second, 600));
+
+    assert_eq!(
+        final_weights(&whole),
+        final_weights(&parts),
+        "{ranks} rank(s) {extra:?}: weights differ after resuming"
+    );
+    let (a, b) = (step_records(&whole), step_records(&parts));
+    assert_eq!(a.len(), 20.min(2 * per_epoch));
+    assert_eq!(a, b, "{ranks} rank(s) {extra:?}: metrics differ after resuming");
+}
+
+#[test]
+fn resumed_runs_equal_uninterrupted_runs_bitwise() {
+    resume_matches_uninterrupted(1, &[]);
+    // Two ranks keep their own batch-norm running statistics between epoch ends; the
+    // checkpoint holds every rank's, so this resume is exact too.
+    resume_matches_uninterrupted(2, &[]);
+    resume_matches_uninterrupted(2, &["--sync-bn"]);
+}
+
+#[test]
+fn resuming_with_another_rank_count_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("r");
+    let base = ["--data", "synthetic:64", "--batch-size", "8", "--no-progress"];
+    let mut args = base.to_vec();
+    args.extend(["--max-steps", "2", "--out", path(&run)]);
+    ok(mpirun(1, &args, 120));
+    let mut args = base.to_vec();
+    args.extend(["--max-steps", "4", "--resume", path(&run)]);
+    let o = mpirun(2, &args, 120);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("written by 1 ranks") && err.contains("mpiexec -n 1"), "{err}");
+    // Another option than the run was started with.
+    let mut args = base.to_vec();
+    args.extend(["--max-steps", "4", "--lr", "0.001", "--resume", path(&run)]);
+    let o = mpirun(1, &args, 120);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--lr") && err.contains("resume with the options it was started with"), "{err}");
+}
+
+/// An mpiexec job in the background.
+fn spawn_job(ranks: usize, args: &[&str]) -> Child {
+    let mut cmd = Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    cmd.args(args);
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.spawn().expect("mpiexec starts")
+}
+
+/// The rank processes: children of mpiexec running this binary.
+fn ranks_of(job: &Child) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // "pid (comm) state ppid ...": the command may contain spaces, so split after ')'.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let ppid: u32 = after.split(' ').nth(1).unwrap().parse().unwrap();
+        if ppid == job.id() && stat.contains("(dcgan-train)") {
+            pids.push(pid);
+        }
+    }
+    pids.sort();
+    pids
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn steps_written(run: &Path) -> usize {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .map(|s| s.lines().filter(|l| l.contains(r#""type":"step""#)).count())
+        .unwrap_or(0)
+}
+
+fn latest_checkpoint(run: &Path) -> Option<PathBuf> {
+    dcgan_train::checkpoint::resolve(run).ok()
+}
+
+/// Wait for the job's end, at most `limit`; its exit status and stderr.
+fn finish(mut job: Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = job.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).ok();
+            return (status, err);
+        }
+        if t0.elapsed() > limit {
+            job.kill().ok();
+            panic!("the job was still running {limit:?} after the fault");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const LONG_RUN: [&str; 6] = ["--data", "synthetic:20000", "--batch-size", "8", "--epochs", "5"];
+
+#[test]
+fn sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut args = LONG_RUN.to_vec();
+    args.extend(["--no-progress", "--out", path(&run)]);
+    let job = spawn_job(2, &args);
+    wait_for("three steps", Duration::from_secs(120), || steps_written(&run) >= 3);
+    // What Slurm's scancel does: every task gets the signal.
+    for pid in ranks_of(&job) {
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    let (status, err) = finish(job, Duration::from_secs(60));
+    assert!(!status.success(), "a stopped run exits non-zero");
+    assert!(err.contains("stopped by a signal") && err.contains("--resume"), "{err}");
+    let ck = latest_checkpoint(&run).expect("a checkpoint was written on the way out");
+    let stopped_at = steps_written(&run);
+    assert!(ck.ends_with(format!("step-{stopped_at:08}")), "{ck:?} is the last step ({stopped_at})");
+    // And the run continues from there.
+    let max = (stopped_at + 2).to_string();
+    let mut args = LONG_RUN.to_vec();
+    args.extend(["--max-steps", &max, "--no-progress", "--resume", path(&run)]);
+    ok(mpirun(2, &args, 120));
+    assert_eq!(steps_written(&run), stopped_at + 2);
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_within_a_minute_and_the_checkpoint_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut args = LONG_RUN.to_vec();
+    args.extend(["--checkpoint-every", "2", "--no-progress", "--out", path(&run)]);
+    let job = spawn_job(3, &args);
+    wait_for("a checkpoint and more steps", Duration::from_secs(180), || {
+        latest_checkpoint(&run).is_some() && steps_written(&run) >= 5
+    });
+    let ranks = ranks_of(&job);
+    assert_eq!(ranks.len(), 3, "three rank processes under mpiexec");
+    let killed_at = Instant::now();
+    unsafe { libc::kill(ranks[1] as i32, libc::SIGKILL) };
+    let (status, _) = finish(job, Duration::from_secs(60));
+    assert!(!status.success());
+    assert!(killed_at.elapsed() < Duration::from_secs(60));
+
+    // The last checkpoint is whole and training continues from it.
+    let ck = latest_checkpoint(&run).expect("the checkpoint survived");
+    let step: usize = ck.file_name().unwrap().to_string_lossy().trim_start_matches("step-").parse().unwrap();
+    let max = (step + 2).to_string();
+    let mut args = LONG_RUN.to_vec();
+    args.extend(["--checkpoint-every", "2", "--max-steps", &max, "--no-progress", "--resume", path(&run)]);
+    let o = run_limited(
+        {
+            let mut c = Command::new("mpiexec");
+            c.args(["--oversubscribe", "--bind-to", "none", "-n", "3", env!("CARGO_BIN_EXE_dcgan-train")]);
+            c.args(&args);
+            c
+        },
+        180,
+    );
+    ok(o);
+    assert_eq!(step_records(&run).last().unwrap()["step"], step as u64 + 2);
+}
