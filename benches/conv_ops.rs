@@ -16,7 +16,7 @@ fn time(mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
-    v.sort_by(|a, b| a.total_cmp(&b));
+    v.sort_by(|a, b| a.total_cmp(b));
     v[3]
 }
 

@@ -11,6 +11,7 @@ use crate::ops::activation::Activation;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
 use anyhow::Result;
+use std::ops::Range;
 use std::time::Instant;
 
 /// One stage of an architecture: Conv2d or ConvTranspose2d (no bias), then BatchNorm2d with
@@ -91,11 +92,13 @@ pub fn stage_geometry(specs: &[StageSpec], batch: usize, input: (usize, usize, u
     Ok(out)
 }
 
+/// Where one stage's tensors are: its weight in the parameters, and with batch norm its
+/// gamma/beta (parameters) and running statistics (state).
+pub type StageRanges = (Range<usize>, Option<(Range<usize>, Range<usize>)>);
+
 /// Parameter layout with PyTorch `nn.Sequential` names ("main.<index>.<tensor>"): every
 /// conv, batch norm and activation takes one index, as in the PyTorch DCGAN example.
-pub fn param_layout(
-    specs: &[StageSpec],
-) -> (ParamLayout, Vec<(std::ops::Range<usize>, Option<(std::ops::Range<usize>, std::ops::Range<usize>)>)>) {
+pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
     let mut layout = ParamLayout::default();
     let mut ranges = Vec::new();
     let mut index = 0;

@@ -23,7 +23,7 @@ impl Settings {
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
                 let g = g as usize;
-                if g % ranks != 0 {
+                if !g.is_multiple_of(ranks) {
                     bail!(
                         "--global-batch-size {g} is not divisible by the {ranks} ranks: use a multiple of {ranks} (e.g. {})",
                         (g / ranks).max(1) * ranks
@@ -122,8 +122,8 @@ mod tests {
         assert!((s.lr - 2e-4 * 2.0).abs() < 1e-12);
         let s = Settings::resolve(&args(&["--warmup-steps", "4"]), 1).unwrap();
         assert_eq!(s.lr_at(0), (2e-4 / 4.0) as f32);
-        assert_eq!(s.lr_at(3), 2e-4 as f32);
-        assert_eq!(s.lr_at(100), 2e-4 as f32);
+        assert_eq!(s.lr_at(3), 2e-4_f32);
+        assert_eq!(s.lr_at(100), 2e-4_f32);
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl<B: Backend> Exchange<B> for SoloExchange {
         for b in &self.buckets[net as usize] {
             let t0 = Instant::now();
             store.adam(be, b.range.clone(), lr, t);
-            tl.span(Track::Compute, "adam", &b.label, t0, Instant::now());
+            tl.span(Track::Compute, "adam", b.label, t0, Instant::now());
         }
     }
     fn buckets(&self, net: NetId) -> &[Bucket] {

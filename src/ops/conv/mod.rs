@@ -26,6 +26,7 @@ pub struct ConvGeom {
 
 impl ConvGeom {
     /// Conv2d(c_in, c_out, k, stride, pad) applied to [c_in, batch, h, w].
+    #[allow(clippy::too_many_arguments)] // PyTorch's constructor arguments plus the input shape
     pub fn conv(
         batch: usize,
         c_in: usize,
@@ -49,6 +50,7 @@ impl ConvGeom {
 
     /// The conv whose backward-data is ConvTranspose2d(c_in, c_out, k, stride, pad) applied
     /// to [c_in, batch, h, w]; its output is [c_out, batch, (h-1)*stride - 2*pad + k, ...].
+    #[allow(clippy::too_many_arguments)] // PyTorch's constructor arguments plus the input shape
     pub fn transposed(
         batch: usize,
         c_in: usize,
