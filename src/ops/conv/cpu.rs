@@ -83,60 +83,62 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
     };
 }
 
-/// col[r, j] for images [b0, b0+nb): r = (c, ki, kj), j = (b - b0)*OH*OW + oh*OW + ow.
-fn im2col(g: &ConvGeom, x: &[f32], b0: usize, nb: usize, col: &mut [f32]) {
-    let (k, s, p) = (g.k, g.stride, g.pad as isize);
-    let (h, w, oh_n, ow_n) = (g.h_in, g.w_in, g.h_out, g.w_out);
-    let row_len = nb * oh_n * ow_n;
-    col[..g.col_rows() * row_len].par_chunks_mut(row_len).enumerate().for_each(|(r, row)| {
-        let c = r / (k * k);
-        let (ki, kj) = ((r / k) % k, r % k);
-        for bi in 0..nb {
-            let img = &x[(c * g.batch + b0 + bi) * h * w..][..h * w];
-            let out = &mut row[bi * oh_n * ow_n..][..oh_n * ow_n];
-            for oh in 0..oh_n {
-                let ih = (oh * s) as isize - p + ki as isize;
-                let dst = &mut out[oh * ow_n..][..ow_n];
-                if ih < 0 || ih >= h as isize {
-                    dst.fill(0.0);
-                    continue;
-                }
-                let src = &img[ih as usize * w..][..w];
-                for (ow, d) in dst.iter_mut().enumerate() {
-                    let iw = (ow * s) as isize - p + kj as isize;
-                    *d = if iw >= 0 && iw < w as isize { src[iw as usize] } else { 0.0 };
+/// For each kernel tap (ki, kj) and output pixel (oh, ow): the input pixel it reads,
+/// ih * W + iw, or `PAD` where it falls in the zero padding. [k*k, OH*OW]
+fn tap_table(g: &ConvGeom) -> Vec<u32> {
+    let (k, s, p) = (g.k, g.stride as isize, g.pad as isize);
+    let mut t = Vec::with_capacity(k * k * g.out_pixels());
+    for ki in 0..k as isize {
+        for kj in 0..k as isize {
+            for oh in 0..g.h_out as isize {
+                for ow in 0..g.w_out as isize {
+                    let (ih, iw) = (oh * s - p + ki, ow * s - p + kj);
+                    let inside = ih >= 0 && iw >= 0 && ih < g.h_in as isize && iw < g.w_in as isize;
+                    t.push(if inside { (ih as usize * g.w_in + iw as usize) as u32 } else { PAD });
                 }
             }
         }
-    });
+    }
+    t
+}
+
+const PAD: u32 = u32::MAX;
+
+/// Rows of at least this many floats per rayon task: below it, scheduling costs more than
+/// copying.
+const MIN_TASK_FLOATS: usize = 1 << 14;
+
+/// col[r, j] for images [b0, b0+nb): r = (c, ki, kj), j = (b - b0)*OH*OW + oh*OW + ow.
+fn im2col(g: &ConvGeom, taps: &[u32], x: &[f32], b0: usize, nb: usize, col: &mut [f32]) {
+    let (kk, pix, hw) = (g.k * g.k, g.out_pixels(), g.in_pixels());
+    let row_len = nb * pix;
+    let rows_per_task = MIN_TASK_FLOATS.div_ceil(row_len.max(1));
+    col[..g.col_rows() * row_len].par_chunks_mut(row_len).with_min_len(rows_per_task).enumerate().for_each(
+        |(r, row)| {
+            let (c, tap) = (r / kk, &taps[(r % kk) * pix..][..pix]);
+            for (bi, out) in row.chunks_exact_mut(pix).enumerate() {
+                let img = &x[(c * g.batch + b0 + bi) * hw..][..hw];
+                for (o, &t) in out.iter_mut().zip(tap) {
+                    *o = if t == PAD { 0.0 } else { img[t as usize] };
+                }
+            }
+        },
+    );
 }
 
 /// dx[c, b0.., :, :] += col scattered back (the adjoint of `im2col`). Parallel over input
 /// channels, which own disjoint parts of dx; within a channel the order is fixed.
-fn col2im_add(g: &ConvGeom, col: &[f32], b0: usize, nb: usize, dx: &mut [f32]) {
-    let (k, s, p) = (g.k, g.stride, g.pad as isize);
-    let (h, w, oh_n, ow_n) = (g.h_in, g.w_in, g.h_out, g.w_out);
-    let row_len = nb * oh_n * ow_n;
-    let chan_len = g.batch * h * w;
-    dx.par_chunks_mut(chan_len).enumerate().for_each(|(c, dxc)| {
-        for ki in 0..k {
-            for kj in 0..k {
-                let row = &col[((c * k + ki) * k + kj) * row_len..][..row_len];
-                for bi in 0..nb {
-                    let img = &mut dxc[(b0 + bi) * h * w..][..h * w];
-                    let src = &row[bi * oh_n * ow_n..][..oh_n * ow_n];
-                    for oh in 0..oh_n {
-                        let ih = (oh * s) as isize - p + ki as isize;
-                        if ih < 0 || ih >= h as isize {
-                            continue;
-                        }
-                        let dst = &mut img[ih as usize * w..][..w];
-                        for (ow, v) in src[oh * ow_n..][..ow_n].iter().enumerate() {
-                            let iw = (ow * s) as isize - p + kj as isize;
-                            if iw >= 0 && iw < w as isize {
-                                dst[iw as usize] += v;
-                            }
-                        }
+fn col2im_add(g: &ConvGeom, taps: &[u32], col: &[f32], b0: usize, nb: usize, dx: &mut [f32]) {
+    let (kk, pix, hw) = (g.k * g.k, g.out_pixels(), g.in_pixels());
+    let row_len = nb * pix;
+    dx.par_chunks_mut(g.batch * hw).enumerate().for_each(|(c, dxc)| {
+        for t in 0..kk {
+            let (row, tap) = (&col[(c * kk + t) * row_len..][..row_len], &taps[t * pix..][..pix]);
+            for (bi, src) in row.chunks_exact(pix).enumerate() {
+                let img = &mut dxc[(b0 + bi) * hw..][..hw];
+                for (&v, &t) in src.iter().zip(tap) {
+                    if t != PAD {
+                        img[t as usize] += v;
                     }
                 }
             }
@@ -155,11 +157,12 @@ pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
     check_lengths(g, x.len(), w.len(), y.len());
     let (rows, pix, y_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
+    let taps = tap_table(g);
     with_scratch(rows * chunk * pix, |col| {
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
-            im2col(g, x, b0, nb, col);
+            im2col(g, &taps, x, b0, nb, col);
             // y[:, b0*pix ..] = w [C_out, rows] * col [rows, n]
             unsafe {
                 sgemm(
@@ -182,6 +185,7 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     check_lengths(g, dx.len(), w.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
+    let taps = tap_table(g);
     dx.par_iter_mut().for_each(|v| *v = 0.0);
     with_scratch(rows * chunk * pix, |col| {
         for b0 in (0..g.batch).step_by(chunk) {
@@ -190,7 +194,7 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
             // col [rows, n] = w^T [rows, C_out] * dy[:, b0*pix ..] [C_out, n]
             let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
             unsafe { sgemm(rows, n, g.c_out, Mat::transposed(w, rows), dy_chunk, col.as_mut_ptr(), n, false) };
-            col2im_add(g, col, b0, nb, dx);
+            col2im_add(g, &taps, col, b0, nb, dx);
         }
     });
 }
@@ -201,6 +205,7 @@ pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accu
     check_lengths(g, x.len(), dw.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
+    let taps = tap_table(g);
     if g.batch == 0 && !accumulate {
         dw.fill(0.0);
     }
@@ -208,7 +213,7 @@ pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accu
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
-            im2col(g, x, b0, nb, col);
+            im2col(g, &taps, x, b0, nb, col);
             let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
             // dw [C_out, rows] (+)= dy_chunk [C_out, n] * col^T [n, rows]
             unsafe {
