@@ -1,0 +1,543 @@
+//! The CUDA backend: one GPU driven through cudarc (the driver API, loaded at run time, so the
+//! same binary runs where there is no CUDA) and our own kernels, compiled by NVRTC at start
+//! for the device's architecture and cached on disk. No cuDNN, no cuBLAS.
+//!
+//! - `probe()` says whether a GPU is usable, or what is missing (driver library, driver,
+//!   device, NVRTC), without touching anything that could panic.
+//! - `Cuda::new(ordinal)` makes the context, the compute and copy streams and loads every
+//!   kernel; each op's launcher lives next to its CPU side in `src/ops/<family>/cuda.rs`.
+//! - The gradient path: `stage_to_host` / `stage_to_device` copy on the copy stream (after
+//!   everything issued on the compute stream so far) into pinned host memory allocated with
+//!   flags 0 (`alloc_pinned`), each returning the event to wait on; `compute_wait` makes the
+//!   compute stream wait for one (before a layer's Adam).
+//! - `Cuda::emulated()` runs the same launchers and kernels on the CPU (`emu`), for tests.
+
+mod driver;
+pub mod emu;
+pub mod kernel_cache;
+pub mod kernel_table;
+pub mod nvrtc;
+pub mod probe;
+
+pub use cudarc::driver::{CudaEvent, PinnedHostSlice};
+pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
+
+use super::{Backend, DeviceBuf, View, ViewMut};
+use crate::ops::activation::Activation;
+use crate::ops::adam::AdamStep;
+use crate::ops::batchnorm::BnGeom;
+use crate::ops::conv::ConvGeom;
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss};
+use anyhow::{Result, anyhow, bail};
+use cudarc::driver::HostSlice;
+use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The kernel families, one CUDA source file (one module) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    Elementwise,
+    Activation,
+    Loss,
+    Adam,
+    BatchNorm,
+    Conv,
+}
+
+impl Family {
+    pub const ALL: [Family; 6] = [
+        Family::Elementwise,
+        Family::Activation,
+        Family::Loss,
+        Family::Adam,
+        Family::BatchNorm,
+        Family::Conv,
+    ];
+
+    /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
+    pub fn kernels(self) -> &'static KernelFile {
+        match self {
+            Family::Elementwise => &elementwise::cuda::KERNELS,
+            Family::Activation => &activation::cuda::KERNELS,
+            Family::Loss => &loss::cuda::KERNELS,
+            Family::Adam => &adam::cuda::KERNELS,
+            Family::BatchNorm => &batchnorm::cuda::KERNELS,
+            Family::Conv => &conv::cuda::KERNELS,
+        }
+    }
+}
+
+/// The generated `params.cuh`: the C declaration of every struct passed to kernels.
+pub fn params_header() -> String {
+    let mut s = String::from(
+        "// params.cuh: generated from the #[repr(C)] structs in src/ (device_struct!).\n\
+         #pragma once\n",
+    );
+    s += &FastDiv::c_decl();
+    s += &conv::cuda::ConvParams::c_decl();
+    s
+}
+
+/// Bytes allocated through one backend, now and at most.
+#[derive(Debug, Default)]
+struct MemStats {
+    current: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl MemStats {
+    fn add(&self, bytes: usize) {
+        let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+    fn sub(&self, bytes: usize) {
+        self.current.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+enum Storage {
+    Device(#[allow(dead_code)] driver::DeviceAlloc),
+    Host(#[allow(dead_code)] emu::HostAlloc),
+}
+
+/// A buffer of f32 on the device (or in the emulator's host memory).
+pub struct CudaBuf {
+    addr: u64,
+    len: usize,
+    mem: Arc<MemStats>,
+    _storage: Storage,
+}
+
+impl DeviceBuf for CudaBuf {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for CudaBuf {
+    fn drop(&mut self) {
+        self.mem.sub(4 * self.len.max(1));
+    }
+}
+
+impl CudaBuf {
+    /// The device address of element 0.
+    pub fn addr(&self) -> DevPtr {
+        DevPtr(self.addr)
+    }
+}
+
+/// The device address of a view's first element.
+pub fn dptr(v: View<'_, Cuda>) -> DevPtr {
+    v.buf.addr().add(v.off)
+}
+
+/// The device address of a writable view's first element.
+pub fn dptr_mut(v: &ViewMut<'_, Cuda>) -> DevPtr {
+    v.buf.addr().add(v.off)
+}
+
+enum Engine {
+    Driver(driver::Driver),
+    Emulator(emu::Emulator),
+}
+
+/// The CUDA backend on one device.
+pub struct Cuda {
+    engine: Engine,
+    sm_count: usize,
+    mem: Arc<MemStats>,
+    /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
+    /// (`reserve_workspace` grows it up front so that the step loop never allocates).
+    workspace: Mutex<Option<CudaBuf>>,
+}
+
+impl Cuda {
+    /// Context, streams and every kernel (compiled by NVRTC, or from the cache in
+    /// `$DCGAN_KERNEL_CACHE`, default ~/.cache/dcgan-train/kernels) on device `ordinal`.
+    pub fn new(ordinal: usize) -> Result<Cuda> {
+        let d = driver::Driver::new(ordinal)?;
+        Ok(Cuda {
+            sm_count: d.sm_count,
+            engine: Engine::Driver(d),
+            mem: Arc::default(),
+            workspace: Mutex::new(None),
+        })
+    }
+
+    /// The kernels run on the CPU by the emulator (tests and debugging; needs a C++ compiler).
+    /// `sm_count` is the multiprocessor count the launchers plan for (it decides split-K).
+    pub fn emulated(sm_count: usize) -> Result<Cuda> {
+        Ok(Cuda {
+            engine: Engine::Emulator(emu::Emulator::new()?),
+            sm_count: sm_count.max(1),
+            mem: Arc::default(),
+            workspace: Mutex::new(None),
+        })
+    }
+
+    /// Whether this backend runs on the emulator.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self.engine, Engine::Emulator(_))
+    }
+
+    /// The device this runs on (None on the emulator).
+    pub fn device(&self) -> Option<&DeviceProbe> {
+        match &self.engine {
+            Engine::Driver(d) => Some(&d.probe),
+            Engine::Emulator(_) => None,
+        }
+    }
+
+    /// Multiprocessors on the device: the launchers size grids and split-K by it.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
+    }
+
+    /// The most bytes this backend has had allocated at once (buffers and workspace).
+    pub fn peak_bytes(&self) -> usize {
+        self.mem.peak.load(Ordering::Relaxed)
+    }
+
+    /// Bytes allocated through this backend now.
+    pub fn allocated_bytes(&self) -> usize {
+        self.mem.current.load(Ordering::Relaxed)
+    }
+
+    fn driver(&self) -> Result<&driver::Driver> {
+        match &self.engine {
+            Engine::Driver(d) => Ok(d),
+            Engine::Emulator(_) => bail!("the CUDA emulator has no streams or pinned memory"),
+        }
+    }
+
+    /// Wait for the compute and copy streams; an error from an earlier asynchronous kernel or
+    /// copy is returned here (`Backend::synchronize` panics with it instead).
+    pub fn try_synchronize(&self) -> Result<()> {
+        match &self.engine {
+            Engine::Driver(d) => d.synchronize(),
+            Engine::Emulator(_) => Ok(()),
+        }
+    }
+
+    fn alloc_buf(&self, len: usize) -> Result<CudaBuf> {
+        let (addr, storage) = match &self.engine {
+            Engine::Driver(d) => {
+                let (addr, a) = d.alloc(len, self.allocated_bytes())?;
+                (addr, Storage::Device(a))
+            }
+            Engine::Emulator(_) => {
+                let h = emu::HostAlloc::new(len)?;
+                (h.addr(), Storage::Host(h))
+            }
+        };
+        self.mem.add(4 * len.max(1));
+        Ok(CudaBuf {
+            addr,
+            len,
+            mem: self.mem.clone(),
+            _storage: storage,
+        })
+    }
+
+    /// Grow the workspace to at least `floats` floats now, so ops never allocate later.
+    pub fn reserve_workspace(&self, floats: usize) -> Result<()> {
+        let mut ws = self.workspace.lock().unwrap();
+        if ws.as_ref().is_none_or(|b| b.len < floats) {
+            // Doubles live in it too: keep the length even so the end stays 8-byte aligned.
+            let len = floats.next_multiple_of(4);
+            *ws = None;
+            *ws = Some(self.alloc_buf(len)?);
+        }
+        Ok(())
+    }
+
+    /// Reserve the workspace the three convolution directions of `g` need.
+    pub fn prepare_conv(&self, g: &ConvGeom) -> Result<()> {
+        self.reserve_workspace(conv::cuda::workspace_floats(g, self.sm_count))
+    }
+
+    /// Reserve the workspace batch norm over `g` needs.
+    pub fn prepare_bn(&self, g: &BnGeom) -> Result<()> {
+        self.reserve_workspace(batchnorm::cuda::workspace_floats(g, self.sm_count))
+    }
+
+    /// The workspace, at least `floats` long (grown here if nobody reserved enough).
+    pub(crate) fn workspace(&self, floats: usize) -> DevPtr {
+        if let Err(e) = self.reserve_workspace(floats) {
+            panic!("{e:#}");
+        }
+        self.workspace.lock().unwrap().as_ref().unwrap().addr()
+    }
+
+    /// Launch kernel `index` of `family` on the compute stream (used by `cuda_kernels!`).
+    pub(crate) fn launch(
+        &self,
+        family: Family,
+        index: usize,
+        name: &'static str,
+        dims: Dims,
+        params: &mut [*mut c_void],
+    ) {
+        debug_assert_eq!(family.kernels().kernels[index].name, name);
+        if dims.is_empty() {
+            return;
+        }
+        match &self.engine {
+            Engine::Driver(d) => d.launch(family, index, name, dims, params),
+            Engine::Emulator(e) => e.launch(family, index, name, dims, params),
+        }
+    }
+
+    /// Page-locked host memory for `len` floats, allocated with flags 0 (cudarc's default is
+    /// write-combined, which is slow for the CPU to read), zero-filled.
+    pub fn alloc_pinned(&self, len: usize) -> Result<PinnedHostSlice<f32>> {
+        let d = self.driver()?;
+        let mut p = unsafe { d.ctx.alloc_pinned_with_flags::<f32>(len, 0) }
+            .map_err(|e| anyhow!("allocating {len} floats of pinned host memory: {e}"))?;
+        p.as_mut_slice()?.fill(0.0);
+        Ok(p)
+    }
+
+    /// Copy `src` into `dst[dst_off..]` on the copy stream, after everything issued on the
+    /// compute stream so far; returns the event that completes with the copy. `dst` must
+    /// stay alive and untouched until then (its `as_slice()` waits for the copy).
+    pub fn stage_to_host(
+        &self,
+        src: View<'_, Cuda>,
+        dst: &mut PinnedHostSlice<f32>,
+        dst_off: usize,
+    ) -> Result<CudaEvent> {
+        let d = self.driver()?;
+        let end = dst_off + src.len;
+        if end > dst.len() {
+            bail!(
+                "staging {} floats at {dst_off} into a pinned buffer of {}",
+                src.len,
+                dst.len()
+            );
+        }
+        d.copy_after_compute()?;
+        // Waits for earlier copies into `dst`; `_record` marks it busy until this copy ends.
+        let (slice, _record) = unsafe { dst.stream_synced_mut_slice(&d.copy) };
+        d.copy_to_pinned(dptr(src).0, &mut slice[dst_off..end])?;
+        drop(_record);
+        d.record_copy()
+    }
+
+    /// Copy `src[src_off..]` into `dst` on the copy stream, after everything issued on the
+    /// compute stream so far; returns the event to pass to `compute_wait` before using `dst`.
+    pub fn stage_to_device(
+        &self,
+        src: &PinnedHostSlice<f32>,
+        src_off: usize,
+        dst: ViewMut<'_, Cuda>,
+    ) -> Result<CudaEvent> {
+        let d = self.driver()?;
+        let end = src_off + dst.len;
+        if end > src.len() {
+            bail!(
+                "staging {} floats from {src_off} of a pinned buffer of {}",
+                dst.len,
+                src.len()
+            );
+        }
+        d.copy_after_compute()?;
+        let (slice, _record) = unsafe { src.stream_synced_slice(&d.copy) };
+        d.copy_from_pinned(&slice[src_off..end], dptr_mut(&dst).0)?;
+        drop(_record);
+        d.record_copy()
+    }
+
+    /// Make the compute stream wait for `ev` (e.g. a gradient's return before its Adam step).
+    pub fn compute_wait(&self, ev: &CudaEvent) -> Result<()> {
+        self.driver()?.compute_wait(ev)
+    }
+}
+
+fn check_len(what: &str, got: usize, want: usize) {
+    assert_eq!(got, want, "{what}: {got} floats where {want} are needed");
+}
+
+impl Backend for Cuda {
+    type Buf = CudaBuf;
+
+    fn describe(&self) -> String {
+        match &self.engine {
+            Engine::Driver(d) => format!("cuda:{} {}", d.probe.ordinal, d.probe.name),
+            Engine::Emulator(_) => "cuda-emulator (CPU)".into(),
+        }
+    }
+    fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        self.alloc_buf(len)
+    }
+    fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
+        check_len("upload", src.len(), dst.len);
+        let to = dptr_mut(&dst).0;
+        match &self.engine {
+            Engine::Driver(d) => d.upload(src, to),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), to as *mut f32, src.len())
+            },
+        }
+    }
+    fn download(&self, src: View<Self>, dst: &mut [f32]) {
+        check_len("download", dst.len(), src.len);
+        let from = dptr(src).0;
+        match &self.engine {
+            Engine::Driver(d) => d.download(from, dst),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy_nonoverlapping(from as *const f32, dst.as_mut_ptr(), dst.len())
+            },
+        }
+    }
+    fn copy(&self, src: View<Self>, dst: ViewMut<Self>) {
+        check_len("copy", dst.len, src.len);
+        let (from, to) = (dptr(src).0, dptr_mut(&dst).0);
+        match &self.engine {
+            Engine::Driver(d) => d.copy_dtod(from, to, src.len),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy(from as *const f32, to as *mut f32, src.len)
+            },
+        }
+    }
+    fn synchronize(&self) {
+        if let Err(e) = self.try_synchronize() {
+            panic!("{e:#}");
+        }
+    }
+
+    fn fill(&self, x: ViewMut<Self>, value: f32) {
+        elementwise::cuda::fill(self, x, value);
+    }
+    fn scale(&self, x: ViewMut<Self>, a: f32) {
+        elementwise::cuda::scale(self, x, a);
+    }
+    fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
+        elementwise::cuda::axpy(self, a, x, y);
+    }
+
+    fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
+        conv::cuda::forward(self, g, x, w, y);
+    }
+    fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
+        conv::cuda::backward_data(self, g, dy, w, dx);
+    }
+    fn conv2d_backward_weight(
+        &self,
+        g: &ConvGeom,
+        x: View<Self>,
+        dy: View<Self>,
+        dw: ViewMut<Self>,
+        accumulate: bool,
+    ) {
+        conv::cuda::backward_weight(self, g, x, dy, dw, accumulate);
+    }
+
+    fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>) {
+        batchnorm::cuda::forward_stats(self, g, x, stats);
+    }
+    fn bn_forward_apply(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        stats: View<Self>,
+        stats_count: f64,
+        gamma: View<Self>,
+        beta: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+        saved: ViewMut<Self>,
+        running: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::forward_apply(
+            self,
+            g,
+            x,
+            stats,
+            stats_count,
+            gamma,
+            beta,
+            act,
+            y,
+            saved,
+            running,
+        );
+    }
+    fn bn_forward_eval(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        gamma: View<Self>,
+        beta: View<Self>,
+        running: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::forward_eval(self, g, x, gamma, beta, running, act, y);
+    }
+    fn bn_backward_reduce(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        y: View<Self>,
+        act: Activation,
+        saved: View<Self>,
+        dy: ViewMut<Self>,
+        sums: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::backward_reduce(self, g, x, y, act, saved, dy, sums);
+    }
+    fn bn_backward_data(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        dz: View<Self>,
+        saved: View<Self>,
+        gamma: View<Self>,
+        sums: View<Self>,
+        sums_count: f64,
+        dx: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::backward_data(self, g, x, dz, saved, gamma, sums, sums_count, dx);
+    }
+
+    fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
+        activation::cuda::forward(self, act, x);
+    }
+    fn act_backward(&self, act: Activation, y: View<Self>, dy: ViewMut<Self>) {
+        activation::cuda::backward(self, act, y, dy);
+    }
+
+    fn bce_with_logits(
+        &self,
+        logits: View<Self>,
+        target: f32,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        loss::cuda::bce_with_logits(self, logits, target, dlogits, out);
+    }
+
+    fn adam(
+        &self,
+        h: &AdamStep,
+        param: ViewMut<Self>,
+        grad: View<Self>,
+        m: ViewMut<Self>,
+        v: ViewMut<Self>,
+    ) {
+        adam::cuda::step(self, h, param, grad, m, v);
+    }
+}
+
+/// Blocks for an elementwise kernel over `n` items: enough to fill the device, capped so
+/// that each thread loops over a few elements (grid-stride).
+pub(crate) fn elementwise_blocks(cu: &Cuda, n: usize) -> usize {
+    n.div_ceil(THREADS as usize).min(cu.sm_count * 16)
+}
+
+/// Threads per block of every kernel (`THREADS` in common.cuh).
+pub(crate) const THREADS: u32 = 256;
