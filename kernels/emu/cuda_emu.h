@@ -26,7 +26,7 @@
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 
 struct emu_dim3 {
