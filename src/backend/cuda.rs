@@ -131,12 +131,12 @@ impl CudaBuf {
 
 /// The device address of a view's first element.
 pub fn dptr(v: View<'_, Cuda>) -> DevPtr {
-    v.buf.addr().add(v.off)
+    v.buf.addr().offset(v.off)
 }
 
 /// The device address of a writable view's first element.
 pub fn dptr_mut(v: &ViewMut<'_, Cuda>) -> DevPtr {
-    v.buf.addr().add(v.off)
+    v.buf.addr().offset(v.off)
 }
 
 enum Engine {

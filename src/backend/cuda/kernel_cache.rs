@@ -71,12 +71,11 @@ pub fn load_or_compile(family: Family, target: &Target, refresh: bool) -> Result
         )),
         None => None,
     };
-    if let (Some(p), false) = (&path, refresh) {
-        if let Ok(bytes) = std::fs::read(p) {
-            if !bytes.is_empty() {
-                return Ok(bytes);
-            }
-        }
+    if let (Some(p), false) = (&path, refresh)
+        && let Ok(bytes) = std::fs::read(p)
+        && !bytes.is_empty()
+    {
+        return Ok(bytes);
     }
     let compiled = nvrtc::compile_family(family, target)?;
     if let (Some(d), Some(p)) = (&dir, &path) {

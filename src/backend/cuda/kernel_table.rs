@@ -56,7 +56,7 @@ pub struct DevPtr(pub u64);
 
 impl DevPtr {
     /// The address `floats` f32 further on.
-    pub fn add(self, floats: usize) -> DevPtr {
+    pub fn offset(self, floats: usize) -> DevPtr {
         DevPtr(self.0 + 4 * floats as u64)
     }
 }
@@ -248,7 +248,7 @@ impl FastDiv {
         }
         let l = usize::BITS - (d - 1).leading_zeros(); // ceil(log2 d) for d >= 2
         let p = 31 + l;
-        let mul = ((1u64 << p) + d as u64 - 1) / d as u64;
+        let mul = (1u64 << p).div_ceil(d as u64);
         debug_assert!(mul <= u32::MAX as u64);
         FastDiv {
             d: d as u32,

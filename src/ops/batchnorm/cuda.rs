@@ -299,7 +299,7 @@ mod tests {
             for sm in [1, 4, 132] {
                 let g = BnGeom::new(c, count);
                 let s = split(&g, sm);
-                assert!(s.chunk % THREADS as usize == 0);
+                assert!(s.chunk.is_multiple_of(THREADS as usize));
                 assert!(
                     s.splits * s.chunk >= count,
                     "{s:?} leaves elements of {count}"
