@@ -82,3 +82,22 @@ pub fn down(cu: &Cuda, b: &<Cuda as Backend>::Buf) -> Vec<f32> {
     cu.download(View::whole(b), &mut out);
     out
 }
+
+/// DCGAN_BENCH_ON_EMULATOR=1 lets the (ignored) benchmarks run on the emulator, at tiny
+/// batches, only to check that they work; their timings mean nothing there.
+pub fn bench_on_emulator() -> bool {
+    std::env::var("DCGAN_BENCH_ON_EMULATOR").is_ok_and(|v| v == "1")
+}
+
+/// Batch sizes for the benchmarks: DCGAN_BENCH_BATCHES (comma-separated), default 64,256.
+pub fn bench_batches() -> Vec<usize> {
+    std::env::var("DCGAN_BENCH_BATCHES")
+        .unwrap_or_else(|_| "64,256".into())
+        .split(',')
+        .map(|b| {
+            b.trim()
+                .parse()
+                .expect("DCGAN_BENCH_BATCHES: comma-separated numbers")
+        })
+        .collect()
+}
