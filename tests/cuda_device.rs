@@ -10,14 +10,18 @@ use dcgan_train::backend::cuda::{self, Cuda, NoGpu};
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::ops::conv::ConvGeom;
 
-/// `Some(reason)` when no GPU is usable here.
+/// `Some(reason)` when no GPU is usable here (a failure under DCGAN_REQUIRE_GPU=1).
 fn no_gpu() -> Option<NoGpu> {
-    cuda::probe().err()
+    let why = cuda::probe().err();
+    if let Some(w) = &why {
+        assert!(!require_gpu(), "DCGAN_REQUIRE_GPU=1 but {w}");
+    }
+    why
 }
 
 #[test]
 fn without_a_gpu_probe_and_new_fail_with_one_clear_line() {
-    let Some(why) = no_gpu() else {
+    let Some(why) = cuda::probe().err() else {
         eprintln!("skipped: a GPU is usable here");
         return;
     };

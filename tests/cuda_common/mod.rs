@@ -20,6 +20,7 @@ pub fn engines(test: &str) -> Vec<Cuda> {
                     Cuda::new(0).unwrap_or_else(|e| panic!("{test}: {p} is usable but: {e:#}"));
                 out.push(cu);
             }
+            Err(why) if require_gpu() => panic!("{test}: DCGAN_REQUIRE_GPU=1 but {why}"),
             Err(why) => eprintln!("{test}: GPU skipped: {why}"),
         }
     }
@@ -34,9 +35,16 @@ pub fn engines(test: &str) -> Vec<Cuda> {
     out
 }
 
-/// Whether `cu` is the (slow) emulator: tests shrink their shapes for it.
+/// DCGAN_REQUIRE_GPU=1 (set by scripts/gpu-check.sh): a GPU that is not usable fails the
+/// tests instead of skipping them, so that nothing passes without having run.
+pub fn require_gpu() -> bool {
+    std::env::var("DCGAN_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// Whether tests should use their small shapes: on the (slow) emulator, and on a GPU when
+/// DCGAN_TEST_SMALL=1 (compute-sanitizer runs, which are slow too).
 pub fn small(cu: &Cuda) -> bool {
-    cu.is_emulated()
+    cu.is_emulated() || std::env::var("DCGAN_TEST_SMALL").is_ok_and(|v| v == "1")
 }
 
 pub fn rng(seed: u64) -> ChaCha8Rng {

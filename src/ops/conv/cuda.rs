@@ -211,6 +211,13 @@ fn params(g: &ConvGeom, p: &GemmPlan, accumulate: bool) -> ConvParams {
         );
         v as i32
     };
+    // The kernels index within one tensor in 32 bits.
+    for len in [g.x_len(), g.y_len(), g.w_len()] {
+        assert!(
+            len < 1 << 31,
+            "a convolution tensor of {len} floats is too large: {g:?}"
+        );
+    }
     let div = |d: usize| FastDiv::new(d.max(1));
     ConvParams {
         batch: i(g.batch),
