@@ -266,8 +266,15 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   };
 
   // ---- the multiply ----
+  // A thread owns TM rows and TN columns of the tile, in groups of (up to) 4 consecutive
+  // ones, the groups a quarter/half tile apart: its shared-memory reads are then 16-byte
+  // vectors that a warp reads without bank conflicts.
+  constexpr int GM = TM % 4 == 0 ? 4 : TM;
+  constexpr int GN = TN % 4 == 0 ? 4 : TN;
   const int tx = tid % (BN / TN);
   const int ty = tid / (BN / TN);
+  auto row_of = [&](int i) { return ty * GM + i % GM + (i / GM) * (BM / TM) * GM; };
+  auto col_of = [&](int j) { return tx * GN + j % GN + (j / GN) * (BN / TN) * GN; };
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -284,9 +291,9 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     for (int kk = 0; kk < BK; ++kk) {
       float av[TM], bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = As[kk][ty * TM + i];
+      for (int i = 0; i < TM; ++i) av[i] = As[kk][row_of(i)];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx * TN + j];
+      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][col_of(j)];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -304,11 +311,11 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     const bool add = p.accumulate && !p.split_out;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const int m = m0 + ty * TM + i;
+      const int m = m0 + row_of(i);
       if (m >= M) continue;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
-        const int n = n0 + tx * TN + j;
+        const int n = n0 + col_of(j);
         if (n >= N) continue;
         const long long idx = (long long)m * N + n;
         out[idx] = add ? out[idx] + acc[i][j] : acc[i][j];
@@ -317,7 +324,7 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   } else if constexpr (MODE == MODE_BWD_DATA) {
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      const int n = n0 + tx * TN + j;
+      const int n = n0 + col_of(j);
       if (n >= N) continue;
       int b, rem, i2, j2;
       fdivmod(n, p.div_phase_pix, b, rem);
@@ -328,7 +335,7 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
       const int pix = b * H * W + ih * W + iw;
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
-        const int m = m0 + ty * TM + i;
+        const int m = m0 + row_of(i);
         if (m < M) C[(long long)m * plane_in + pix] = acc[i][j];
       }
     }
@@ -336,13 +343,13 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     const int kk2 = p.k * p.k;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const int m = m0 + ty * TM + i;
+      const int m = m0 + row_of(i);
       if (m >= M) continue;
       int ci, q;
       fdivmod(m, p.div_kk, ci, q);
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
-        const int n = n0 + tx * TN + j;
+        const int n = n0 + col_of(j);
         if (n < N) C[(long long)ci * plane_in + (long long)n * kk2 + q] = acc[i][j];
       }
     }
@@ -356,18 +363,23 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     conv_gemm<MODE, BM, BN, TM, TN>(p, a, b, c);                                         \
   }
 
-// Three tile shapes: 64x64 for the wide layers, 16x128 and 4x256 for layers with few output
-// rows (C_out = 1 in D's last conv, C_in = 1 in G's last ConvTranspose), where a 64-row tile
+// Four tile shapes: 128x128 (8x8 per thread) for large GEMMs, 64x64 where 128-wide tiles
+// would leave multiprocessors idle, 16x128 and 4x256 for layers with few output rows
+// (C_out = 1 in D's last conv, C_in = 1 in G's last ConvTranspose), where a 64-row tile
 // would compute mostly padding.
+CONV_KERNEL(conv_fwd_128x128, MODE_FWD, 128, 128, 8, 8)
 CONV_KERNEL(conv_fwd_64x64, MODE_FWD, 64, 64, 4, 4)
 CONV_KERNEL(conv_fwd_16x128, MODE_FWD, 16, 128, 2, 4)
 CONV_KERNEL(conv_fwd_4x256, MODE_FWD, 4, 256, 1, 4)
+CONV_KERNEL(conv_bwd_data_128x128, MODE_BWD_DATA, 128, 128, 8, 8)
 CONV_KERNEL(conv_bwd_data_64x64, MODE_BWD_DATA, 64, 64, 4, 4)
 CONV_KERNEL(conv_bwd_data_16x128, MODE_BWD_DATA, 16, 128, 2, 4)
 CONV_KERNEL(conv_bwd_data_4x256, MODE_BWD_DATA, 4, 256, 1, 4)
+CONV_KERNEL(conv_bwd_data_dense_128x128, MODE_BWD_DATA_DENSE, 128, 128, 8, 8)
 CONV_KERNEL(conv_bwd_data_dense_64x64, MODE_BWD_DATA_DENSE, 64, 64, 4, 4)
 CONV_KERNEL(conv_bwd_data_dense_16x128, MODE_BWD_DATA_DENSE, 16, 128, 2, 4)
 CONV_KERNEL(conv_bwd_data_dense_4x256, MODE_BWD_DATA_DENSE, 4, 256, 1, 4)
+CONV_KERNEL(conv_bwd_weight_128x128, MODE_BWD_WEIGHT, 128, 128, 8, 8)
 CONV_KERNEL(conv_bwd_weight_64x64, MODE_BWD_WEIGHT, 64, 64, 4, 4)
 CONV_KERNEL(conv_bwd_weight_16x128, MODE_BWD_WEIGHT, 16, 128, 2, 4)
 CONV_KERNEL(conv_bwd_weight_4x256, MODE_BWD_WEIGHT, 4, 256, 1, 4)

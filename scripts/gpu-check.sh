@@ -24,7 +24,8 @@
 #              staging through pinned memory, probe (DCGAN_TEST_ENGINES=gpu)
 #    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
 #              (small shapes) and the DCGAN gradient test
-#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines)
+#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines), the
+#              step also with DCGAN_CONV_TILE=64 (no 128x128 tiles) for comparison
 #    torch     scripts/bench-torch.py at batch 64 and 256, cuDNN with TF32 (PyTorch's
 #              default) and without
 #    binary    the release dcgan-train: --version, info, bench-step --device cuda
@@ -196,6 +197,10 @@ stage_bench() {
   if have_bin cuda_dcgan bench-step; then
     run_step bench-step 180 "$BIN/cuda_dcgan" --ignored --nocapture --test-threads=1 bench_step
     grep '^{' "$OUT/bench-step.log" >"$OUT/bench-step.jsonl" || true
+    # The same step with the 128x128 conv tile switched off: does it pay here?
+    DCGAN_CONV_TILE=64 run_step bench-step-tile64 180 "$BIN/cuda_dcgan" --ignored --nocapture \
+      --test-threads=1 bench_step
+    grep '^{' "$OUT/bench-step-tile64.log" >"$OUT/bench-step-tile64.jsonl" || true
   fi
 }
 

@@ -358,7 +358,7 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
     }
 }
 
-/// Shapes that reach every kernel path: the three tile shapes, split-K, stride phases with
+/// Shapes that reach every kernel path: the four tile shapes, split-K, stride phases with
 /// padding (H or k not divisible by the stride), the dense backward-data, stride 3.
 fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
     let c = |b, ci, h, w, co, k, s, p| ConvGeom::conv(b, ci, h, w, co, k, s, p).unwrap();
@@ -377,6 +377,11 @@ fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
         c(2, 3, 16, 16, 40, 3, 1, 1),
         c(4, 2, 16, 16, 32, 3, 1, 1),
         c(4, 1, 16, 16, 2, 3, 1, 1),
+        // 128x128 tiles (M >= 128, not a multiple of 128) in each direction.
+        c(2, 4, 16, 16, 130, 3, 1, 1),
+        c(2, 60, 6, 6, 130, 3, 1, 1),
+        c(2, 130, 8, 8, 6, 4, 2, 1),
+        c(3, 12, 7, 7, 5, 7, 1, 0),
     ];
     // The DCGAN's layers: on the emulator at batch 2, on a GPU at 64 and an odd batch.
     let batches: &[usize] = if small(cu) { &[2] } else { &[64, 5] };

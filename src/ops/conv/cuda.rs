@@ -47,15 +47,19 @@ device_struct! {
 
 cuda_kernels! {
     family: Family::Conv, file: "conv.cu";
+    fn conv_fwd_128x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_fwd_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_fwd_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_fwd_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_128x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_dense_128x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_dense_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_dense_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_dense_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_weight_128x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
@@ -83,6 +87,7 @@ pub enum Direction {
 /// Output tile of one block: rows x columns of C.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tile {
+    T128x128,
     T64x64,
     T16x128,
     T4x256,
@@ -97,8 +102,28 @@ impl Tile {
             _ => Tile::T64x64,
         }
     }
+
+    /// The tile for a GEMM of m x n outputs in `z` independent slabs: 128x128 (8x8 outputs
+    /// per thread, more multiply-adds per shared-memory read) once it still gives every
+    /// multiprocessor a block, otherwise the 64-row or narrow tiles. `DCGAN_CONV_TILE=64`
+    /// or `=128` forces the choice between the two wide tiles (for benchmarking).
+    pub fn choose(m: usize, n: usize, z: usize, sm_count: usize) -> Tile {
+        let narrow = Tile::for_rows(m);
+        if narrow != Tile::T64x64 {
+            return narrow;
+        }
+        let blocks_128 = m.div_ceil(128) * n.div_ceil(128) * z;
+        match wide_tile_override() {
+            Some(128) => Tile::T128x128,
+            Some(_) => Tile::T64x64,
+            None if m >= 128 && blocks_128 >= sm_count => Tile::T128x128,
+            None => Tile::T64x64,
+        }
+    }
+
     pub fn rows(self) -> usize {
         match self {
+            Tile::T128x128 => 128,
             Tile::T64x64 => 64,
             Tile::T16x128 => 16,
             Tile::T4x256 => 4,
@@ -106,11 +131,23 @@ impl Tile {
     }
     pub fn cols(self) -> usize {
         match self {
+            Tile::T128x128 => 128,
             Tile::T64x64 => 64,
             Tile::T16x128 => 128,
             Tile::T4x256 => 256,
         }
     }
+}
+
+/// `DCGAN_CONV_TILE` (64 or 128), read once.
+fn wide_tile_override() -> Option<usize> {
+    static TILE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| {
+        std::env::var("DCGAN_CONV_TILE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|t| [64, 128].contains(t))
+    })
 }
 
 /// The GEMM a launch computes and how it is cut into blocks.
@@ -170,13 +207,18 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
         Direction::BackwardDataDense => (g.c_in * kk, g.batch, g.c_out),
         Direction::BackwardWeight => (g.c_out, g.c_in * kk, g.batch * g.out_pixels()),
     };
-    let tile = Tile::for_rows(m);
+    let phases = if dir == Direction::BackwardData {
+        s * s
+    } else {
+        1
+    };
+    let tile = Tile::choose(m, n, phases, sm_count);
     let (z, splits, k_chunk) = match dir {
         Direction::Forward | Direction::BackwardWeight => {
             let (splits, chunk) = split_k(tile, m, n, k, sm_count);
             (splits, splits, chunk)
         }
-        Direction::BackwardData => (s * s, 1, k.next_multiple_of(BK).max(BK)),
+        Direction::BackwardData => (phases, 1, k.next_multiple_of(BK).max(BK)),
         Direction::BackwardDataDense => (1, 1, k.next_multiple_of(BK).max(BK)),
     };
     GemmPlan {
@@ -253,15 +295,19 @@ fn kernel(dir: Direction, tile: Tile) -> GemmKernel {
     use Direction::*;
     use Tile::*;
     match (dir, tile) {
+        (Forward, T128x128) => launch::conv_fwd_128x128,
         (Forward, T64x64) => launch::conv_fwd_64x64,
         (Forward, T16x128) => launch::conv_fwd_16x128,
         (Forward, T4x256) => launch::conv_fwd_4x256,
+        (BackwardData, T128x128) => launch::conv_bwd_data_128x128,
         (BackwardData, T64x64) => launch::conv_bwd_data_64x64,
         (BackwardData, T16x128) => launch::conv_bwd_data_16x128,
         (BackwardData, T4x256) => launch::conv_bwd_data_4x256,
+        (BackwardDataDense, T128x128) => launch::conv_bwd_data_dense_128x128,
         (BackwardDataDense, T64x64) => launch::conv_bwd_data_dense_64x64,
         (BackwardDataDense, T16x128) => launch::conv_bwd_data_dense_16x128,
         (BackwardDataDense, T4x256) => launch::conv_bwd_data_dense_4x256,
+        (BackwardWeight, T128x128) => launch::conv_bwd_weight_128x128,
         (BackwardWeight, T64x64) => launch::conv_bwd_weight_64x64,
         (BackwardWeight, T16x128) => launch::conv_bwd_weight_16x128,
         (BackwardWeight, T4x256) => launch::conv_bwd_weight_4x256,
