@@ -139,3 +139,14 @@ fn peak_bytes_counts_buffers_and_workspace() {
             .all(|&v| (v - want).abs() < 1e-3 * want)
     );
 }
+
+#[test]
+fn the_backend_and_its_buffers_can_cross_threads() {
+    // Compile-time: the trainer may build the backend on one thread and use it on another,
+    // and hands pinned buffers and events to the comm thread.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Cuda>();
+    send_sync::<<Cuda as Backend>::Buf>();
+    send_sync::<cuda::PinnedHostSlice<f32>>();
+    send_sync::<cuda::CudaEvent>();
+}
