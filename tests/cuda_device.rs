@@ -150,3 +150,45 @@ fn the_backend_and_its_buffers_can_cross_threads() {
     send_sync::<cuda::PinnedHostSlice<f32>>();
     send_sync::<cuda::CudaEvent>();
 }
+
+#[test]
+fn a_captured_graph_replays_the_recorded_work() {
+    if let Some(why) = no_gpu() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let cu = Cuda::new(0).unwrap();
+    let mut r = rng(22);
+    let (x0, y0) = (random(&mut r, 5000, 1.0), random(&mut r, 5000, 1.0));
+    let (mut x, y) = (up(&cu, &x0), up(&cu, &y0));
+    let ((), graph) = cu
+        .capture(|cu| {
+            cu.scale(ViewMut::whole(&mut x), 1.5);
+            cu.axpy(0.5, View::whole(&y), ViewMut::whole(&mut x));
+        })
+        .unwrap();
+    assert_eq!(down(&cu, &x), x0, "capturing ran the work");
+    for _ in 0..3 {
+        cu.replay(&graph).unwrap();
+    }
+    let mut want = x0.clone();
+    for _ in 0..3 {
+        for (w, &v) in want.iter_mut().zip(&y0) {
+            *w = *w * 1.5 + 0.5 * v;
+        }
+    }
+    assert_close("replayed graph", &down(&cu, &x), &want, 1e-5);
+
+    // An op that cannot be recorded refuses with a message; the backend works afterwards.
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = cu.capture(|cu| {
+            let mut host = vec![0.0; 4];
+            cu.download(View::range(&x, 0..4), &mut host);
+        });
+    }));
+    let msg = refused.expect_err("a download inside a capture was accepted");
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("cannot be recorded"), "{msg}");
+    cu.scale(ViewMut::whole(&mut x), 2.0);
+    cu.try_synchronize().unwrap();
+}
