@@ -144,3 +144,45 @@ fn the_generated_header_declares_every_parameter_struct() {
     // FastDiv comes first: ConvParams uses it.
     assert!(h.find("struct FastDiv").unwrap() < h.find("struct ConvParams").unwrap());
 }
+
+#[test]
+fn the_kernel_cache_stores_reuses_and_refreshes_images() {
+    use dcgan_train::backend::cuda::kernel_cache;
+    if !nvrtc_or_skip("the_kernel_cache") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dcgan-cache-test-{}", std::process::id()));
+    // Only this test in this binary reads the cache location.
+    unsafe { std::env::set_var("DCGAN_KERNEL_CACHE", &dir) };
+    let target = Target {
+        arch: CI_ARCH,
+        output: Output::Cubin,
+    };
+    let fresh = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("adam-sm_90-") && name.ends_with(".cubin"),
+        "{name}"
+    );
+    // A second load is the stored file: damage it and see the damage come back...
+    std::fs::write(&files[0], b"not a cubin").unwrap();
+    let cached = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
+    assert_eq!(cached, b"not a cubin");
+    // ... and a refresh (what the driver does when an image fails to load) compile it anew.
+    let refreshed = kernel_cache::load_or_compile(Family::Adam, &target, true).unwrap();
+    assert_eq!(refreshed, fresh);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), fresh);
+    // Another target is another file.
+    let ptx = Target {
+        arch: CI_ARCH,
+        output: Output::Ptx,
+    };
+    kernel_cache::load_or_compile(Family::Adam, &ptx, false).unwrap();
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
