@@ -10,6 +10,8 @@
 //! CNHW and PyTorch's NCHW hold the same bytes. Weights keep PyTorch's layouts.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;

@@ -2,6 +2,8 @@
 //! CPU side in `cpu.rs`, CUDA launchers in `cuda.rs`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// The activations of the DCGAN. `None` lets batch norm run without a fused activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

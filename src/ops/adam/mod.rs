@@ -2,6 +2,8 @@
 //! parameters, gradients and moments. CPU side in `cpu.rs`, CUDA launcher in `cuda.rs`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// The scalars of one Adam step; the bias corrections are computed once on the host.
 #[derive(Clone, Copy, Debug, PartialEq)]

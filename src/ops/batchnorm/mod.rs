@@ -3,6 +3,8 @@
 //! allreduce between the halves. CPU side in `cpu.rs`, CUDA launchers in `cuda.rs`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// Shape and hyper-parameters of one batch-norm layer (PyTorch's defaults).
 #[derive(Clone, Copy, Debug, PartialEq)]

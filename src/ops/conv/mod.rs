@@ -7,6 +7,8 @@
 //! weight [in,out,k,k] is exactly this conv's weight.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use anyhow::{Result, bail};
 

@@ -2,6 +2,8 @@
 //! mean over the batch. CPU side in `cpu.rs`, CUDA launcher in `cuda.rs`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 /// Loss of one logit, in the stable form max(x,0) - x*t + log(1 + exp(-|x|)).
 #[inline(always)]

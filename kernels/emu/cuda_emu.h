@@ -1,0 +1,197 @@
+// cuda_emu.h: run the kernels of kernels/*.cu on the CPU, for tests on machines without a GPU.
+//
+// src/backend/cuda/emu.rs compiles one C++ file that includes this header, every kernel
+// family and one EMU_KERNEL(name) per kernel, into a shared library. Each thread of a block is
+// a fiber (ucontext) on one OS thread; __syncthreads and warp shuffles switch between fibers,
+// so a block runs with real barrier semantics, and shared memory is plain static storage
+// (one block runs at a time). A barrier that not every thread reaches is reported instead of
+// hanging. Device memory is host memory with guard pages (emu.rs), so an out-of-bounds access
+// crashes the test instead of passing silently.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+
+struct emu_dim3 {
+  unsigned int x, y, z;
+};
+
+namespace emu {
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackBytes = 64 * 1024;
+
+struct Fiber {
+  ucontext_t ctx;
+  emu_dim3 tid;
+  int linear;
+  bool done;
+};
+
+struct State {
+  emu_dim3 block_idx, block_dim, grid_dim;
+  Fiber* fibers = nullptr;
+  char* stacks = nullptr;
+  int capacity = 0;
+  int nthreads = 0;
+  int cur = 0;
+  ucontext_t sched;
+  int bar_count = 0;
+  unsigned bar_gen = 0;
+  int warp_count[kMaxThreads / 32];
+  unsigned warp_gen[kMaxThreads / 32];
+  unsigned long long warp_buf[kMaxThreads / 32][32];
+  unsigned long long progress = 0;
+  void (*tramp)(void**) = nullptr;
+  void** args = nullptr;
+};
+
+inline State S;
+
+inline void yield() { swapcontext(&S.fibers[S.cur].ctx, &S.sched); }
+
+inline void warp_sync(int w) {
+  const int lanes = S.nthreads - 32 * w < 32 ? S.nthreads - 32 * w : 32;
+  const unsigned gen = S.warp_gen[w];
+  ++S.progress;
+  if (++S.warp_count[w] == lanes) {
+    S.warp_count[w] = 0;
+    ++S.warp_gen[w];
+    return;
+  }
+  while (S.warp_gen[w] == gen) yield();
+}
+
+template <class... A, size_t... I>
+void call(void (*f)(A...), void** a, std::index_sequence<I...>) {
+  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(a[I])...);
+}
+template <class... A>
+void call(void (*f)(A...), void** a) {
+  call(f, a, std::index_sequence_for<A...>{});
+}
+
+inline void fiber_entry() {
+  S.tramp(S.args);
+  S.fibers[S.cur].done = true;
+}
+
+}  // namespace emu
+
+#define threadIdx (emu::S.fibers[emu::S.cur].tid)
+#define blockIdx (emu::S.block_idx)
+#define blockDim (emu::S.block_dim)
+#define gridDim (emu::S.grid_dim)
+
+inline void __syncthreads() {
+  const unsigned gen = emu::S.bar_gen;
+  ++emu::S.progress;
+  if (++emu::S.bar_count == emu::S.nthreads) {
+    emu::S.bar_count = 0;
+    ++emu::S.bar_gen;
+    return;
+  }
+  while (emu::S.bar_gen == gen) emu::yield();
+}
+
+template <class T>
+inline T __shfl_xor_sync(unsigned int, T v, int lane_mask) {
+  static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+  const int t = emu::S.fibers[emu::S.cur].linear;
+  const int w = t >> 5, lane = t & 31;
+  memcpy(&emu::S.warp_buf[w][lane], &v, sizeof(T));
+  emu::warp_sync(w);
+  T r;
+  memcpy(&r, &emu::S.warp_buf[w][lane ^ lane_mask], sizeof(T));
+  emu::warp_sync(w);
+  return r;
+}
+
+inline unsigned int __umulhi(unsigned int a, unsigned int b) {
+  return (unsigned int)(((unsigned long long)a * b) >> 32);
+}
+
+// Run `tramp(args)` as a kernel over grid x block, one block at a time. Returns 0, or 1 with
+// a message in `err` when a block's threads wait at a barrier that not all of them reach.
+extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
+                          const unsigned int* block, void** args, char* err, int err_len) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> guard(mu);
+  using emu::S;
+  const int n = (int)(block[0] * block[1] * block[2]);
+  if (n <= 0 || n > emu::kMaxThreads) {
+    snprintf(err, err_len, "block of %d threads (1..=1024 allowed)", n);
+    return 1;
+  }
+  if (S.capacity < n) {
+    free(S.fibers);
+    free(S.stacks);
+    S.fibers = (emu::Fiber*)calloc(n, sizeof(emu::Fiber));
+    S.stacks = (char*)malloc((size_t)n * emu::kStackBytes);
+    S.capacity = n;
+  }
+  S.nthreads = n;
+  S.block_dim = {block[0], block[1], block[2]};
+  S.grid_dim = {grid[0], grid[1], grid[2]};
+  S.tramp = tramp;
+  S.args = args;
+  for (unsigned bz = 0; bz < grid[2]; ++bz)
+    for (unsigned by = 0; by < grid[1]; ++by)
+      for (unsigned bx = 0; bx < grid[0]; ++bx) {
+        S.block_idx = {bx, by, bz};
+        S.bar_count = 0;
+        for (int w = 0; w < emu::kMaxThreads / 32; ++w) S.warp_count[w] = 0;
+        for (int t = 0; t < n; ++t) {
+          emu::Fiber& f = S.fibers[t];
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = S.stacks + (size_t)t * emu::kStackBytes;
+          f.ctx.uc_stack.ss_size = emu::kStackBytes;
+          f.ctx.uc_link = &S.sched;
+          makecontext(&f.ctx, emu::fiber_entry, 0);
+          f.tid = {t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
+          f.linear = t;
+          f.done = false;
+        }
+        int alive = n;
+        while (alive > 0) {
+          const unsigned long long before = S.progress;
+          for (int t = 0; t < n; ++t) {
+            if (S.fibers[t].done) continue;
+            S.cur = t;
+            swapcontext(&S.sched, &S.fibers[t].ctx);
+            if (S.fibers[t].done) {
+              --alive;
+              ++S.progress;
+            }
+          }
+          if (alive > 0 && S.progress == before) {
+            snprintf(err, err_len,
+                     "block (%u, %u, %u): %d of %d threads wait at a barrier that the others "
+                     "never reach",
+                     bx, by, bz, alive, n);
+            return 1;
+          }
+        }
+      }
+  return 0;
+}
+
+#define EMU_KERNEL(name) \
+  extern "C" void emu_tramp_##name(void** a) { emu::call(name, a); }

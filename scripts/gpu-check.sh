@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything a session with a GPU checks, in one call, with prebuilt binaries
+# (the GPU machine has CUDA, compute-sanitizer, ncu and PyTorch, but no Rust).
+#
+# 1. Here (no GPU needed), build the binaries the GPU machine runs into target/gpu-bin:
+#
+#      bash scripts/gpu-check.sh --build
+#
+#    That is `cargo build --release --no-default-features --features cuda` (no MPI there) of
+#    the dcgan-train binary and of the CUDA test executables (`cargo test --no-run`), copied
+#    under stable names into target/gpu-bin, stripped of debug info (about 11 MiB).
+# 2. On the GPU machine, from the repository root, carrying target/gpu-bin:
+#
+#      bash scripts/gpu-check.sh [STAGE...]        (default: all stages but ncu)
+#
+#    Stages: env nvrtc tests sanitize bench torch binary ncu. Everything measured goes under
+#    $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark lines, summary.txt.
+#    Each stage has a time limit; if one call is too short for all of them, run
+#    "env nvrtc tests sanitize" in one call and "nvrtc bench torch binary" in the next.
+#
+#    env       nvidia-smi, nvcc, driver, PyTorch versions
+#    nvrtc     pick the libnvrtc directory whose kernels load on this driver
+#    tests     every op, G/D gradients and 20 training steps against the CPU backend,
+#              staging through pinned memory, probe (DCGAN_TEST_ENGINES=gpu)
+#    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
+#              (small shapes) and the DCGAN gradient test
+#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines), the
+#              step also with DCGAN_CONV_TILE=64 (no 128x128 tiles) for comparison
+#    torch     scripts/bench-torch.py at batch 64 and 256, cuDNN with TF32 (PyTorch's
+#              default) and without
+#    binary    the release dcgan-train: --version, info, bench-step --device cuda
+#    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$ROOT/target/gpu-bin"
+TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_dcgan cuda_bench)
+
+if [[ "${1:-}" == "--build" ]]; then
+  set -e
+  cd "$ROOT"
+  FEAT=(--release --no-default-features --features cuda)
+  cargo build "${FEAT[@]}" --bin dcgan-train
+  args=()
+  for t in "${TESTS[@]}"; do args+=(--test "$t"); done
+  mkdir -p "$BIN"
+  cargo test "${FEAT[@]}" --no-run "${args[@]}" --message-format=json |
+    python3 -c '
+import json, os, shutil, sys
+dst = sys.argv[1]
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and "test" in m.get("target", {}).get("kind", []):
+        name = m["target"]["name"]
+        shutil.copy2(exe, os.path.join(dst, name))
+        print("gpu-bin:", name, file=sys.stderr)
+' "$BIN"
+  cp target/release/dcgan-train "$BIN/"
+  # Without debug info the set is ~11 MiB instead of ~110 (the carry limit is 64 MiB);
+  # panics still name functions.
+  for f in "$BIN"/*; do strip --strip-debug "$f"; done
+  du -sh "$BIN"
+  echo "carry target/gpu-bin and run: bash scripts/gpu-check.sh"
+  exit 0
+fi
+
+OUT=${OUT:-$ROOT/gpu-check-out}
+mkdir -p "$OUT"
+cd "$ROOT"
+export DCGAN_KERNEL_CACHE=${DCGAN_KERNEL_CACHE:-/tmp/dcgan-kernel-cache}
+export DCGAN_TEST_ENGINES=gpu
+export DCGAN_REQUIRE_NVRTC=1
+export DCGAN_REQUIRE_GPU=1
+export RUST_BACKTRACE=1
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+# run_step NAME LIMIT_S CMD...: one logged, time-limited command; PASS/FAIL into the summary.
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  local log="$OUT/$name.log" t0=$SECONDS
+  echo "== $name: $*" >"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  [[ $rc -ne 0 ]] && verdict="FAIL (exit $rc$([[ $rc -eq 124 ]] && echo ", timed out after ${limit}s"))"
+  note "$(printf '%-34s %-6s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$log")"
+  return $rc
+}
+
+have_bin() {
+  [[ -x "$BIN/$1" ]] || { note "$(printf '%-34s SKIP   missing %s (run --build here first)' "$2" "$BIN/$1")"; return 1; }
+}
+
+# Directories that hold a libnvrtc, best guesses first.
+nvrtc_candidates() {
+  [[ -n "${NVRTC_DIR:-}" ]] && echo "$NVRTC_DIR"
+  if command -v nvcc >/dev/null 2>&1; then
+    local nv
+    nv=$(dirname "$(readlink -f "$(command -v nvcc)")")
+    echo "$nv/../lib64"
+    echo "$nv/../targets/x86_64-linux/lib"
+  fi
+  echo /usr/local/cuda/lib64
+  ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}' | xargs -r -n1 dirname
+  python3 - <<'PY' 2>/dev/null
+import importlib.util, os
+spec = importlib.util.find_spec("nvidia")
+for base in (spec.submodule_search_locations if spec else []):
+    for root, _, files in os.walk(base):
+        if any(f.startswith("libnvrtc.so") for f in files):
+            print(root)
+PY
+}
+
+stage_env() {
+  {
+    date -u
+    hostname
+    nvidia-smi || echo "nvidia-smi failed"
+    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || true
+    command -v nvcc && nvcc --version
+    command -v compute-sanitizer && compute-sanitizer --version | head -3
+    command -v ncu && ncu --version | tail -1
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
+    echo "NVRTC candidates:"
+    nvrtc_candidates | while read -r d; do ls "$d"/libnvrtc.so* 2>/dev/null; done | sort -u
+    ls -la "$BIN" 2>&1
+  } >"$OUT/env.txt" 2>&1
+  note "$(printf '%-34s %-6s        %s' env DONE "$OUT/env.txt")"
+}
+
+# Pick the first NVRTC directory with which the kernels compile, load and run here.
+stage_nvrtc() {
+  NVRTC_PICKED=1
+  have_bin cuda_device nvrtc || return 1
+  local log="$OUT/nvrtc.log" d
+  : >"$log"
+  for d in $(nvrtc_candidates | while read -r x; do [[ -d "$x" ]] && readlink -f "$x"; done | awk '!seen[$0]++'); do
+    ls "$d"/libnvrtc.so* >/dev/null 2>&1 || continue
+    echo "== trying $d" >>"$log"
+    if LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 \
+      "$BIN/cuda_device" --test-threads=1 --nocapture >>"$log" 2>&1; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "$d" >"$OUT/nvrtc-dir.txt"
+      note "$(printf '%-34s %-6s        %s' nvrtc PASS "NVRTC from $d ($log)")"
+      return 0
+    fi
+  done
+  note "$(printf '%-34s %-6s        %s' nvrtc FAIL "no NVRTC directory worked, see $log")"
+  return 1
+}
+
+ensure_nvrtc() {
+  [[ -n "${NVRTC_PICKED:-}" ]] && return 0
+  if [[ -s "$OUT/nvrtc-dir.txt" ]]; then
+    export LD_LIBRARY_PATH="$(cat "$OUT/nvrtc-dir.txt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    stage_nvrtc || true
+  fi
+  NVRTC_PICKED=1
+}
+
+stage_tests() {
+  ensure_nvrtc
+  for t in cuda_nvrtc cuda_device cuda_ops cuda_dcgan; do
+    have_bin "$t" "test $t" && run_step "test-$t" 240 "$BIN/$t" --test-threads=1 --nocapture
+  done
+}
+
+stage_sanitize() {
+  ensure_nvrtc
+  command -v compute-sanitizer >/dev/null || { note "sanitize: SKIP (no compute-sanitizer)"; return; }
+  have_bin cuda_ops sanitize || return
+  local cs=(compute-sanitizer --error-exitcode 9 --print-limit 20)
+  export DCGAN_TEST_SMALL=1
+  run_step sanitize-memcheck-ops 240 "${cs[@]}" --tool memcheck "$BIN/cuda_ops" --test-threads=1
+  run_step sanitize-memcheck-dcgan 240 "${cs[@]}" --tool memcheck "$BIN/cuda_dcgan" --test-threads=1 generator_and_discriminator
+  run_step sanitize-racecheck 300 "${cs[@]}" --tool racecheck --racecheck-report hazard "$BIN/cuda_ops" --test-threads=1 convolution batchnorm bce
+  run_step sanitize-synccheck 240 "${cs[@]}" --tool synccheck "$BIN/cuda_ops" --test-threads=1 convolution batchnorm bce
+  run_step sanitize-initcheck 240 "${cs[@]}" --tool initcheck "$BIN/cuda_ops" --test-threads=1
+  unset DCGAN_TEST_SMALL
+}
+
+stage_bench() {
+  ensure_nvrtc
+  if have_bin cuda_bench bench-kernels; then
+    run_step bench-kernels 180 "$BIN/cuda_bench" --ignored --nocapture --test-threads=1 bench_kernels
+    grep '^{' "$OUT/bench-kernels.log" >"$OUT/bench-kernels.jsonl" || true
+  fi
+  if have_bin cuda_dcgan bench-step; then
+    run_step bench-step 180 "$BIN/cuda_dcgan" --ignored --nocapture --test-threads=1 bench_step
+    grep '^{' "$OUT/bench-step.log" >"$OUT/bench-step.jsonl" || true
+    # The same step with the 128x128 conv tile switched off: does it pay here?
+    DCGAN_CONV_TILE=64 run_step bench-step-tile64 180 "$BIN/cuda_dcgan" --ignored --nocapture \
+      --test-threads=1 bench_step
+    grep '^{' "$OUT/bench-step-tile64.log" >"$OUT/bench-step-tile64.jsonl" || true
+  fi
+}
+
+stage_torch() {
+  python3 -c 'import torch' 2>/dev/null || { note "torch: SKIP (no PyTorch)"; return; }
+  : >"$OUT/bench-torch.jsonl"
+  run_step bench-torch-tf32 150 python3 scripts/bench-torch.py --batch-size 64 256 --json
+  run_step bench-torch-fp32 150 python3 scripts/bench-torch.py --batch-size 64 256 --json --no-tf32
+  grep -h '^{' "$OUT/bench-torch-tf32.log" "$OUT/bench-torch-fp32.log" >"$OUT/bench-torch.jsonl" || true
+}
+
+stage_binary() {
+  ensure_nvrtc
+  have_bin dcgan-train binary || return
+  run_step binary-version 30 "$BIN/dcgan-train" --version
+  run_step binary-info 60 "$BIN/dcgan-train" info
+  run_step binary-bench-step-64 120 "$BIN/dcgan-train" bench-step --device cuda --batch-size 64 --json
+  run_step binary-bench-step-256 120 "$BIN/dcgan-train" bench-step --device cuda --batch-size 256 --json
+}
+
+stage_ncu() {
+  ensure_nvrtc
+  command -v ncu >/dev/null || { note "ncu: SKIP (no ncu)"; return; }
+  have_bin cuda_bench ncu || return
+  DCGAN_BENCH_BATCHES=64 run_step ncu 400 ncu --csv --page details --section SpeedOfLight \
+    --section Occupancy --section LaunchStats -k 'regex:conv_|bn_' --launch-count 60 \
+    "$BIN/cuda_bench" --ignored --test-threads=1 bench_kernels
+}
+
+# The comparison the README quotes: our step against PyTorch eager at each batch size.
+compare() {
+  [[ -s "$OUT/bench-step.jsonl" || -s "$OUT/bench-torch.jsonl" ]] || return 0
+  python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    p = os.path.join(out, name)
+    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+ours = {r["batch"]: r for r in load("bench-step.jsonl")}
+torch = load("bench-torch.jsonl")
+print("\nstep time, 28x28 DCGAN (median ms/step; images/s; TFLOP/s)")
+for b in sorted(set(ours) | {r["batch"] for r in torch}):
+    o = ours.get(b)
+    line = f"batch {b:4d}: ours " + (f"{o['ms_per_step']:.3f} ms, {o['images_per_s']:.0f} img/s, {o['tflops']:.2f} TFLOP/s" if o else "-")
+    for r in torch:
+        if r["batch"] == b:
+            tag = "tf32" if r["tf32"] else "fp32"
+            ratio = f" (ours/torch {o['ms_per_step'] / r['ms_per_step']:.2f})" if o else ""
+            line += f" | torch {tag} {r['ms_per_step']:.3f} ms, {r['images_per_s']:.0f} img/s, {r['tflops']:.2f} TFLOP/s{ratio}"
+    print(line)
+if torch:
+    print("GPU:", torch[0]["gpu"], "| PyTorch", torch[0]["torch"], "cuDNN", torch[0]["cudnn"])
+PY
+}
+
+STAGES=("$@")
+[[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary)
+[[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary ncu)
+for s in "${STAGES[@]}"; do
+  case $s in
+    env | nvrtc | tests | sanitize | bench | torch | binary | ncu) "stage_$s" ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary ncu all)" >&2; exit 2 ;;
+  esac
+done
+compare
+echo
+echo "summary ($SUMMARY):"
+cat "$SUMMARY"
+grep -q FAIL "$SUMMARY" && exit 1
+exit 0

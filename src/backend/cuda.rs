@@ -1,0 +1,411 @@
+//! The CUDA backend: one GPU driven through cudarc (the driver API, loaded at run time, so the
+//! same binary runs where there is no CUDA) and our own kernels, compiled by NVRTC at start
+//! for the device's architecture and cached on disk. No cuDNN, no cuBLAS.
+//!
+//! - `probe()` says whether a GPU is usable, or what is missing (driver library, driver,
+//!   device, NVRTC), without touching anything that could panic.
+//! - `Cuda::new(ordinal)` makes the context, the compute and copy streams and loads every
+//!   kernel; each op's launcher lives next to its CPU side in `src/ops/<family>/cuda.rs`.
+//! - The gradient path: `stage_to_host` / `stage_to_device` copy on the copy stream (after
+//!   everything issued on the compute stream so far) into pinned host memory allocated with
+//!   flags 0 (`alloc_pinned`), each returning the event to wait on; `compute_wait` makes the
+//!   compute stream wait for one (before a layer's Adam).
+//! - `Cuda::emulated()` runs the same launchers and kernels on the CPU (`emu`), for tests.
+
+mod backend_impl;
+mod driver;
+pub mod emu;
+pub mod kernel_cache;
+pub mod kernel_table;
+pub mod nvrtc;
+pub mod probe;
+
+pub use cudarc::driver::{CudaEvent, CudaGraph, PinnedHostSlice};
+pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
+
+use super::{DeviceBuf, View, ViewMut};
+use crate::ops::batchnorm::BnGeom;
+use crate::ops::conv::ConvGeom;
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss};
+use anyhow::{Result, anyhow, bail};
+use cudarc::driver::HostSlice;
+use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The kernel families, one CUDA source file (one module) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    Elementwise,
+    Activation,
+    Loss,
+    Adam,
+    BatchNorm,
+    Conv,
+}
+
+impl Family {
+    pub const ALL: [Family; 6] = [
+        Family::Elementwise,
+        Family::Activation,
+        Family::Loss,
+        Family::Adam,
+        Family::BatchNorm,
+        Family::Conv,
+    ];
+
+    /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
+    pub fn kernels(self) -> &'static KernelFile {
+        match self {
+            Family::Elementwise => &elementwise::cuda::KERNELS,
+            Family::Activation => &activation::cuda::KERNELS,
+            Family::Loss => &loss::cuda::KERNELS,
+            Family::Adam => &adam::cuda::KERNELS,
+            Family::BatchNorm => &batchnorm::cuda::KERNELS,
+            Family::Conv => &conv::cuda::KERNELS,
+        }
+    }
+}
+
+/// The generated `params.cuh`: the C declaration of every struct passed to kernels.
+pub fn params_header() -> String {
+    let mut s = String::from(
+        "// params.cuh: generated from the #[repr(C)] structs in src/ (device_struct!).\n\
+         #pragma once\n",
+    );
+    s += &FastDiv::c_decl();
+    s += &conv::cuda::ConvParams::c_decl();
+    s
+}
+
+/// Bytes allocated through one backend, now and at most.
+#[derive(Debug, Default)]
+struct MemStats {
+    current: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl MemStats {
+    fn add(&self, bytes: usize) {
+        let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+    fn sub(&self, bytes: usize) {
+        self.current.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+enum Storage {
+    Device(#[allow(dead_code)] driver::DeviceAlloc),
+    Host(#[allow(dead_code)] emu::HostAlloc),
+}
+
+/// A buffer of f32 on the device (or in the emulator's host memory).
+pub struct CudaBuf {
+    addr: u64,
+    len: usize,
+    mem: Arc<MemStats>,
+    _storage: Storage,
+}
+
+impl DeviceBuf for CudaBuf {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for CudaBuf {
+    fn drop(&mut self) {
+        self.mem.sub(4 * self.len.max(1));
+    }
+}
+
+impl CudaBuf {
+    /// The device address of element 0.
+    pub fn addr(&self) -> DevPtr {
+        DevPtr(self.addr)
+    }
+}
+
+/// The device address of a view's first element.
+pub fn dptr(v: View<'_, Cuda>) -> DevPtr {
+    v.buf.addr().offset(v.off)
+}
+
+/// The device address of a writable view's first element.
+pub fn dptr_mut(v: &ViewMut<'_, Cuda>) -> DevPtr {
+    v.buf.addr().offset(v.off)
+}
+
+enum Engine {
+    Driver(driver::Driver),
+    Emulator(emu::Emulator),
+}
+
+/// The CUDA backend on one device.
+pub struct Cuda {
+    engine: Engine,
+    sm_count: usize,
+    mem: Arc<MemStats>,
+    /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
+    /// (`reserve_workspace` grows it up front so that the step loop never allocates).
+    workspace: Mutex<Option<CudaBuf>>,
+    /// Between `capture`'s begin and end: ops that cannot be recorded refuse clearly.
+    capturing: AtomicBool,
+}
+
+impl Cuda {
+    /// Context, streams and every kernel (compiled by NVRTC, or from the cache in
+    /// `$DCGAN_KERNEL_CACHE`, default ~/.cache/dcgan-train/kernels) on device `ordinal`.
+    pub fn new(ordinal: usize) -> Result<Cuda> {
+        let d = driver::Driver::new(ordinal)?;
+        Ok(Cuda {
+            sm_count: d.sm_count,
+            engine: Engine::Driver(d),
+            mem: Arc::default(),
+            workspace: Mutex::new(None),
+            capturing: AtomicBool::new(false),
+        })
+    }
+
+    /// The kernels run on the CPU by the emulator (tests and debugging; needs a C++ compiler).
+    /// `sm_count` is the multiprocessor count the launchers plan for (it decides split-K).
+    pub fn emulated(sm_count: usize) -> Result<Cuda> {
+        Ok(Cuda {
+            engine: Engine::Emulator(emu::Emulator::new()?),
+            sm_count: sm_count.max(1),
+            mem: Arc::default(),
+            workspace: Mutex::new(None),
+            capturing: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this backend runs on the emulator.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self.engine, Engine::Emulator(_))
+    }
+
+    /// The device this runs on (None on the emulator).
+    pub fn device(&self) -> Option<&DeviceProbe> {
+        match &self.engine {
+            Engine::Driver(d) => Some(&d.probe),
+            Engine::Emulator(_) => None,
+        }
+    }
+
+    /// Multiprocessors on the device: the launchers size grids and split-K by it.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
+    }
+
+    /// The most bytes this backend has had allocated at once (buffers and workspace).
+    pub fn peak_bytes(&self) -> usize {
+        self.mem.peak.load(Ordering::Relaxed)
+    }
+
+    /// Bytes allocated through this backend now.
+    pub fn allocated_bytes(&self) -> usize {
+        self.mem.current.load(Ordering::Relaxed)
+    }
+
+    fn driver(&self) -> Result<&driver::Driver> {
+        match &self.engine {
+            Engine::Driver(d) => Ok(d),
+            Engine::Emulator(_) => bail!("the CUDA emulator has no streams or pinned memory"),
+        }
+    }
+
+    /// Wait for the compute and copy streams; an error from an earlier asynchronous kernel or
+    /// copy is returned here (`Backend::synchronize` panics with it instead).
+    pub fn try_synchronize(&self) -> Result<()> {
+        if self.capturing.load(Ordering::Relaxed) {
+            bail!("synchronize cannot be recorded in a CUDA graph capture");
+        }
+        match &self.engine {
+            Engine::Driver(d) => d.synchronize(),
+            Engine::Emulator(_) => Ok(()),
+        }
+    }
+
+    fn alloc_buf(&self, len: usize) -> Result<CudaBuf> {
+        let (addr, storage) = match &self.engine {
+            Engine::Driver(d) => {
+                let (addr, a) = d.alloc(len, self.allocated_bytes())?;
+                (addr, Storage::Device(a))
+            }
+            Engine::Emulator(_) => {
+                let h = emu::HostAlloc::new(len)?;
+                (h.addr(), Storage::Host(h))
+            }
+        };
+        self.mem.add(4 * len.max(1));
+        Ok(CudaBuf {
+            addr,
+            len,
+            mem: self.mem.clone(),
+            _storage: storage,
+        })
+    }
+
+    /// Grow the workspace to at least `floats` floats now, so ops never allocate later.
+    pub fn reserve_workspace(&self, floats: usize) -> Result<()> {
+        let mut ws = self.workspace.lock().unwrap();
+        if ws.as_ref().is_none_or(|b| b.len < floats) {
+            // Doubles live in it too: keep the length even so the end stays 8-byte aligned.
+            let len = floats.next_multiple_of(4);
+            *ws = None;
+            *ws = Some(self.alloc_buf(len)?);
+        }
+        Ok(())
+    }
+
+    /// Reserve the workspace the three convolution directions of `g` need.
+    pub fn prepare_conv(&self, g: &ConvGeom) -> Result<()> {
+        self.reserve_workspace(conv::cuda::workspace_floats(g, self.sm_count))
+    }
+
+    /// Reserve the workspace batch norm over `g` needs.
+    pub fn prepare_bn(&self, g: &BnGeom) -> Result<()> {
+        self.reserve_workspace(batchnorm::cuda::workspace_floats(g, self.sm_count))
+    }
+
+    /// The workspace, at least `floats` long (grown here if nobody reserved enough).
+    pub(crate) fn workspace(&self, floats: usize) -> DevPtr {
+        let have = self.workspace.lock().unwrap().as_ref().map_or(0, |b| b.len);
+        if have < floats {
+            self.refuse_in_capture("growing the workspace (call prepare_conv / prepare_bn first)");
+        }
+        if let Err(e) = self.reserve_workspace(floats) {
+            panic!("{e:#}");
+        }
+        self.workspace.lock().unwrap().as_ref().unwrap().addr()
+    }
+
+    /// Launch kernel `index` of `family` on the compute stream (used by `cuda_kernels!`).
+    pub(crate) fn launch(
+        &self,
+        family: Family,
+        index: usize,
+        name: &'static str,
+        dims: Dims,
+        params: &mut [*mut c_void],
+    ) {
+        debug_assert_eq!(family.kernels().kernels[index].name, name);
+        if dims.is_empty() {
+            return;
+        }
+        match &self.engine {
+            Engine::Driver(d) => d.launch(family, index, name, dims, params),
+            Engine::Emulator(e) => e.launch(family, index, name, dims, params),
+        }
+    }
+
+    fn refuse_in_capture(&self, what: &str) {
+        if self.capturing.load(Ordering::Relaxed) {
+            panic!("{what} cannot be recorded in a CUDA graph capture");
+        }
+    }
+
+    /// Record the compute-stream work that `f` issues into a CUDA graph instead of running
+    /// it; `replay` then runs all of it with one launch (the step is launch-bound at small
+    /// batches). Inside `f`: no download or synchronize, no upload from ordinary host memory
+    /// (stage through pinned memory), no workspace growth (call `prepare_conv` /
+    /// `prepare_bn` first), no staging (the gradient path stays outside graphs), and the
+    /// buffers used must outlive the graph. Not on the emulator.
+    pub fn capture<R>(&self, f: impl FnOnce(&Cuda) -> R) -> Result<(R, CudaGraph)> {
+        let d = self.driver()?;
+        d.begin_capture()?;
+        self.capturing.store(true, Ordering::Relaxed);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        self.capturing.store(false, Ordering::Relaxed);
+        let graph = d.end_capture();
+        match r {
+            Ok(r) => Ok((r, graph?)),
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// Launch a captured graph on the compute stream.
+    pub fn replay(&self, graph: &CudaGraph) -> Result<()> {
+        self.driver()?;
+        graph.launch()?;
+        Ok(())
+    }
+
+    /// Page-locked host memory for `len` floats, allocated with flags 0 (cudarc's default is
+    /// write-combined, which is slow for the CPU to read), zero-filled.
+    pub fn alloc_pinned(&self, len: usize) -> Result<PinnedHostSlice<f32>> {
+        let d = self.driver()?;
+        let mut p = unsafe { d.ctx.alloc_pinned_with_flags::<f32>(len, 0) }
+            .map_err(|e| anyhow!("allocating {len} floats of pinned host memory: {e}"))?;
+        p.as_mut_slice()?.fill(0.0);
+        Ok(p)
+    }
+
+    /// Copy `src` into `dst[dst_off..]` on the copy stream, after everything issued on the
+    /// compute stream so far; returns the event that completes with the copy. `dst` must
+    /// stay alive and untouched until then (its `as_slice()` waits for the copy).
+    pub fn stage_to_host(
+        &self,
+        src: View<'_, Cuda>,
+        dst: &mut PinnedHostSlice<f32>,
+        dst_off: usize,
+    ) -> Result<CudaEvent> {
+        self.refuse_in_capture("staging to host");
+        let d = self.driver()?;
+        let end = dst_off + src.len;
+        if end > dst.len() {
+            bail!(
+                "staging {} floats at {dst_off} into a pinned buffer of {}",
+                src.len,
+                dst.len()
+            );
+        }
+        d.copy_after_compute()?;
+        // Waits for earlier copies into `dst`; `_record` marks it busy until this copy ends.
+        let (slice, _record) = unsafe { dst.stream_synced_mut_slice(&d.copy) };
+        d.copy_to_pinned(dptr(src).0, &mut slice[dst_off..end])?;
+        drop(_record);
+        d.record_copy()
+    }
+
+    /// Copy `src[src_off..]` into `dst` on the copy stream, after everything issued on the
+    /// compute stream so far; returns the event to pass to `compute_wait` before using `dst`.
+    pub fn stage_to_device(
+        &self,
+        src: &PinnedHostSlice<f32>,
+        src_off: usize,
+        dst: ViewMut<'_, Cuda>,
+    ) -> Result<CudaEvent> {
+        self.refuse_in_capture("staging to the device");
+        let d = self.driver()?;
+        let end = src_off + dst.len;
+        if end > src.len() {
+            bail!(
+                "staging {} floats from {src_off} of a pinned buffer of {}",
+                dst.len,
+                src.len()
+            );
+        }
+        d.copy_after_compute()?;
+        let (slice, _record) = unsafe { src.stream_synced_slice(&d.copy) };
+        d.copy_from_pinned(&slice[src_off..end], dptr_mut(&dst).0)?;
+        drop(_record);
+        d.record_copy()
+    }
+
+    /// Make the compute stream wait for `ev` (e.g. a gradient's return before its Adam step).
+    pub fn compute_wait(&self, ev: &CudaEvent) -> Result<()> {
+        self.driver()?.compute_wait(ev)
+    }
+}
+
+/// Blocks for an elementwise kernel over `n` items: enough to fill the device, capped so
+/// that each thread loops over a few elements (grid-stride).
+pub(crate) fn elementwise_blocks(cu: &Cuda, n: usize) -> usize {
+    n.div_ceil(THREADS as usize).min(cu.sm_count * 16)
+}
+
+/// Threads per block of every kernel (`THREADS` in common.cuh).
+pub(crate) const THREADS: u32 = 256;

@@ -1,0 +1,189 @@
+//! `Backend` for `Cuda`: buffers and copies through the engine (GPU or emulator), every op
+//! through its launcher in `src/ops/<family>/cuda.rs`.
+
+use super::{Cuda, CudaBuf, Engine, dptr, dptr_mut};
+use crate::backend::{Backend, View, ViewMut};
+use crate::ops::activation::Activation;
+use crate::ops::adam::AdamStep;
+use crate::ops::batchnorm::BnGeom;
+use crate::ops::conv::ConvGeom;
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss};
+use anyhow::Result;
+
+fn check_len(what: &str, got: usize, want: usize) {
+    assert_eq!(got, want, "{what}: {got} floats where {want} are needed");
+}
+
+impl Backend for Cuda {
+    type Buf = CudaBuf;
+
+    fn describe(&self) -> String {
+        match &self.engine {
+            Engine::Driver(d) => format!("cuda:{} {}", d.probe.ordinal, d.probe.name),
+            Engine::Emulator(_) => "cuda-emulator (CPU)".into(),
+        }
+    }
+    fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        self.alloc_buf(len)
+    }
+    fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
+        self.refuse_in_capture("upload from ordinary host memory (stage through pinned memory)");
+        check_len("upload", src.len(), dst.len);
+        let to = dptr_mut(&dst).0;
+        match &self.engine {
+            Engine::Driver(d) => d.upload(src, to),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), to as *mut f32, src.len())
+            },
+        }
+    }
+    fn download(&self, src: View<Self>, dst: &mut [f32]) {
+        self.refuse_in_capture("download");
+        check_len("download", dst.len(), src.len);
+        let from = dptr(src).0;
+        match &self.engine {
+            Engine::Driver(d) => d.download(from, dst),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy_nonoverlapping(from as *const f32, dst.as_mut_ptr(), dst.len())
+            },
+        }
+    }
+    fn copy(&self, src: View<Self>, dst: ViewMut<Self>) {
+        check_len("copy", dst.len, src.len);
+        let (from, to) = (dptr(src).0, dptr_mut(&dst).0);
+        match &self.engine {
+            Engine::Driver(d) => d.copy_dtod(from, to, src.len),
+            Engine::Emulator(_) => unsafe {
+                std::ptr::copy(from as *const f32, to as *mut f32, src.len)
+            },
+        }
+    }
+    fn synchronize(&self) {
+        if let Err(e) = self.try_synchronize() {
+            panic!("{e:#}");
+        }
+    }
+
+    fn fill(&self, x: ViewMut<Self>, value: f32) {
+        elementwise::cuda::fill(self, x, value);
+    }
+    fn scale(&self, x: ViewMut<Self>, a: f32) {
+        elementwise::cuda::scale(self, x, a);
+    }
+    fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
+        elementwise::cuda::axpy(self, a, x, y);
+    }
+
+    fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
+        conv::cuda::forward(self, g, x, w, y);
+    }
+    fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
+        conv::cuda::backward_data(self, g, dy, w, dx);
+    }
+    fn conv2d_backward_weight(
+        &self,
+        g: &ConvGeom,
+        x: View<Self>,
+        dy: View<Self>,
+        dw: ViewMut<Self>,
+        accumulate: bool,
+    ) {
+        conv::cuda::backward_weight(self, g, x, dy, dw, accumulate);
+    }
+
+    fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>) {
+        batchnorm::cuda::forward_stats(self, g, x, stats);
+    }
+    fn bn_forward_apply(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        stats: View<Self>,
+        stats_count: f64,
+        gamma: View<Self>,
+        beta: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+        saved: ViewMut<Self>,
+        running: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::forward_apply(
+            self,
+            g,
+            x,
+            stats,
+            stats_count,
+            gamma,
+            beta,
+            act,
+            y,
+            saved,
+            running,
+        );
+    }
+    fn bn_forward_eval(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        gamma: View<Self>,
+        beta: View<Self>,
+        running: View<Self>,
+        act: Activation,
+        y: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::forward_eval(self, g, x, gamma, beta, running, act, y);
+    }
+    fn bn_backward_reduce(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        y: View<Self>,
+        act: Activation,
+        saved: View<Self>,
+        dy: ViewMut<Self>,
+        sums: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::backward_reduce(self, g, x, y, act, saved, dy, sums);
+    }
+    fn bn_backward_data(
+        &self,
+        g: &BnGeom,
+        x: View<Self>,
+        dz: View<Self>,
+        saved: View<Self>,
+        gamma: View<Self>,
+        sums: View<Self>,
+        sums_count: f64,
+        dx: ViewMut<Self>,
+    ) {
+        batchnorm::cuda::backward_data(self, g, x, dz, saved, gamma, sums, sums_count, dx);
+    }
+
+    fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
+        activation::cuda::forward(self, act, x);
+    }
+    fn act_backward(&self, act: Activation, y: View<Self>, dy: ViewMut<Self>) {
+        activation::cuda::backward(self, act, y, dy);
+    }
+
+    fn bce_with_logits(
+        &self,
+        logits: View<Self>,
+        target: f32,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        loss::cuda::bce_with_logits(self, logits, target, dlogits, out);
+    }
+
+    fn adam(
+        &self,
+        h: &AdamStep,
+        param: ViewMut<Self>,
+        grad: View<Self>,
+        m: ViewMut<Self>,
+        v: ViewMut<Self>,
+    ) {
+        adam::cuda::step(self, h, param, grad, m, v);
+    }
+}

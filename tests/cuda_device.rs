@@ -1,0 +1,194 @@
+//! Device probing, errors without a GPU, the gradient path (pinned memory, copy stream,
+//! events) and memory accounting. Without a GPU only the "no GPU" behaviour is checked; with
+//! one, the rest.
+#![cfg(feature = "cuda")]
+
+mod cuda_common;
+
+use cuda_common::*;
+use dcgan_train::backend::cuda::{self, Cuda, NoGpu};
+use dcgan_train::backend::{Backend, View, ViewMut};
+use dcgan_train::ops::conv::ConvGeom;
+
+/// `Some(reason)` when no GPU is usable here (a failure under DCGAN_REQUIRE_GPU=1).
+fn no_gpu() -> Option<NoGpu> {
+    let why = cuda::probe().err();
+    if let Some(w) = &why {
+        assert!(!require_gpu(), "DCGAN_REQUIRE_GPU=1 but {w}");
+    }
+    why
+}
+
+#[test]
+fn without_a_gpu_probe_and_new_fail_with_one_clear_line() {
+    let Some(why) = cuda::probe().err() else {
+        eprintln!("skipped: a GPU is usable here");
+        return;
+    };
+    let line = why.to_string();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(line.starts_with("no GPU: "), "{line}");
+    assert!(
+        line.contains("--device cpu") || line.contains("ordinal"),
+        "{line}"
+    );
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        assert_eq!(why, NoGpu::DriverLibrary);
+        assert!(line.contains("libcuda.so"), "{line}");
+    }
+    // Cuda::new must report the same thing as an error, never panic.
+    let err = Cuda::new(0)
+        .err()
+        .expect("Cuda::new succeeded without a GPU");
+    assert_eq!(format!("{err:#}"), line);
+}
+
+#[test]
+fn probe_reports_a_sane_device() {
+    if let Some(why) = no_gpu() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let p = cuda::probe().unwrap();
+    eprintln!("{p}");
+    assert!(p.count >= 1 && !p.name.is_empty());
+    assert!(p.total_mem > 1 << 30, "{p}");
+    assert!(p.cc >= (5, 0), "{p}");
+    assert!(p.driver_version >= (11, 0), "{p}");
+    assert_eq!(
+        cuda::probe_device(p.count),
+        Err(NoGpu::BadOrdinal {
+            ordinal: p.count,
+            count: p.count
+        })
+    );
+}
+
+#[test]
+fn staging_through_pinned_memory_round_trips_in_order() {
+    if let Some(why) = no_gpu() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let cu = Cuda::new(0).unwrap();
+    let mut r = rng(21);
+    let n = 1 << 20;
+    let a = random(&mut r, n, 1.0);
+    let mut grad = up(&cu, &a);
+    let mut pinned = cu.alloc_pinned(2 * n + 10).unwrap();
+    assert!(pinned.as_slice().unwrap().iter().all(|&v| v == 0.0));
+
+    // A kernel issued just before the copy must be visible in it: the copy waits for the
+    // compute stream.
+    cu.scale(ViewMut::whole(&mut grad), 2.0);
+    let ev = cu
+        .stage_to_host(View::range(&grad, 0..n), &mut pinned, 7)
+        .unwrap();
+    ev.synchronize().unwrap();
+    let host = pinned.as_slice().unwrap();
+    assert!(host[..7].iter().all(|&v| v == 0.0));
+    assert!(host[n + 7..].iter().all(|&v| v == 0.0));
+    let doubled: Vec<f32> = a.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(&host[7..n + 7], &doubled[..]);
+
+    // The "comm thread" changes the values; back on the device after the event.
+    for v in &mut pinned.as_mut_slice().unwrap()[7..n + 7] {
+        *v += 1.0;
+    }
+    let mut back = cu.alloc(n).unwrap();
+    let ev = cu
+        .stage_to_device(&pinned, 7, ViewMut::whole(&mut back))
+        .unwrap();
+    cu.compute_wait(&ev).unwrap();
+    // Issued on the compute stream after the wait: sees the staged values.
+    cu.scale(ViewMut::whole(&mut back), 0.5);
+    let want: Vec<f32> = doubled.iter().map(|v| (v + 1.0) * 0.5).collect();
+    assert_eq!(down(&cu, &back), want);
+    cu.try_synchronize().unwrap();
+}
+
+#[test]
+fn peak_bytes_counts_buffers_and_workspace() {
+    let Some(cu) = engines("peak bytes").into_iter().next() else {
+        return;
+    };
+    assert_eq!(cu.peak_bytes(), 0);
+    let a = cu.alloc(1000).unwrap();
+    let b = cu.alloc(500).unwrap();
+    assert_eq!(cu.allocated_bytes(), 6000);
+    drop(a);
+    assert_eq!(cu.allocated_bytes(), 2000);
+    assert_eq!(cu.peak_bytes(), 6000);
+    drop(b);
+    // Reserving a conv's split-K workspace up front counts too.
+    let g = ConvGeom::conv(2, 32, 7, 7, 1, 7, 1, 0).unwrap();
+    cu.prepare_conv(&g).unwrap();
+    let ws = cu.allocated_bytes();
+    assert!(ws > 0, "a split-K conv reserved no workspace");
+    // ... and an op on that geometry allocates nothing more.
+    let x = up(&cu, &vec![0.5; g.x_len()]);
+    let w = up(&cu, &vec![0.25; g.w_len()]);
+    let mut y = cu.alloc(g.y_len()).unwrap();
+    let before = cu.allocated_bytes();
+    cu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut y));
+    assert_eq!(cu.allocated_bytes(), before);
+    let want = 0.5 * 0.25 * g.col_rows() as f32;
+    assert!(
+        down(&cu, &y)
+            .iter()
+            .all(|&v| (v - want).abs() < 1e-3 * want)
+    );
+}
+
+#[test]
+fn the_backend_and_its_buffers_can_cross_threads() {
+    // Compile-time: the trainer may build the backend on one thread and use it on another,
+    // and hands pinned buffers and events to the comm thread.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Cuda>();
+    send_sync::<<Cuda as Backend>::Buf>();
+    send_sync::<cuda::PinnedHostSlice<f32>>();
+    send_sync::<cuda::CudaEvent>();
+}
+
+#[test]
+fn a_captured_graph_replays_the_recorded_work() {
+    if let Some(why) = no_gpu() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let cu = Cuda::new(0).unwrap();
+    let mut r = rng(22);
+    let (x0, y0) = (random(&mut r, 5000, 1.0), random(&mut r, 5000, 1.0));
+    let (mut x, y) = (up(&cu, &x0), up(&cu, &y0));
+    let ((), graph) = cu
+        .capture(|cu| {
+            cu.scale(ViewMut::whole(&mut x), 1.5);
+            cu.axpy(0.5, View::whole(&y), ViewMut::whole(&mut x));
+        })
+        .unwrap();
+    assert_eq!(down(&cu, &x), x0, "capturing ran the work");
+    for _ in 0..3 {
+        cu.replay(&graph).unwrap();
+    }
+    let mut want = x0.clone();
+    for _ in 0..3 {
+        for (w, &v) in want.iter_mut().zip(&y0) {
+            *w = *w * 1.5 + 0.5 * v;
+        }
+    }
+    assert_close("replayed graph", &down(&cu, &x), &want, 1e-5);
+
+    // An op that cannot be recorded refuses with a message; the backend works afterwards.
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = cu.capture(|cu| {
+            let mut host = vec![0.0; 4];
+            cu.download(View::range(&x, 0..4), &mut host);
+        });
+    }));
+    let msg = refused.expect_err("a download inside a capture was accepted");
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("cannot be recorded"), "{msg}");
+    cu.scale(ViewMut::whole(&mut x), 2.0);
+    cu.try_synchronize().unwrap();
+}

@@ -1,0 +1,188 @@
+//! Compiles every kernel family with NVRTC (no GPU needed) and checks it against the Rust
+//! launchers: no compiler error or warning, every kernel a launcher can name is an `.entry`
+//! in the PTX, with exactly the parameter types the launcher passes.
+//!
+//! NVRTC is found through LD_LIBRARY_PATH (scripts/install-nvrtc.sh prints the directory).
+//! Without it the tests print why and pass, unless DCGAN_REQUIRE_NVRTC=1 (set by CI), which
+//! turns the missing library into a failure.
+#![cfg(feature = "cuda")]
+
+use dcgan_train::backend::cuda::kernel_table::ptx_entry_params;
+use dcgan_train::backend::cuda::nvrtc::{self, Output, Target};
+use dcgan_train::backend::cuda::{Family, params_header};
+
+/// The architecture CI compiles for: sm_90 (H100), the GPU the benchmarks use.
+const CI_ARCH: u32 = 90;
+
+fn nvrtc_or_skip(test: &str) -> bool {
+    if nvrtc::is_available() {
+        return true;
+    }
+    if std::env::var("DCGAN_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+        panic!(
+            "{test}: DCGAN_REQUIRE_NVRTC=1 but libnvrtc.so cannot be loaded: run \
+             scripts/install-nvrtc.sh and put the directory it prints on LD_LIBRARY_PATH"
+        );
+    }
+    eprintln!(
+        "{test}: skipped: libnvrtc.so cannot be loaded (run scripts/install-nvrtc.sh and put \
+         the directory it prints on LD_LIBRARY_PATH)"
+    );
+    false
+}
+
+/// A log that is not empty after a successful compile holds warnings.
+fn assert_clean_log(what: &str, log: &str) {
+    let meaningful: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        meaningful.is_empty(),
+        "NVRTC reported for {what}:\n{}",
+        meaningful.join("\n")
+    );
+}
+
+#[test]
+fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
+    if !nvrtc_or_skip("every_kernel_compiles_to_ptx") {
+        return;
+    }
+    let target = Target {
+        arch: CI_ARCH,
+        output: Output::Ptx,
+    };
+    let mut checked = 0;
+    for family in Family::ALL {
+        let file = family.kernels();
+        let compiled = nvrtc::compile_family(family, &target)
+            .unwrap_or_else(|e| panic!("kernels/{}: {e:#}", file.file));
+        assert_clean_log(file.file, &compiled.log);
+        let ptx = nvrtc::ptx_text(&compiled);
+        let entries = ptx_entry_params(&ptx);
+        for sig in file.kernels {
+            let (_, params) = entries
+                .iter()
+                .find(|(name, _)| name == sig.name)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "kernel {} (launched from Rust) is not an .entry of kernels/{}; entries: {:?}",
+                        sig.name,
+                        file.file,
+                        entries.iter().map(|e| &e.0).collect::<Vec<_>>()
+                    )
+                });
+            let want: Vec<String> = sig.params.iter().map(|p| p.ptx()).collect();
+            assert_eq!(
+                params, &want,
+                "parameters of {} in kernels/{}: PTX has {params:?}, the launcher passes {want:?}",
+                sig.name, file.file
+            );
+            checked += 1;
+        }
+        // No kernel in the file that no launcher can reach (dead code or a missing launcher).
+        for (name, _) in &entries {
+            assert!(
+                file.kernels.iter().any(|k| k.name == name),
+                "kernels/{} defines {name}, which no launcher declares",
+                file.file
+            );
+        }
+    }
+    assert!(checked >= 20, "only {checked} kernels checked");
+}
+
+#[test]
+fn every_family_compiles_to_cubin_for_the_ci_architecture() {
+    if !nvrtc_or_skip("every_family_compiles_to_cubin") {
+        return;
+    }
+    let target = Target {
+        arch: CI_ARCH,
+        output: Output::Cubin,
+    };
+    for family in Family::ALL {
+        let c = nvrtc::compile_family(family, &target)
+            .unwrap_or_else(|e| panic!("kernels/{}: {e:#}", family.kernels().file));
+        assert_clean_log(family.kernels().file, &c.log);
+        // An ELF image.
+        assert_eq!(
+            &c.image[..4],
+            b"\x7fELF",
+            "{:?} did not produce a CUBIN",
+            family
+        );
+    }
+    assert!(nvrtc::supported_archs().unwrap().contains(&CI_ARCH));
+}
+
+#[test]
+fn a_compile_error_names_the_file_and_line() {
+    if !nvrtc_or_skip("a_compile_error_names_the_file_and_line") {
+        return;
+    }
+    let src = "#include \"common.cuh\"\n\nextern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_name;\n}\n";
+    let err = nvrtc::compile(
+        "kernels/broken.cu",
+        src,
+        &nvrtc::headers(),
+        &nvrtc::options(&Target {
+            arch: CI_ARCH,
+            output: Output::Ptx,
+        }),
+        Output::Ptx,
+    )
+    .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("kernels/broken.cu(4)"), "{msg}");
+    assert!(msg.contains("undefined_name"), "{msg}");
+}
+
+#[test]
+fn the_generated_header_declares_every_parameter_struct() {
+    let h = params_header();
+    assert!(h.contains("struct FastDiv {"), "{h}");
+    assert!(h.contains("struct ConvParams {"), "{h}");
+    // FastDiv comes first: ConvParams uses it.
+    assert!(h.find("struct FastDiv").unwrap() < h.find("struct ConvParams").unwrap());
+}
+
+#[test]
+fn the_kernel_cache_stores_reuses_and_refreshes_images() {
+    use dcgan_train::backend::cuda::kernel_cache;
+    if !nvrtc_or_skip("the_kernel_cache") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dcgan-cache-test-{}", std::process::id()));
+    // Only this test in this binary reads the cache location.
+    unsafe { std::env::set_var("DCGAN_KERNEL_CACHE", &dir) };
+    let target = Target {
+        arch: CI_ARCH,
+        output: Output::Cubin,
+    };
+    let fresh = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("adam-sm_90-") && name.ends_with(".cubin"),
+        "{name}"
+    );
+    // A second load is the stored file: damage it and see the damage come back...
+    std::fs::write(&files[0], b"not a cubin").unwrap();
+    let cached = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
+    assert_eq!(cached, b"not a cubin");
+    // ... and a refresh (what the driver does when an image fails to load) compile it anew.
+    let refreshed = kernel_cache::load_or_compile(Family::Adam, &target, true).unwrap();
+    assert_eq!(refreshed, fresh);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), fresh);
+    // Another target is another file.
+    let ptx = Target {
+        arch: CI_ARCH,
+        output: Output::Ptx,
+    };
+    kernel_cache::load_or_compile(Family::Adam, &ptx, false).unwrap();
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
