@@ -6,6 +6,8 @@ pub mod checkpoint;
 pub mod cli;
 pub mod comm;
 pub mod data;
+pub mod device;
+pub mod info;
 pub mod model;
 pub mod nn;
 pub mod ops;

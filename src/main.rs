@@ -12,6 +12,7 @@ fn main() {
         Some(Command::BenchAllreduce(args)) => dcgan_train::comm::bench::run(args),
         Some(Command::TuneAllreduce(args)) => dcgan_train::comm::tune::run(args),
         Some(Command::Sample(args)) => dcgan_train::sample::run(args),
+        Some(Command::Info(args)) => dcgan_train::info::run(args),
     };
     if let Err(e) = result {
         // A rank that stops because another failed stays quiet: the job shows one error.

@@ -44,10 +44,7 @@ fn plan_summary(cu: &Cuda, g: &ConvGeom, op: &str) -> String {
         _ => Direction::BackwardData,
     };
     let p = plan(g, dir, cu.sm_count());
-    format!(
-        "{:?} {:?} M={} N={} K={} z={} splits={}",
-        p.dir, p.tile, p.m, p.n, p.k, p.z, p.splits
-    )
+    format!("{:?} {:?} M={} N={} K={} z={} splits={}", p.dir, p.tile, p.m, p.n, p.k, p.z, p.splits)
 }
 
 fn layers(batch: usize) -> Vec<(&'static str, ConvGeom)> {
@@ -66,10 +63,7 @@ fn layers(batch: usize) -> Vec<(&'static str, ConvGeom)> {
 #[test]
 #[ignore]
 fn bench_kernels() {
-    let Some(cu) = engines("bench_kernels")
-        .into_iter()
-        .find(|c| !c.is_emulated() || bench_on_emulator())
-    else {
+    let Some(cu) = engines("bench_kernels").into_iter().find(|c| !c.is_emulated() || bench_on_emulator()) else {
         eprintln!("bench_kernels: skipped: needs a GPU");
         return;
     };
@@ -87,62 +81,16 @@ fn bench_kernels() {
             let mut bdx = cu.alloc(g.x_len()).unwrap();
             let mut bdw = cu.alloc(g.w_len()).unwrap();
             // Correct first: compare one call of each direction with the CPU.
-            cu.conv2d_forward(
-                &g,
-                View::whole(&bx),
-                View::whole(&bw),
-                ViewMut::whole(&mut by),
-            );
-            cu.conv2d_backward_data(
-                &g,
-                View::whole(&bdy),
-                View::whole(&bw),
-                ViewMut::whole(&mut bdx),
-            );
-            cu.conv2d_backward_weight(
-                &g,
-                View::whole(&bx),
-                View::whole(&bdy),
-                ViewMut::whole(&mut bdw),
-                false,
-            );
-            let (mut cy, mut cdx, mut cdw) = (
-                vec![0.0; g.y_len()],
-                vec![0.0; g.x_len()],
-                vec![0.0; g.w_len()],
-            );
-            Cpu.conv2d_forward(
-                &g,
-                View::whole(&x),
-                View::whole(&w),
-                ViewMut::whole(&mut cy),
-            );
-            Cpu.conv2d_backward_data(
-                &g,
-                View::whole(&dy),
-                View::whole(&w),
-                ViewMut::whole(&mut cdx),
-            );
-            Cpu.conv2d_backward_weight(
-                &g,
-                View::whole(&x),
-                View::whole(&dy),
-                ViewMut::whole(&mut cdw),
-                false,
-            );
+            cu.conv2d_forward(&g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by));
+            cu.conv2d_backward_data(&g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx));
+            cu.conv2d_backward_weight(&g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false);
+            let (mut cy, mut cdx, mut cdw) = (vec![0.0; g.y_len()], vec![0.0; g.x_len()], vec![0.0; g.w_len()]);
+            Cpu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut cy));
+            Cpu.conv2d_backward_data(&g, View::whole(&dy), View::whole(&w), ViewMut::whole(&mut cdx));
+            Cpu.conv2d_backward_weight(&g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut cdw), false);
             assert_close(&format!("{name} forward"), &down(&cu, &by), &cy, 1e-4);
-            assert_close(
-                &format!("{name} backward-data"),
-                &down(&cu, &bdx),
-                &cdx,
-                1e-4,
-            );
-            assert_close(
-                &format!("{name} backward-weight"),
-                &down(&cu, &bdw),
-                &cdw,
-                1e-4,
-            );
+            assert_close(&format!("{name} backward-data"), &down(&cu, &bdx), &cdx, 1e-4);
+            assert_close(&format!("{name} backward-weight"), &down(&cu, &bdw), &cdw, 1e-4);
 
             let gflop = 2.0 * g.macs() as f64 / 1e9;
             let report = |op: &str, us: f64| {
@@ -153,39 +101,19 @@ fn bench_kernels() {
                 )
             };
             let us = time_us(&cu, iters, || {
-                cu.conv2d_forward(
-                    &g,
-                    View::whole(&bx),
-                    View::whole(&bw),
-                    ViewMut::whole(&mut by),
-                )
+                cu.conv2d_forward(&g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by))
             });
             report("forward", us);
             let us = time_us(&cu, iters, || {
-                cu.conv2d_backward_data(
-                    &g,
-                    View::whole(&bdy),
-                    View::whole(&bw),
-                    ViewMut::whole(&mut bdx),
-                )
+                cu.conv2d_backward_data(&g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx))
             });
             report("backward-data", us);
             let us = time_us(&cu, iters, || {
-                cu.conv2d_backward_weight(
-                    &g,
-                    View::whole(&bx),
-                    View::whole(&bdy),
-                    ViewMut::whole(&mut bdw),
-                    false,
-                )
+                cu.conv2d_backward_weight(&g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false)
             });
             report("backward-weight", us);
         }
-        for (name, c, pix) in [
-            ("G28.bn1", 256, 49),
-            ("G28.bn2", 128, 196),
-            ("D28.bn2", 128, 49),
-        ] {
+        for (name, c, pix) in [("G28.bn1", 256, 49), ("G28.bn2", 128, 196), ("D28.bn2", 128, 49)] {
             let g = BnGeom::new(c, batch * pix);
             cu.prepare_bn(&g).unwrap();
             let x = up(&cu, &random(&mut rng, g.len(), 1.0));
@@ -233,10 +161,7 @@ fn bench_kernels() {
                     ViewMut::whole(&mut dx),
                 );
             });
-            for (op, us) in [
-                ("bn forward (stats+apply)", fwd),
-                ("bn backward (reduce+data)", bwd),
-            ] {
+            for (op, us) in [("bn forward (stats+apply)", fwd), ("bn backward (reduce+data)", bwd)] {
                 // Bytes moved at least: forward reads x twice and writes y; backward reads
                 // x, y, dy and writes dz, then reads x, dz and writes dx.
                 let floats = if op.contains("forward") { 3 } else { 7 } * g.len();

@@ -23,21 +23,11 @@ fn generator_and_discriminator_gradients_match_the_cpu() {
         let (real, z) = batch_inputs(&w, 1);
         let lc = cpu.step(&Cpu, &real, &z, 1, false);
         let lg = gpu.step(&cu, &real, &z, 1, false);
-        assert!(
-            (lc.0 - lg.0).abs() < 1e-4 && (lc.1 - lg.1).abs() < 1e-4,
-            "{lc:?} vs {lg:?}"
-        );
+        assert!((lc.0 - lg.0).abs() < 1e-4 && (lc.1 - lg.1).abs() < 1e-4, "{lc:?} vs {lg:?}");
         let (gc, gg) = (cpu.grads(&Cpu), gpu.grads(&cu));
         for ((name, c), (_, g)) in gc.iter().zip(&gg) {
-            assert!(
-                c.iter().any(|&v| v != 0.0),
-                "{name}: the CPU gradient is all zero"
-            );
-            eprintln!(
-                "{} {name}: relative error {:.2e}",
-                cu.describe(),
-                rel_err(g, c)
-            );
+            assert!(c.iter().any(|&v| v != 0.0), "{name}: the CPU gradient is all zero");
+            eprintln!("{} {name}: relative error {:.2e}", cu.describe(), rel_err(g, c));
             assert_close(&format!("{w:?} {name}"), g, c, 1e-4);
         }
     }
@@ -80,20 +70,14 @@ fn twenty_training_steps_follow_the_cpu_losses() {
 #[test]
 #[ignore]
 fn bench_step() {
-    let Some(cu) = engines("bench_step")
-        .into_iter()
-        .find(|c| !c.is_emulated() || bench_on_emulator())
-    else {
+    let Some(cu) = engines("bench_step").into_iter().find(|c| !c.is_emulated() || bench_on_emulator()) else {
         eprintln!("bench_step: skipped: needs a GPU");
         return;
     };
     let batches = bench_batches();
     for batch in batches {
         let emu = cu.is_emulated();
-        let w = Widths {
-            batch,
-            ..widths(emu)
-        };
+        let w = Widths { batch, ..widths(emu) };
         let mut gan = Gan::new(&cu, w, 13);
         for &conv in gan.gc.iter().chain(&gan.dc) {
             cu.prepare_conv(&conv).unwrap();
@@ -139,18 +123,8 @@ fn bench_step() {
 fn step_flops_match_bench_torch() {
     // bench-torch.py --flops-only: 17.078 GFLOP at batch 64, 68.31 at 256 (28x28 model).
     for (batch, gflop) in [(64, 17.078), (256, 68.31)] {
-        let gan = Gan::new(
-            &Cpu,
-            Widths {
-                batch,
-                ..widths(false)
-            },
-            1,
-        );
+        let gan = Gan::new(&Cpu, Widths { batch, ..widths(false) }, 1);
         let got = step_flops(&gan) / 1e9;
-        assert!(
-            (got - gflop).abs() < 1e-3,
-            "batch {batch}: {got} GFLOP, bench-torch.py says {gflop}"
-        );
+        assert!((got - gflop).abs() < 1e-3, "batch {batch}: {got} GFLOP, bench-torch.py says {gflop}");
     }
 }

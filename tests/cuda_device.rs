@@ -28,18 +28,13 @@ fn without_a_gpu_probe_and_new_fail_with_one_clear_line() {
     let line = why.to_string();
     assert!(!line.contains('\n'), "{line}");
     assert!(line.starts_with("no GPU: "), "{line}");
-    assert!(
-        line.contains("--device cpu") || line.contains("ordinal"),
-        "{line}"
-    );
+    assert!(line.contains("--device cpu") || line.contains("ordinal"), "{line}");
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         assert_eq!(why, NoGpu::DriverLibrary);
         assert!(line.contains("libcuda.so"), "{line}");
     }
     // Cuda::new must report the same thing as an error, never panic.
-    let err = Cuda::new(0)
-        .err()
-        .expect("Cuda::new succeeded without a GPU");
+    let err = Cuda::new(0).err().expect("Cuda::new succeeded without a GPU");
     assert_eq!(format!("{err:#}"), line);
 }
 
@@ -55,13 +50,7 @@ fn probe_reports_a_sane_device() {
     assert!(p.total_mem > 1 << 30, "{p}");
     assert!(p.cc >= (5, 0), "{p}");
     assert!(p.driver_version >= (11, 0), "{p}");
-    assert_eq!(
-        cuda::probe_device(p.count),
-        Err(NoGpu::BadOrdinal {
-            ordinal: p.count,
-            count: p.count
-        })
-    );
+    assert_eq!(cuda::probe_device(p.count), Err(NoGpu::BadOrdinal { ordinal: p.count, count: p.count }));
 }
 
 #[test]
@@ -81,9 +70,7 @@ fn staging_through_pinned_memory_round_trips_in_order() {
     // A kernel issued just before the copy must be visible in it: the copy waits for the
     // compute stream.
     cu.scale(ViewMut::whole(&mut grad), 2.0);
-    let ev = cu
-        .stage_to_host(View::range(&grad, 0..n), &mut pinned, 7)
-        .unwrap();
+    let ev = cu.stage_to_host(View::range(&grad, 0..n), &mut pinned, 7).unwrap();
     ev.synchronize().unwrap();
     let host = pinned.as_slice().unwrap();
     assert!(host[..7].iter().all(|&v| v == 0.0));
@@ -96,9 +83,7 @@ fn staging_through_pinned_memory_round_trips_in_order() {
         *v += 1.0;
     }
     let mut back = cu.alloc(n).unwrap();
-    let ev = cu
-        .stage_to_device(&pinned, 7, ViewMut::whole(&mut back))
-        .unwrap();
+    let ev = cu.stage_to_device(&pinned, 7, ViewMut::whole(&mut back)).unwrap();
     cu.compute_wait(&ev).unwrap();
     // Issued on the compute stream after the wait: sees the staged values.
     cu.scale(ViewMut::whole(&mut back), 0.5);
@@ -133,11 +118,7 @@ fn peak_bytes_counts_buffers_and_workspace() {
     cu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut y));
     assert_eq!(cu.allocated_bytes(), before);
     let want = 0.5 * 0.25 * g.col_rows() as f32;
-    assert!(
-        down(&cu, &y)
-            .iter()
-            .all(|&v| (v - want).abs() < 1e-3 * want)
-    );
+    assert!(down(&cu, &y).iter().all(|&v| (v - want).abs() < 1e-3 * want));
 }
 
 #[test]

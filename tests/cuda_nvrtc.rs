@@ -34,11 +34,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
 /// A log that is not empty after a successful compile holds warnings.
 fn assert_clean_log(what: &str, log: &str) {
     let meaningful: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert!(
-        meaningful.is_empty(),
-        "NVRTC reported for {what}:\n{}",
-        meaningful.join("\n")
-    );
+    assert!(meaningful.is_empty(), "NVRTC reported for {what}:\n{}", meaningful.join("\n"));
 }
 
 #[test]
@@ -46,30 +42,24 @@ fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
     if !nvrtc_or_skip("every_kernel_compiles_to_ptx") {
         return;
     }
-    let target = Target {
-        arch: CI_ARCH,
-        output: Output::Ptx,
-    };
+    let target = Target { arch: CI_ARCH, output: Output::Ptx };
     let mut checked = 0;
     for family in Family::ALL {
         let file = family.kernels();
-        let compiled = nvrtc::compile_family(family, &target)
-            .unwrap_or_else(|e| panic!("kernels/{}: {e:#}", file.file));
+        let compiled =
+            nvrtc::compile_family(family, &target).unwrap_or_else(|e| panic!("kernels/{}: {e:#}", file.file));
         assert_clean_log(file.file, &compiled.log);
         let ptx = nvrtc::ptx_text(&compiled);
         let entries = ptx_entry_params(&ptx);
         for sig in file.kernels {
-            let (_, params) = entries
-                .iter()
-                .find(|(name, _)| name == sig.name)
-                .unwrap_or_else(|| {
-                    panic!(
-                        "kernel {} (launched from Rust) is not an .entry of kernels/{}; entries: {:?}",
-                        sig.name,
-                        file.file,
-                        entries.iter().map(|e| &e.0).collect::<Vec<_>>()
-                    )
-                });
+            let (_, params) = entries.iter().find(|(name, _)| name == sig.name).unwrap_or_else(|| {
+                panic!(
+                    "kernel {} (launched from Rust) is not an .entry of kernels/{}; entries: {:?}",
+                    sig.name,
+                    file.file,
+                    entries.iter().map(|e| &e.0).collect::<Vec<_>>()
+                )
+            });
             let want: Vec<String> = sig.params.iter().map(|p| p.ptx()).collect();
             assert_eq!(
                 params, &want,
@@ -95,21 +85,13 @@ fn every_family_compiles_to_cubin_for_the_ci_architecture() {
     if !nvrtc_or_skip("every_family_compiles_to_cubin") {
         return;
     }
-    let target = Target {
-        arch: CI_ARCH,
-        output: Output::Cubin,
-    };
+    let target = Target { arch: CI_ARCH, output: Output::Cubin };
     for family in Family::ALL {
         let c = nvrtc::compile_family(family, &target)
             .unwrap_or_else(|e| panic!("kernels/{}: {e:#}", family.kernels().file));
         assert_clean_log(family.kernels().file, &c.log);
         // An ELF image.
-        assert_eq!(
-            &c.image[..4],
-            b"\x7fELF",
-            "{:?} did not produce a CUBIN",
-            family
-        );
+        assert_eq!(&c.image[..4], b"\x7fELF", "{:?} did not produce a CUBIN", family);
     }
     assert!(nvrtc::supported_archs().unwrap().contains(&CI_ARCH));
 }
@@ -119,15 +101,13 @@ fn a_compile_error_names_the_file_and_line() {
     if !nvrtc_or_skip("a_compile_error_names_the_file_and_line") {
         return;
     }
-    let src = "#include \"common.cuh\"\n\nextern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_name;\n}\n";
+    let src =
+        "#include \"common.cuh\"\n\nextern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_name;\n}\n";
     let err = nvrtc::compile(
         "kernels/broken.cu",
         src,
         &nvrtc::headers(),
-        &nvrtc::options(&Target {
-            arch: CI_ARCH,
-            output: Output::Ptx,
-        }),
+        &nvrtc::options(&Target { arch: CI_ARCH, output: Output::Ptx }),
         Output::Ptx,
     )
     .unwrap_err();
@@ -154,21 +134,12 @@ fn the_kernel_cache_stores_reuses_and_refreshes_images() {
     let dir = std::env::temp_dir().join(format!("dcgan-cache-test-{}", std::process::id()));
     // Only this test in this binary reads the cache location.
     unsafe { std::env::set_var("DCGAN_KERNEL_CACHE", &dir) };
-    let target = Target {
-        arch: CI_ARCH,
-        output: Output::Cubin,
-    };
+    let target = Target { arch: CI_ARCH, output: Output::Cubin };
     let fresh = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(
-        name.starts_with("adam-sm_90-") && name.ends_with(".cubin"),
-        "{name}"
-    );
+    assert!(name.starts_with("adam-sm_90-") && name.ends_with(".cubin"), "{name}");
     // A second load is the stored file: damage it and see the damage come back...
     std::fs::write(&files[0], b"not a cubin").unwrap();
     let cached = kernel_cache::load_or_compile(Family::Adam, &target, false).unwrap();
@@ -178,10 +149,7 @@ fn the_kernel_cache_stores_reuses_and_refreshes_images() {
     assert_eq!(refreshed, fresh);
     assert_eq!(std::fs::read(&files[0]).unwrap(), fresh);
     // Another target is another file.
-    let ptx = Target {
-        arch: CI_ARCH,
-        output: Output::Ptx,
-    };
+    let ptx = Target { arch: CI_ARCH, output: Output::Ptx };
     kernel_cache::load_or_compile(Family::Adam, &ptx, false).unwrap();
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
     let _ = std::fs::remove_dir_all(&dir);

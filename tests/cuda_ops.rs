@@ -29,13 +29,7 @@ fn padded(cu: &Cuda, data: &[f32], pad: usize) -> (<Cuda as Backend>::Buf, std::
 #[track_caller]
 fn unpad(cu: &Cuda, b: &<Cuda as Backend>::Buf, r: std::ops::Range<usize>) -> Vec<f32> {
     let all = down(cu, b);
-    assert!(
-        all[..r.start]
-            .iter()
-            .chain(&all[r.end..])
-            .all(|&v| v == 7.25),
-        "a kernel wrote outside its view"
-    );
+    assert!(all[..r.start].iter().chain(&all[r.end..]).all(|&v| v == 7.25), "a kernel wrote outside its view");
     all[r].to_vec()
 }
 
@@ -50,11 +44,7 @@ fn elementwise_fill_scale_axpy_match_the_cpu() {
         let (mut bx, rx) = padded(&cu, &x, 3);
         let (mut by, ry) = padded(&cu, &y, 5);
         cu.scale(ViewMut::range(&mut bx, rx.clone()), -1.5);
-        cu.axpy(
-            0.75,
-            View::range(&bx, rx.clone()),
-            ViewMut::range(&mut by, ry.clone()),
-        );
+        cu.axpy(0.75, View::range(&bx, rx.clone()), ViewMut::range(&mut by, ry.clone()));
         let (mut cx, mut cy) = (x.clone(), y.clone());
         Cpu.scale(ViewMut::whole(&mut cx), -1.5);
         Cpu.axpy(0.75, View::whole(&cx), ViewMut::whole(&mut cy));
@@ -71,13 +61,7 @@ fn activations_forward_and_backward_match_the_cpu() {
     for cu in engines("activations") {
         let mut rng = rng(2);
         let n = if small(&cu) { 777 } else { 300_001 };
-        for act in [
-            Activation::None,
-            Activation::Relu,
-            Activation::LeakyRelu,
-            Activation::Tanh,
-            Activation::Sigmoid,
-        ] {
+        for act in [Activation::None, Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid] {
             let x = random(&mut rng, n, 6.0);
             let dy = random(&mut rng, n, 1.0);
             let (mut bx, rx) = padded(&cu, &x, 1);
@@ -88,19 +72,10 @@ fn activations_forward_and_backward_match_the_cpu() {
             assert_close(&format!("{act:?} forward"), &gy, &cx, TOL);
 
             let (mut bdy, rdy) = padded(&cu, &dy, 2);
-            cu.act_backward(
-                act,
-                View::range(&bx, rx),
-                ViewMut::range(&mut bdy, rdy.clone()),
-            );
+            cu.act_backward(act, View::range(&bx, rx), ViewMut::range(&mut bdy, rdy.clone()));
             let mut cdy = dy.clone();
             Cpu.act_backward(act, View::whole(&cx), ViewMut::whole(&mut cdy));
-            assert_close(
-                &format!("{act:?} backward"),
-                &unpad(&cu, &bdy, rdy),
-                &cdy,
-                TOL,
-            );
+            assert_close(&format!("{act:?} backward"), &unpad(&cu, &bdy, rdy), &cdy, TOL);
         }
     }
 }
@@ -126,24 +101,9 @@ fn bce_with_logits_matches_the_cpu() {
                     ViewMut::range(&mut bo, ro.clone()),
                 );
                 let (mut cd, mut co) = (vec![0.0; n], vec![0.0; 2]);
-                Cpu.bce_with_logits(
-                    View::whole(&logits),
-                    target,
-                    ViewMut::whole(&mut cd),
-                    ViewMut::whole(&mut co),
-                );
-                assert_close(
-                    &format!("bce n={n} t={target} dlogits"),
-                    &unpad(&cu, &bd, rd),
-                    &cd,
-                    TOL,
-                );
-                assert_close(
-                    &format!("bce n={n} t={target} out"),
-                    &unpad(&cu, &bo, ro),
-                    &co,
-                    TOL,
-                );
+                Cpu.bce_with_logits(View::whole(&logits), target, ViewMut::whole(&mut cd), ViewMut::whole(&mut co));
+                assert_close(&format!("bce n={n} t={target} dlogits"), &unpad(&cu, &bd, rd), &cd, TOL);
+                assert_close(&format!("bce n={n} t={target} out"), &unpad(&cu, &bo, ro), &co, TOL);
             }
         }
     }
@@ -170,13 +130,7 @@ fn adam_matches_the_cpu_over_several_steps() {
                 ViewMut::range(&mut bm, rm.clone()),
                 ViewMut::range(&mut bv, rv.clone()),
             );
-            Cpu.adam(
-                &h,
-                ViewMut::whole(&mut cp),
-                View::whole(&g),
-                ViewMut::whole(&mut cm),
-                ViewMut::whole(&mut cv),
-            );
+            Cpu.adam(&h, ViewMut::whole(&mut cp), View::whole(&g), ViewMut::whole(&mut cm), ViewMut::whole(&mut cv));
         }
         assert_close("adam param", &unpad(&cu, &bp, rp), &cp, TOL);
         assert_close("adam m", &unpad(&cu, &bm, rm), &cm, TOL);
@@ -215,19 +169,10 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
                 let bx = up(&cu, &x);
                 let (bgamma, bbeta) = (up(&cu, &gamma), up(&cu, &beta));
                 let (mut bstats, rs) = padded(&cu, &vec![0.0; 2 * c], 1);
-                cu.bn_forward_stats(
-                    &g,
-                    View::whole(&bx),
-                    ViewMut::range(&mut bstats, rs.clone()),
-                );
+                cu.bn_forward_stats(&g, View::whole(&bx), ViewMut::range(&mut bstats, rs.clone()));
                 let mut cstats = vec![0.0; 2 * c];
                 Cpu.bn_forward_stats(&g, View::whole(&x), ViewMut::whole(&mut cstats));
-                assert_close(
-                    &format!("{what} stats"),
-                    &unpad(&cu, &bstats, rs.clone()),
-                    &cstats,
-                    TOL,
-                );
+                assert_close(&format!("{what} stats"), &unpad(&cu, &bstats, rs.clone()), &cstats, TOL);
 
                 // Statistics as if from two ranks: both sides use the same (CPU) sums.
                 let stats2: Vec<f32> = cstats.iter().map(|v| 2.0 * v).collect();
@@ -248,8 +193,7 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
                         ViewMut::range(&mut bsaved, rsv.clone()),
                         ViewMut::whole(&mut brun),
                     );
-                    let (mut cy, mut csaved, mut crun) =
-                        (vec![0.0; len], vec![0.0; 2 * c], running0.clone());
+                    let (mut cy, mut csaved, mut crun) = (vec![0.0; len], vec![0.0; 2 * c], running0.clone());
                     Cpu.bn_forward_apply(
                         &g,
                         View::whole(&x),
@@ -263,12 +207,7 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
                         ViewMut::whole(&mut crun),
                     );
                     assert_close(&format!("{what} y"), &down(&cu, &by), &cy, TOL);
-                    assert_close(
-                        &format!("{what} saved"),
-                        &unpad(&cu, &bsaved, rsv),
-                        &csaved,
-                        TOL,
-                    );
+                    assert_close(&format!("{what} saved"), &unpad(&cu, &bsaved, rsv), &csaved, TOL);
                     assert_close(&format!("{what} running"), &down(&cu, &brun), &crun, TOL);
 
                     // Backward from the CPU's forward state, so only backward is compared.
@@ -296,12 +235,7 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
                         ViewMut::whole(&mut csums),
                     );
                     assert_close(&format!("{what} dz"), &down(&cu, &bdy), &cdz, TOL);
-                    assert_close(
-                        &format!("{what} sums"),
-                        &unpad(&cu, &bsums, rsu),
-                        &csums,
-                        TOL,
-                    );
+                    assert_close(&format!("{what} sums"), &unpad(&cu, &bsums, rsu), &csums, TOL);
 
                     let (bdz, bsm) = (up(&cu, &cdz), up(&cu, &csums));
                     let mut bdx = cu.alloc(len).unwrap();
@@ -427,12 +361,7 @@ fn convolution_forward_and_backward_match_the_cpu() {
                 ViewMut::range(&mut by, ry.clone()),
             );
             let mut cy = vec![0.0; g.y_len()];
-            Cpu.conv2d_forward(
-                &g,
-                View::whole(&x),
-                View::whole(&w),
-                ViewMut::whole(&mut cy),
-            );
+            Cpu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut cy));
             assert_close(&format!("{g:?} forward"), &unpad(&cu, &by, ry), &cy, TOL);
 
             let (mut bdx, rdx) = padded(&cu, &vec![0.0; g.x_len()], 1);
@@ -443,18 +372,8 @@ fn convolution_forward_and_backward_match_the_cpu() {
                 ViewMut::range(&mut bdx, rdx.clone()),
             );
             let mut cdx = vec![0.0; g.x_len()];
-            Cpu.conv2d_backward_data(
-                &g,
-                View::whole(&dy),
-                View::whole(&w),
-                ViewMut::whole(&mut cdx),
-            );
-            assert_close(
-                &format!("{g:?} backward-data"),
-                &unpad(&cu, &bdx, rdx),
-                &cdx,
-                TOL,
-            );
+            Cpu.conv2d_backward_data(&g, View::whole(&dy), View::whole(&w), ViewMut::whole(&mut cdx));
+            assert_close(&format!("{g:?} backward-data"), &unpad(&cu, &bdx, rdx), &cdx, TOL);
 
             // Weight gradient, written and then accumulated onto.
             let (mut bdw, rdw) = padded(&cu, &vec![0.0; g.w_len()], 6);
@@ -469,20 +388,9 @@ fn convolution_forward_and_backward_match_the_cpu() {
             }
             let mut cdw = vec![0.0; g.w_len()];
             for accumulate in [false, true] {
-                Cpu.conv2d_backward_weight(
-                    &g,
-                    View::whole(&x),
-                    View::whole(&dy),
-                    ViewMut::whole(&mut cdw),
-                    accumulate,
-                );
+                Cpu.conv2d_backward_weight(&g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut cdw), accumulate);
             }
-            assert_close(
-                &format!("{g:?} backward-weight"),
-                &unpad(&cu, &bdw, rdw),
-                &cdw,
-                TOL,
-            );
+            assert_close(&format!("{g:?} backward-weight"), &unpad(&cu, &bdw, rdw), &cdw, TOL);
         }
     }
 }
@@ -502,13 +410,7 @@ fn results_are_identical_run_to_run() {
         let bn = BnGeom::new(g.c_in, g.batch * g.h_in * g.w_in);
         let run = || {
             let mut dw = cu.alloc(g.w_len()).unwrap();
-            cu.conv2d_backward_weight(
-                &g,
-                View::whole(&x),
-                View::whole(&dy),
-                ViewMut::whole(&mut dw),
-                false,
-            );
+            cu.conv2d_backward_weight(&g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut dw), false);
             let mut stats = cu.alloc(2 * bn.channels).unwrap();
             cu.bn_forward_stats(&bn, View::whole(&x), ViewMut::whole(&mut stats));
             (down(&cu, &dw), down(&cu, &stats))

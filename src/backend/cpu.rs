@@ -1,7 +1,7 @@
 //! The CPU backend: host vectors and the ops' CPU sides, threaded with rayon.
 //! It is the reference every other backend is tested against.
 
-use super::{Backend, DeviceBuf, View, ViewMut};
+use super::{Backend, DeviceBuf, StageWaiter, View, ViewMut};
 use crate::ops::activation::{self, Activation};
 use crate::ops::adam::{self, AdamStep};
 use crate::ops::batchnorm::{self, BnGeom};
@@ -28,6 +28,7 @@ fn sm<'a>(v: ViewMut<'a, Cpu>) -> &'a mut [f32] {
 
 impl Backend for Cpu {
     type Buf = Vec<f32>;
+    type Host = Vec<f32>;
 
     fn describe(&self) -> String {
         format!("cpu ({} threads)", rayon::current_num_threads())
@@ -45,6 +46,19 @@ impl Backend for Cpu {
         sm(dst).copy_from_slice(s(src));
     }
     fn synchronize(&self) {}
+
+    fn alloc_host(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
+    }
+    fn stage_out(&self, src: View<Self>, host: &mut Vec<f32>) -> Result<StageWaiter> {
+        host[..src.len].copy_from_slice(s(src));
+        Ok(Box::new(|| {}))
+    }
+    fn stage_in(&self, host: &Vec<f32>, dst: ViewMut<Self>) -> Result<()> {
+        let n = dst.len;
+        sm(dst).copy_from_slice(&host[..n]);
+        Ok(())
+    }
 
     fn fill(&self, x: ViewMut<Self>, value: f32) {
         elementwise::cpu::fill(sm(x), value);

@@ -19,6 +19,7 @@ pub mod kernel_cache;
 pub mod kernel_table;
 pub mod nvrtc;
 pub mod probe;
+pub mod staging;
 
 pub use cudarc::driver::{CudaEvent, CudaGraph, PinnedHostSlice};
 pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
@@ -46,14 +47,8 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
-        Family::Elementwise,
-        Family::Activation,
-        Family::Loss,
-        Family::Adam,
-        Family::BatchNorm,
-        Family::Conv,
-    ];
+    pub const ALL: [Family; 6] =
+        [Family::Elementwise, Family::Activation, Family::Loss, Family::Adam, Family::BatchNorm, Family::Conv];
 
     /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
     pub fn kernels(self) -> &'static KernelFile {
@@ -240,12 +235,7 @@ impl Cuda {
             }
         };
         self.mem.add(4 * len.max(1));
-        Ok(CudaBuf {
-            addr,
-            len,
-            mem: self.mem.clone(),
-            _storage: storage,
-        })
+        Ok(CudaBuf { addr, len, mem: self.mem.clone(), _storage: storage })
     }
 
     /// Grow the workspace to at least `floats` floats now, so ops never allocate later.
@@ -356,11 +346,7 @@ impl Cuda {
         let d = self.driver()?;
         let end = dst_off + src.len;
         if end > dst.len() {
-            bail!(
-                "staging {} floats at {dst_off} into a pinned buffer of {}",
-                src.len,
-                dst.len()
-            );
+            bail!("staging {} floats at {dst_off} into a pinned buffer of {}", src.len, dst.len());
         }
         d.copy_after_compute()?;
         // Waits for earlier copies into `dst`; `_record` marks it busy until this copy ends.
@@ -382,11 +368,7 @@ impl Cuda {
         let d = self.driver()?;
         let end = src_off + dst.len;
         if end > src.len() {
-            bail!(
-                "staging {} floats from {src_off} of a pinned buffer of {}",
-                dst.len,
-                src.len()
-            );
+            bail!("staging {} floats from {src_off} of a pinned buffer of {}", dst.len, src.len());
         }
         d.copy_after_compute()?;
         let (slice, _record) = unsafe { src.stream_synced_slice(&d.copy) };

@@ -78,6 +78,23 @@ impl<'a, B: Backend> ViewMut<'a, B> {
     }
 }
 
+/// Host memory a gradient bucket is staged in for the comm thread (pinned on CUDA).
+pub trait HostBuffer: Send + 'static {
+    /// Start and length, without waiting for copies in flight: the comm thread gets these
+    /// and reads only after the stage-out waiter has returned.
+    fn raw_parts(&mut self) -> (*mut f32, usize);
+}
+
+impl HostBuffer for Vec<f32> {
+    fn raw_parts(&mut self) -> (*mut f32, usize) {
+        (self.as_mut_ptr(), self.len())
+    }
+}
+
+/// Returns once a staged copy is complete; may be called on another thread (the comm
+/// thread waits on it before reading the bucket).
+pub type StageWaiter = Box<dyn FnOnce() + Send>;
+
 /// Shorthand used by layers: `v(&buf)` / `vm(&mut buf)` for whole-buffer views.
 pub fn v<B: Backend>(buf: &B::Buf) -> View<'_, B> {
     View::whole(buf)
@@ -90,6 +107,7 @@ pub fn vm<B: Backend>(buf: &mut B::Buf) -> ViewMut<'_, B> {
 /// on devices that can be (CUDA); `download` and `synchronize` wait.
 pub trait Backend: Sized + 'static {
     type Buf: DeviceBuf;
+    type Host: HostBuffer;
 
     /// "cpu" or "cuda:<ordinal> <name>".
     fn describe(&self) -> String;
@@ -100,6 +118,28 @@ pub trait Backend: Sized + 'static {
     fn copy(&self, src: View<Self>, dst: ViewMut<Self>);
     /// Wait until every op issued so far has finished.
     fn synchronize(&self);
+
+    // ---- the gradient path and memory ----
+    /// Host memory for staging `len` floats (zeroed).
+    fn alloc_host(&self, len: usize) -> Result<Self::Host>;
+    /// Copy `src` into `host[..src.len]` once the work issued so far is done, without
+    /// blocking this thread where the device allows it (CUDA: on the copy stream).
+    fn stage_out(&self, src: View<Self>, host: &mut Self::Host) -> Result<StageWaiter>;
+    /// Copy `host[..dst.len]` into `dst`; work issued afterwards sees it (CUDA: the compute
+    /// stream waits for the copy stream).
+    fn stage_in(&self, host: &Self::Host, dst: ViewMut<Self>) -> Result<()>;
+    /// Reserve what the ops of a convolution need, so that the step loop never allocates.
+    fn prepare_conv(&self, _g: &ConvGeom) -> Result<()> {
+        Ok(())
+    }
+    /// Reserve what the ops of a batch norm need.
+    fn prepare_bn(&self, _g: &BnGeom) -> Result<()> {
+        Ok(())
+    }
+    /// The most device memory held at once so far (None where not tracked: the CPU).
+    fn peak_bytes(&self) -> Option<usize> {
+        None
+    }
 
     // ---- elementwise helpers (ops/elementwise) ----
     fn fill(&self, x: ViewMut<Self>, value: f32);

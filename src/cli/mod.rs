@@ -33,6 +33,14 @@ pub enum Command {
     TuneAllreduce(comm::TuneAllreduceArgs),
     /// Render a grid of images from a saved generator.
     Sample(SampleArgs),
+    /// Print, per rank, the host, local rank, device and the MPI library (run under mpiexec).
+    Info(InfoArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub comm: comm::CommArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -78,6 +86,10 @@ pub struct ModelArgs {
     /// Compute threads per rank (default: the cores of this host divided by its ranks).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where each rank computes: auto (a GPU when one is usable, else the CPU), cpu, cuda, or
+    /// cuda-emulated (the CUDA kernels on the CPU: slow, for checking without a GPU).
+    #[arg(long, value_enum, default_value_t = crate::device::DeviceChoice::Auto)]
+    pub device: crate::device::DeviceChoice,
 }
 
 #[derive(Args, Debug, Clone, serde::Serialize)]

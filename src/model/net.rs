@@ -154,6 +154,7 @@ impl<B: Backend> Net<B> {
         let store = ParamStore::new(be, layout, seed)?;
         let mut stages = Vec::with_capacity(specs.len());
         for (i, ((spec, geom), (w, bn))) in specs.iter().zip(&geoms).zip(ranges).enumerate() {
+            be.prepare_conv(geom)?;
             let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: w.clone() };
             let (_, oh, ow) = conv.output_shape();
             let mut group = w.clone();
@@ -161,6 +162,7 @@ impl<B: Backend> Net<B> {
                 Some((gamma_beta, running)) => {
                     group.end = gamma_beta.end;
                     let g = BnGeom::new(spec.c_out, batch * oh * ow);
+                    be.prepare_bn(&g)?;
                     Some(BatchNormLayer::new(be, g, spec.act, gamma_beta, running)?)
                 }
                 None => None,

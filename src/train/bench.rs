@@ -3,10 +3,9 @@
 use super::exchange::{SoloExchange, plan_buckets};
 use super::step::{GanTrainer, StepConfig};
 use super::timeline::Timeline;
-use crate::backend::cpu::Cpu;
 use crate::cli::BenchStepArgs;
 use crate::model::dcgan::Dcgan;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -25,10 +24,27 @@ pub fn step_macs<B: crate::backend::Backend>(model: &Dcgan<B>) -> u64 {
 
 pub fn run(args: BenchStepArgs) -> Result<()> {
     super::setup_threads(args.model.threads, 1)?;
-    let be = Cpu;
+    let (device, notice) = crate::device::select(args.model.device, 0)?;
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
+    device.run(BenchOn(args))
+}
+
+struct BenchOn(BenchStepArgs);
+
+impl crate::device::OnBackend for BenchOn {
+    type Out = Result<()>;
+    fn run<B: crate::backend::Backend>(self, be: B) -> Result<()> {
+        bench_on(self.0, be)
+    }
+}
+
+fn bench_on<B: crate::backend::Backend>(args: BenchStepArgs, be: B) -> Result<()> {
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
-    let mut model = Dcgan::new(&be, size, batch, args.model.seed)?;
+    let mut model = Dcgan::new(&be, size, batch, args.model.seed)
+        .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
     model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);
     let macs = step_macs(&model);
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
@@ -44,6 +60,8 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     for _ in 0..args.steps {
         let t0 = Instant::now();
         trainer.step(&images, args.model.lr as f32, args.model.lr as f32, false)?;
+        trainer.finish_pending();
+        trainer.sync_device();
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     trainer.finish_pending();
@@ -67,6 +85,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             "images_per_s": images_per_s,
             "gflop_per_step": 2.0 * macs as f64 / 1e9,
             "gflops": gflops,
+            "peak_device_memory_bytes": trainer.peak_device_bytes(),
         });
         println!("{line}");
     } else {

@@ -5,15 +5,29 @@
 use super::buckets::Bucket;
 use super::exchange::{Exchange, ExchangeStats, NetId};
 use super::timeline::{Timeline, Track};
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, HostBuffer, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
+use anyhow::Result;
 use std::rc::Rc;
 use std::time::Instant;
 
+/// A bucket's host memory lent to the comm thread while it is in flight. The exchange owns
+/// the memory and touches it again only after waiting for the bucket.
+struct Lent(*mut f32, usize);
+
+// The comm thread is the only one using the memory while the bucket is in flight.
+unsafe impl Send for Lent {}
+
+impl HostData for Lent {
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
+    }
+}
+
 /// Buckets of one network: their plan, and where each one is this step.
-struct NetBuckets {
+struct NetBuckets<H> {
     plan: Vec<Bucket>,
     /// Bucket index of each stage.
     bucket_of_stage: Vec<usize>,
@@ -23,12 +37,12 @@ struct NetBuckets {
     held: Vec<usize>,
     /// (bucket, ticket, the step that submitted it)
     in_flight: Vec<(usize, Ticket, u64)>,
-    /// Host memory of each bucket, None while the comm thread owns it.
-    host: Vec<Option<Box<dyn HostData>>>,
+    /// Host memory of each bucket ([bucket floats], pinned on CUDA), made once.
+    host: Vec<H>,
 }
 
-impl NetBuckets {
-    fn new(plan: Vec<Bucket>, stages: usize) -> Self {
+impl<H: HostBuffer> NetBuckets<H> {
+    fn new<B: Backend<Host = H>>(be: &B, plan: Vec<Bucket>, stages: usize) -> Result<Self> {
         let mut bucket_of_stage = vec![usize::MAX; stages];
         for (b, bucket) in plan.iter().enumerate() {
             for &s in &bucket.stages {
@@ -36,59 +50,68 @@ impl NetBuckets {
             }
         }
         let missing = plan.iter().map(|b| b.stages.len()).collect();
-        let host = plan.iter().map(|b| Some(Box::new(vec![0.0f32; b.range.len()]) as Box<dyn HostData>)).collect();
-        NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host }
+        let host = plan.iter().map(|b| be.alloc_host(b.range.len())).collect::<Result<_>>()?;
+        Ok(NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host })
     }
 }
 
 /// The bucket id of the per-step metrics (after every gradient bucket's).
 const METRICS_ID: u32 = 1000;
 
-pub struct CommExchange {
+pub struct CommExchange<B: Backend> {
     comm: Rc<CommHandle>,
-    nets: [NetBuckets; 2],
+    nets: [NetBuckets<B::Host>; 2],
     metrics: Option<Ticket>,
     /// Submit each bucket the moment it is complete (false: `--no-overlap`).
     overlap: bool,
     pub stats: ExchangeStats,
 }
 
-impl CommExchange {
+impl<B: Backend> CommExchange<B> {
     /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts.
-    pub fn new(comm: Rc<CommHandle>, buckets: [Vec<Bucket>; 2], stages: (usize, usize), overlap: bool) -> Self {
+    pub fn new(
+        be: &B,
+        comm: Rc<CommHandle>,
+        buckets: [Vec<Bucket>; 2],
+        stages: (usize, usize),
+        overlap: bool,
+    ) -> Result<Self> {
         let [g, d] = buckets;
         let mut stats = ExchangeStats::default();
         for b in g.iter().chain(&d) {
             stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
         }
-        CommExchange {
-            comm,
-            nets: [NetBuckets::new(g, stages.0), NetBuckets::new(d, stages.1)],
-            metrics: None,
-            overlap,
-            stats,
-        }
+        let nets = [NetBuckets::new(be, g, stages.0)?, NetBuckets::new(be, d, stages.1)?];
+        Ok(CommExchange { comm, nets, metrics: None, overlap, stats })
     }
 
-    fn submit<B: Backend>(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
+    /// Stage bucket `b` out of the gradient buffer and hand it to the comm thread, which
+    /// waits for the copy before its first fragment.
+    fn submit(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
         let nb = &mut self.nets[net as usize];
         let bucket = &nb.plan[b];
-        let mut host = nb.host[b].take().expect("a bucket is submitted once per step");
         let t0 = Instant::now();
-        be.download(View::range(&store.grad, bucket.range.clone()), host.as_mut_slice());
+        let waiter = be.stage_out(View::range(&store.grad, bucket.range.clone()), &mut nb.host[b]);
+        let mut waiter =
+            Some(waiter.unwrap_or_else(|e| self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label))));
         tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
+        let (ptr, len) = nb.host[b].raw_parts();
         let ticket = self.comm.submit(BucketRequest {
             id: bucket.id,
             label: bucket.label.to_string(),
-            data: host,
-            before_fragment: None,
+            data: Box::new(Lent(ptr, len)),
+            before_fragment: Some(Box::new(move |_| {
+                if let Some(w) = waiter.take() {
+                    w();
+                }
+            })),
             after_fragment: None,
         });
         nb.in_flight.push((b, ticket, tl.step));
     }
 }
 
-impl<B: Backend> Exchange<B> for CommExchange {
+impl<B: Backend> Exchange<B> for CommExchange<B> {
     fn group_ready(&mut self, be: &B, net: NetId, store: &ParamStore<B>, stage: usize, tl: &mut Timeline) {
         let nb = &mut self.nets[net as usize];
         let b = nb.bucket_of_stage[stage];
@@ -138,13 +161,13 @@ impl<B: Backend> Exchange<B> for CommExchange {
                 done.bytes,
                 algo,
             );
-            let mut host = done.data;
-            be.upload(host.as_mut_slice(), ViewMut::range(&mut store.grad, bucket.range.clone()));
+            if let Err(e) = be.stage_in(&nb.host[b], ViewMut::range(&mut store.grad, bucket.range.clone())) {
+                self.comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
+            }
             let t2 = Instant::now();
             tl.span_of_step(step, Track::CopyStream, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
             store.adam(be, bucket.range.clone(), lr, t);
             tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
-            nb.host[b] = Some(host);
         }
     }
 

@@ -13,11 +13,11 @@ use super::summary::{RunFacts, build_summary};
 use super::sync;
 use super::timeline::Timeline;
 use crate::backend::Backend;
-use crate::backend::cpu::Cpu;
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::cli::TrainArgs;
 use crate::comm::CommConfig;
 use crate::data::{DataSource, Dataset, Shard};
+use crate::device::OnBackend;
 use crate::model::dcgan::Dcgan;
 use crate::report::progress::{Progress as ProgressBar, ProgressMode};
 use crate::report::trace::Trace;
@@ -93,7 +93,28 @@ fn load_resume(
     Ok(ck)
 }
 
+/// Pick this rank's backend (every rank must manage), then train on it.
 fn train(job: &Job, args: &TrainArgs) -> Result<()> {
+    let (device, notice) = job.agree(crate::device::select(args.model.device, job.world.local_rank))?;
+    if let Some(n) = notice.filter(|_| job.is_root()) {
+        eprintln!("{n}");
+    }
+    device.run(TrainOn { job, args })
+}
+
+struct TrainOn<'a> {
+    job: &'a Job,
+    args: &'a TrainArgs,
+}
+
+impl OnBackend for TrainOn<'_> {
+    type Out = Result<()>;
+    fn run<B: Backend>(self, be: B) -> Result<()> {
+        train_on(self.job, self.args, be)
+    }
+}
+
+fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let started = Instant::now();
     let (world, root) = (&job.world, job.is_root());
     let stop = StopFlag::install()?;
@@ -106,8 +127,8 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     let size = m.image_size;
     let batch = settings.per_rank_batch;
 
-    let be = Cpu;
-    let mut model = Dcgan::new(&be, size, batch, m.seed)?;
+    let mut model = Dcgan::new(&be, size, batch, m.seed)
+        .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe()))?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let resume = args.checkpoints.resume.is_some();
@@ -122,11 +143,11 @@ fn train(job: &Job, args: &TrainArgs) -> Result<()> {
     })?;
 
     let buckets = plan_buckets(&model, p.bucket_bytes);
-    let exchange: Box<dyn Exchange<Cpu>> = if world.size == 1 || p.no_exchange {
+    let exchange: Box<dyn Exchange<B>> = if world.size == 1 || p.no_exchange {
         Box::new(SoloExchange::new(buckets))
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
-        Box::new(CommExchange::new(job.comm.clone(), buckets, stages, !p.no_overlap))
+        Box::new(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap)?)
     };
     let timeline = match &p.trace {
         Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),

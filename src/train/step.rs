@@ -134,6 +134,15 @@ impl<B: Backend> GanTrainer<B> {
         self.exchange.stats()
     }
 
+    /// Wait for the device (timing).
+    pub fn sync_device(&self) {
+        self.be.synchronize();
+    }
+
+    pub fn peak_device_bytes(&self) -> Option<usize> {
+        self.be.peak_bytes()
+    }
+
     pub fn be_describe(&self) -> String {
         self.be.describe()
     }

@@ -99,6 +99,7 @@ pub fn build_summary<B: Backend>(
         "host_count": w.host_count(),
         "mpi_library": w.mpi_library,
         "device": trainer.be_describe(),
+        "peak_device_memory_bytes": trainer.peak_device_bytes(),
         "threads_per_rank": facts.threads,
         "data": data,
         "image_size": args.model.image_size,

@@ -33,12 +33,7 @@ impl<B: Backend> Param<B> {
         let n = init.len();
         let mut value = be.alloc(n).unwrap();
         be.upload(init, ViewMut::whole(&mut value));
-        Param {
-            value,
-            grad: be.alloc(n).unwrap(),
-            m: be.alloc(n).unwrap(),
-            v: be.alloc(n).unwrap(),
-        }
+        Param { value, grad: be.alloc(n).unwrap(), m: be.alloc(n).unwrap(), v: be.alloc(n).unwrap() }
     }
     fn adam(&mut self, be: &B, h: &AdamStep) {
         be.adam(
@@ -94,15 +89,7 @@ impl<B: Backend> Bn<B> {
         );
     }
     /// dy (the gradient of the activation output) -> dx; gamma/beta gradients accumulated.
-    fn backward(
-        &mut self,
-        be: &B,
-        x: &B::Buf,
-        y: &B::Buf,
-        act: Activation,
-        dy: &mut B::Buf,
-        dx: &mut B::Buf,
-    ) {
+    fn backward(&mut self, be: &B, x: &B::Buf, y: &B::Buf, act: Activation, dy: &mut B::Buf, dx: &mut B::Buf) {
         let c = self.geom.channels;
         be.bn_backward_reduce(
             &self.geom,
@@ -113,11 +100,7 @@ impl<B: Backend> Bn<B> {
             ViewMut::whole(dy),
             ViewMut::whole(&mut self.sums),
         );
-        be.axpy(
-            1.0,
-            View::whole(&self.sums),
-            ViewMut::whole(&mut self.gb.grad),
-        );
+        be.axpy(1.0, View::whole(&self.sums), ViewMut::whole(&mut self.gb.grad));
         be.bn_backward_data(
             &self.geom,
             View::whole(x),
@@ -226,19 +209,9 @@ impl<B: Backend> Gan<B> {
 
     fn generate(&mut self, be: &B) {
         let (gc, gw) = (&self.gc, &self.gw);
-        be.conv2d_backward_data(
-            &gc[0],
-            View::whole(&self.z),
-            View::whole(&gw[0].value),
-            ViewMut::whole(&mut self.h1),
-        );
+        be.conv2d_backward_data(&gc[0], View::whole(&self.z), View::whole(&gw[0].value), ViewMut::whole(&mut self.h1));
         self.gbn[0].forward(be, &self.h1, Activation::Relu, &mut self.a1);
-        be.conv2d_backward_data(
-            &gc[1],
-            View::whole(&self.a1),
-            View::whole(&gw[1].value),
-            ViewMut::whole(&mut self.h2),
-        );
+        be.conv2d_backward_data(&gc[1], View::whole(&self.a1), View::whole(&gw[1].value), ViewMut::whole(&mut self.h2));
         self.gbn[1].forward(be, &self.h2, Activation::Relu, &mut self.a2);
         be.conv2d_backward_data(
             &gc[2],
@@ -253,27 +226,11 @@ impl<B: Backend> Gan<B> {
     fn discriminate(&mut self, be: &B, on_real: bool, target: f32) -> [f32; 2] {
         let x = if on_real { &self.real } else { &self.img };
         let (dc, dw) = (&self.dc, &self.dw);
-        be.conv2d_forward(
-            &dc[0],
-            View::whole(x),
-            View::whole(&dw[0].value),
-            ViewMut::whole(&mut self.e1),
-        );
+        be.conv2d_forward(&dc[0], View::whole(x), View::whole(&dw[0].value), ViewMut::whole(&mut self.e1));
         be.act_forward(Activation::LeakyRelu, ViewMut::whole(&mut self.e1));
-        be.conv2d_forward(
-            &dc[1],
-            View::whole(&self.e1),
-            View::whole(&dw[1].value),
-            ViewMut::whole(&mut self.e2),
-        );
-        self.dbn
-            .forward(be, &self.e2, Activation::LeakyRelu, &mut self.f2);
-        be.conv2d_forward(
-            &dc[2],
-            View::whole(&self.f2),
-            View::whole(&dw[2].value),
-            ViewMut::whole(&mut self.logits),
-        );
+        be.conv2d_forward(&dc[1], View::whole(&self.e1), View::whole(&dw[1].value), ViewMut::whole(&mut self.e2));
+        self.dbn.forward(be, &self.e2, Activation::LeakyRelu, &mut self.f2);
+        be.conv2d_forward(&dc[2], View::whole(&self.f2), View::whole(&dw[2].value), ViewMut::whole(&mut self.logits));
         be.bce_with_logits(
             View::whole(&self.logits),
             target,
@@ -306,14 +263,7 @@ impl<B: Backend> Gan<B> {
             ViewMut::whole(&mut self.df2),
         );
         // (In the G step the batch-norm parameter gradients are computed but unused.)
-        self.dbn.backward(
-            be,
-            &self.e2,
-            &self.f2,
-            Activation::LeakyRelu,
-            &mut self.df2,
-            &mut self.de2,
-        );
+        self.dbn.backward(be, &self.e2, &self.f2, Activation::LeakyRelu, &mut self.df2, &mut self.de2);
         if weights {
             be.conv2d_backward_weight(
                 &dc[1],
@@ -329,11 +279,7 @@ impl<B: Backend> Gan<B> {
             View::whole(&dw[1].value),
             ViewMut::whole(&mut self.de1),
         );
-        be.act_backward(
-            Activation::LeakyRelu,
-            View::whole(&self.e1),
-            ViewMut::whole(&mut self.de1),
-        );
+        be.act_backward(Activation::LeakyRelu, View::whole(&self.e1), ViewMut::whole(&mut self.de1));
         if weights {
             be.conv2d_backward_weight(
                 &dc[0],
@@ -356,11 +302,7 @@ impl<B: Backend> Gan<B> {
     /// Backward through G from dimg (the gradient of the Tanh output).
     fn backward_g(&mut self, be: &B) {
         let (gc, gw) = (&self.gc, &mut self.gw);
-        be.act_backward(
-            Activation::Tanh,
-            View::whole(&self.img),
-            ViewMut::whole(&mut self.dimg),
-        );
+        be.act_backward(Activation::Tanh, View::whole(&self.img), ViewMut::whole(&mut self.dimg));
         // A ConvTranspose out = convT(in): d_in = conv(d_out), d_w = bwd_weight(x=d_out, dy=in).
         be.conv2d_backward_weight(
             &gc[2],
@@ -369,20 +311,8 @@ impl<B: Backend> Gan<B> {
             ViewMut::whole(&mut gw[2].grad),
             false,
         );
-        be.conv2d_forward(
-            &gc[2],
-            View::whole(&self.dimg),
-            View::whole(&gw[2].value),
-            ViewMut::whole(&mut self.da2),
-        );
-        self.gbn[1].backward(
-            be,
-            &self.h2,
-            &self.a2,
-            Activation::Relu,
-            &mut self.da2,
-            &mut self.dh2,
-        );
+        be.conv2d_forward(&gc[2], View::whole(&self.dimg), View::whole(&gw[2].value), ViewMut::whole(&mut self.da2));
+        self.gbn[1].backward(be, &self.h2, &self.a2, Activation::Relu, &mut self.da2, &mut self.dh2);
         be.conv2d_backward_weight(
             &gc[1],
             View::whole(&self.dh2),
@@ -390,20 +320,8 @@ impl<B: Backend> Gan<B> {
             ViewMut::whole(&mut gw[1].grad),
             false,
         );
-        be.conv2d_forward(
-            &gc[1],
-            View::whole(&self.dh2),
-            View::whole(&gw[1].value),
-            ViewMut::whole(&mut self.da1),
-        );
-        self.gbn[0].backward(
-            be,
-            &self.h1,
-            &self.a1,
-            Activation::Relu,
-            &mut self.da1,
-            &mut self.dh1,
-        );
+        be.conv2d_forward(&gc[1], View::whole(&self.dh2), View::whole(&gw[1].value), ViewMut::whole(&mut self.da1));
+        self.gbn[0].backward(be, &self.h1, &self.a1, Activation::Relu, &mut self.da1, &mut self.dh1);
         be.conv2d_backward_weight(
             &gc[0],
             View::whole(&self.dh1),
@@ -419,11 +337,7 @@ impl<B: Backend> Gan<B> {
                 be.fill(ViewMut::whole(&mut p.grad), 0.0);
             }
         } else {
-            for p in self
-                .gw
-                .iter_mut()
-                .chain(self.gbn.iter_mut().map(|b| &mut b.gb))
-            {
+            for p in self.gw.iter_mut().chain(self.gbn.iter_mut().map(|b| &mut b.gb)) {
                 be.fill(ViewMut::whole(&mut p.grad), 0.0);
             }
         }
@@ -453,11 +367,7 @@ impl<B: Backend> Gan<B> {
         self.backward_d(be, false, false, true);
         self.backward_g(be);
         if adam {
-            for p in self
-                .gw
-                .iter_mut()
-                .chain(self.gbn.iter_mut().map(|b| &mut b.gb))
-            {
+            for p in self.gw.iter_mut().chain(self.gbn.iter_mut().map(|b| &mut b.gb)) {
                 p.adam(be, &h);
             }
         }
@@ -489,33 +399,16 @@ impl<B: Backend> Gan<B> {
 
 pub fn widths(small: bool) -> Widths {
     if small {
-        Widths {
-            batch: 4,
-            nz: 16,
-            g1: 32,
-            g2: 16,
-            d1: 16,
-            d2: 32,
-        }
+        Widths { batch: 4, nz: 16, g1: 32, g2: 16, d1: 16, d2: 32 }
     } else {
-        Widths {
-            batch: 64,
-            nz: 100,
-            g1: 256,
-            g2: 128,
-            d1: 64,
-            d2: 128,
-        }
+        Widths { batch: 64, nz: 100, g1: 256, g2: 128, d1: 64, d2: 128 }
     }
 }
 
 /// The inputs of step `t`: real images in [-1, 1) and noise.
 pub fn batch_inputs(w: &Widths, t: u64) -> (Vec<f32>, Vec<f32>) {
     let mut r = rng(1000 + t);
-    (
-        random(&mut r, w.batch * 784, 1.0),
-        random(&mut r, w.nz * w.batch, 1.0),
-    )
+    (random(&mut r, w.batch * 784, 1.0), random(&mut r, w.nz * w.batch, 1.0))
 }
 
 /// FLOPs of one step, counted as bench-torch.py counts them: 2 per multiply-add of the

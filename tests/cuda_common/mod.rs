@@ -18,8 +18,7 @@ pub fn engines(test: &str) -> Vec<Cuda> {
     if want.split(',').any(|e| e.trim() == "gpu") {
         match cuda::probe() {
             Ok(p) => {
-                let cu =
-                    Cuda::new(0).unwrap_or_else(|e| panic!("{test}: {p} is usable but: {e:#}"));
+                let cu = Cuda::new(0).unwrap_or_else(|e| panic!("{test}: {p} is usable but: {e:#}"));
                 out.push(cu);
             }
             Err(why) if require_gpu() => panic!("{test}: DCGAN_REQUIRE_GPU=1 but {why}"),
@@ -62,19 +61,13 @@ pub fn random(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
 pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len(), "compared lengths");
     let scale = want.iter().fold(0f64, |m, &v| m.max((v as f64).abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |m, (&g, &w)| m.max((g as f64 - w as f64).abs()));
+    let diff = got.iter().zip(want).fold(0f64, |m, (&g, &w)| m.max((g as f64 - w as f64).abs()));
     if scale == 0.0 { diff } else { diff / scale }
 }
 
 #[track_caller]
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
-    assert!(
-        got.iter().all(|v| v.is_finite()),
-        "{what}: non-finite values in the CUDA result"
-    );
+    assert!(got.iter().all(|v| v.is_finite()), "{what}: non-finite values in the CUDA result");
     let e = rel_err(got, want);
     assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
 }
@@ -104,10 +97,6 @@ pub fn bench_batches() -> Vec<usize> {
     std::env::var("DCGAN_BENCH_BATCHES")
         .unwrap_or_else(|_| "64,256".into())
         .split(',')
-        .map(|b| {
-            b.trim()
-                .parse()
-                .expect("DCGAN_BENCH_BATCHES: comma-separated numbers")
-        })
+        .map(|b| b.trim().parse().expect("DCGAN_BENCH_BATCHES: comma-separated numbers"))
         .collect()
 }

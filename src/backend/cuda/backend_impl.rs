@@ -16,6 +16,7 @@ fn check_len(what: &str, got: usize, want: usize) {
 
 impl Backend for Cuda {
     type Buf = CudaBuf;
+    type Host = super::staging::CudaHost;
 
     fn describe(&self) -> String {
         match &self.engine {
@@ -32,9 +33,7 @@ impl Backend for Cuda {
         let to = dptr_mut(&dst).0;
         match &self.engine {
             Engine::Driver(d) => d.upload(src, to),
-            Engine::Emulator(_) => unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), to as *mut f32, src.len())
-            },
+            Engine::Emulator(_) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), to as *mut f32, src.len()) },
         }
     }
     fn download(&self, src: View<Self>, dst: &mut [f32]) {
@@ -53,15 +52,32 @@ impl Backend for Cuda {
         let (from, to) = (dptr(src).0, dptr_mut(&dst).0);
         match &self.engine {
             Engine::Driver(d) => d.copy_dtod(from, to, src.len),
-            Engine::Emulator(_) => unsafe {
-                std::ptr::copy(from as *const f32, to as *mut f32, src.len)
-            },
+            Engine::Emulator(_) => unsafe { std::ptr::copy(from as *const f32, to as *mut f32, src.len) },
         }
     }
     fn synchronize(&self) {
         if let Err(e) = self.try_synchronize() {
             panic!("{e:#}");
         }
+    }
+
+    fn alloc_host(&self, len: usize) -> Result<Self::Host> {
+        self.host_buffer(len)
+    }
+    fn stage_out(&self, src: View<Self>, host: &mut Self::Host) -> Result<crate::backend::StageWaiter> {
+        self.stage_out_to(src, host)
+    }
+    fn stage_in(&self, host: &Self::Host, dst: ViewMut<Self>) -> Result<()> {
+        self.stage_in_from(host, dst)
+    }
+    fn prepare_conv(&self, g: &ConvGeom) -> Result<()> {
+        Cuda::prepare_conv(self, g)
+    }
+    fn prepare_bn(&self, g: &BnGeom) -> Result<()> {
+        Cuda::prepare_bn(self, g)
+    }
+    fn peak_bytes(&self) -> Option<usize> {
+        Some(Cuda::peak_bytes(self))
     }
 
     fn fill(&self, x: ViewMut<Self>, value: f32) {
@@ -80,14 +96,7 @@ impl Backend for Cuda {
     fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
         conv::cuda::backward_data(self, g, dy, w, dx);
     }
-    fn conv2d_backward_weight(
-        &self,
-        g: &ConvGeom,
-        x: View<Self>,
-        dy: View<Self>,
-        dw: ViewMut<Self>,
-        accumulate: bool,
-    ) {
+    fn conv2d_backward_weight(&self, g: &ConvGeom, x: View<Self>, dy: View<Self>, dw: ViewMut<Self>, accumulate: bool) {
         conv::cuda::backward_weight(self, g, x, dy, dw, accumulate);
     }
 
@@ -107,19 +116,7 @@ impl Backend for Cuda {
         saved: ViewMut<Self>,
         running: ViewMut<Self>,
     ) {
-        batchnorm::cuda::forward_apply(
-            self,
-            g,
-            x,
-            stats,
-            stats_count,
-            gamma,
-            beta,
-            act,
-            y,
-            saved,
-            running,
-        );
+        batchnorm::cuda::forward_apply(self, g, x, stats, stats_count, gamma, beta, act, y, saved, running);
     }
     fn bn_forward_eval(
         &self,
@@ -166,24 +163,11 @@ impl Backend for Cuda {
         activation::cuda::backward(self, act, y, dy);
     }
 
-    fn bce_with_logits(
-        &self,
-        logits: View<Self>,
-        target: f32,
-        dlogits: ViewMut<Self>,
-        out: ViewMut<Self>,
-    ) {
+    fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>) {
         loss::cuda::bce_with_logits(self, logits, target, dlogits, out);
     }
 
-    fn adam(
-        &self,
-        h: &AdamStep,
-        param: ViewMut<Self>,
-        grad: View<Self>,
-        m: ViewMut<Self>,
-        v: ViewMut<Self>,
-    ) {
+    fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
         adam::cuda::step(self, h, param, grad, m, v);
     }
 }

@@ -10,9 +10,7 @@ use super::nvrtc::{self, Output, Target};
 use super::probe::{self, DeviceProbe};
 use super::{Family, kernel_cache};
 use anyhow::{Context, Result, anyhow, bail};
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, result, sys,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, result, sys};
 use cudarc::nvrtc::Ptx;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -47,16 +45,10 @@ fn target_for(cc: (i32, i32)) -> Result<Target> {
     let arch = (cc.0 * 10 + cc.1) as u32;
     let supported = nvrtc::supported_archs()?;
     if supported.contains(&arch) {
-        return Ok(Target {
-            arch,
-            output: Output::Cubin,
-        });
+        return Ok(Target { arch, output: Output::Cubin });
     }
     match supported.iter().copied().filter(|&a| a < arch).max() {
-        Some(older) => Ok(Target {
-            arch: older,
-            output: Output::Ptx,
-        }),
+        Some(older) => Ok(Target { arch: older, output: Output::Ptx }),
         None => bail!(
             "NVRTC {:?} cannot compile for compute capability {}.{} (it supports {:?}); use an \
              NVRTC that supports this GPU",
@@ -68,11 +60,7 @@ fn target_for(cc: (i32, i32)) -> Result<Target> {
     }
 }
 
-fn load_family(
-    ctx: &Arc<CudaContext>,
-    family: Family,
-    target: &Target,
-) -> Result<Vec<CudaFunction>> {
+fn load_family(ctx: &Arc<CudaContext>, family: Family, target: &Target) -> Result<Vec<CudaFunction>> {
     let file = family.kernels();
     let as_ptx = |image: Vec<u8>| match target.output {
         Output::Cubin => Ptx::from_binary(image),
@@ -111,26 +99,14 @@ fn load_family(
 impl Driver {
     pub fn new(ordinal: usize) -> Result<Driver> {
         let probe = probe::probe_device(ordinal)?;
-        let ctx = CudaContext::new(ordinal)
-            .with_context(|| format!("creating a CUDA context on device {ordinal}"))?;
-        let sm_count = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-            .max(1) as usize;
+        let ctx = CudaContext::new(ordinal).with_context(|| format!("creating a CUDA context on device {ordinal}"))?;
+        let sm_count =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let target = target_for(probe.cc)?;
-        let functions = Family::ALL
-            .iter()
-            .map(|&f| load_family(&ctx, f, &target))
-            .collect::<Result<Vec<_>>>()?;
+        let functions = Family::ALL.iter().map(|&f| load_family(&ctx, f, &target)).collect::<Result<Vec<_>>>()?;
         let compute = ctx.new_stream()?;
         let copy = ctx.new_stream()?;
-        Ok(Driver {
-            probe,
-            ctx,
-            compute,
-            copy,
-            sm_count,
-            functions,
-        })
+        Ok(Driver { probe, ctx, compute, copy, sm_count, functions })
     }
 
     fn bind(&self) {
@@ -158,23 +134,10 @@ impl Driver {
         })?;
         let (ptr, _record) = slice.device_ptr(&self.compute);
         drop(_record);
-        Ok((
-            ptr,
-            DeviceAlloc {
-                slice,
-                copy: self.copy.clone(),
-            },
-        ))
+        Ok((ptr, DeviceAlloc { slice, copy: self.copy.clone() }))
     }
 
-    pub fn launch(
-        &self,
-        family: Family,
-        index: usize,
-        name: &str,
-        dims: Dims,
-        params: &mut [*mut c_void],
-    ) {
+    pub fn launch(&self, family: Family, index: usize, name: &str, dims: Dims, params: &mut [*mut c_void]) {
         self.bind();
         let f = &self.functions[family as usize][index];
         let r = unsafe {
@@ -216,15 +179,12 @@ impl Driver {
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        self.compute
-            .synchronize()
-            .and_then(|_| self.copy.synchronize())
-            .map_err(|e| {
-                anyhow!(
-                    "CUDA error in an earlier kernel or copy: {e} (rerun under compute-sanitizer \
+        self.compute.synchronize().and_then(|_| self.copy.synchronize()).map_err(|e| {
+            anyhow!(
+                "CUDA error in an earlier kernel or copy: {e} (rerun under compute-sanitizer \
                      to find it)"
-                )
-            })
+            )
+        })
     }
 
     /// Make the copy stream wait for everything issued on the compute stream so far.
@@ -259,8 +219,7 @@ impl Driver {
     /// Start recording the compute stream's work into a graph (thread-local mode: other
     /// threads, such as the comm thread, may keep calling CUDA meanwhile).
     pub fn begin_capture(&self) -> Result<()> {
-        self.compute
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        self.compute.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         Ok(())
     }
 

@@ -15,20 +15,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const SHIM: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/kernels/emu/cuda_emu.h"
-));
+const SHIM: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/emu/cuda_emu.h"));
 
 type Tramp = unsafe extern "C" fn(*mut *mut c_void);
-type LaunchFn = unsafe extern "C" fn(
-    Tramp,
-    *const u32,
-    *const u32,
-    *mut *mut c_void,
-    *mut c_char,
-    c_int,
-) -> c_int;
+type LaunchFn = unsafe extern "C" fn(Tramp, *const u32, *const u32, *mut *mut c_void, *mut c_char, c_int) -> c_int;
 
 pub(crate) struct Emulator {
     launch: LaunchFn,
@@ -43,10 +33,7 @@ fn compiler() -> String {
 
 /// Whether a C++ compiler is there to build the emulator.
 pub fn is_available() -> bool {
-    Command::new(compiler())
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new(compiler()).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 /// The one translation unit: the shim, every family, a trampoline per kernel.
@@ -64,10 +51,7 @@ fn main_source() -> String {
 }
 
 fn files() -> Vec<(String, String)> {
-    let mut v = vec![
-        ("cuda_emu.h".to_string(), SHIM.to_string()),
-        ("emu_main.cpp".to_string(), main_source()),
-    ];
+    let mut v = vec![("cuda_emu.h".to_string(), SHIM.to_string()), ("emu_main.cpp".to_string(), main_source())];
     for (name, text) in nvrtc::headers() {
         v.push((name.to_string(), text));
     }
@@ -78,17 +62,13 @@ fn files() -> Vec<(String, String)> {
 }
 
 fn build_dir() -> PathBuf {
-    kernel_cache::cache_dir()
-        .unwrap_or_else(|| std::env::temp_dir().join("dcgan-train-kernels"))
-        .join("emu")
+    kernel_cache::cache_dir().unwrap_or_else(|| std::env::temp_dir().join("dcgan-train-kernels")).join("emu")
 }
 
 /// Build (or find in the cache) the emulator library; once per process.
 fn library() -> Result<PathBuf> {
     static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    LIB.get_or_init(|| build().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(|e| anyhow!(e))
+    LIB.get_or_init(|| build().map_err(|e| format!("{e:#}"))).clone().map_err(|e| anyhow!(e))
 }
 
 fn build() -> Result<PathBuf> {
@@ -104,12 +84,7 @@ fn build() -> Result<PathBuf> {
     }
     h.update(cxx.as_bytes());
     h.update(flags.join(" ").as_bytes());
-    let key: String = h
-        .finalize()
-        .iter()
-        .take(12)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let key: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
     let dir = build_dir();
     let lib = dir.join(format!("libdcgan-emu-{key}.so"));
     if lib.exists() {
@@ -132,10 +107,7 @@ fn build() -> Result<PathBuf> {
         .with_context(|| format!("running {cxx}"))?;
     let _ = std::fs::remove_dir_all(&src);
     if !out.status.success() {
-        bail!(
-            "building the CUDA emulator with {cxx} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        bail!("building the CUDA emulator with {cxx} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
     std::fs::rename(&tmp, &lib)?;
     Ok(lib)
@@ -177,18 +149,8 @@ impl Emulator {
         Ok(Emulator { launch, tramps })
     }
 
-    pub fn launch(
-        &self,
-        family: Family,
-        index: usize,
-        name: &str,
-        dims: Dims,
-        params: &mut [*mut c_void],
-    ) {
-        assert_eq!(
-            dims.shared_bytes, 0,
-            "the emulator has no dynamic shared memory"
-        );
+    pub fn launch(&self, family: Family, index: usize, name: &str, dims: Dims, params: &mut [*mut c_void]) {
+        assert_eq!(dims.shared_bytes, 0, "the emulator has no dynamic shared memory");
         let grid = [dims.grid.0, dims.grid.1, dims.grid.2];
         let block = [dims.block.0, dims.block.1, dims.block.2];
         let mut err = [0 as c_char; 512];
@@ -227,27 +189,13 @@ impl HostAlloc {
         let data_pages = bytes.div_ceil(page);
         let map_len = (data_pages + 2) * page;
         let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
         };
         if map == libc::MAP_FAILED {
             bail!("emulator: cannot map {map_len} bytes");
         }
         let rw = unsafe { (map as *mut u8).add(page) };
-        if unsafe {
-            libc::mprotect(
-                rw as *mut c_void,
-                data_pages * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        } != 0
-        {
+        if unsafe { libc::mprotect(rw as *mut c_void, data_pages * page, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
             unsafe { libc::munmap(map, map_len) };
             bail!("emulator: mprotect failed");
         }

@@ -14,12 +14,7 @@ pub fn cache_dir() -> Option<PathBuf> {
     match std::env::var_os("DCGAN_KERNEL_CACHE") {
         Some(v) if v.is_empty() || v == "off" => None,
         Some(v) => Some(PathBuf::from(v)),
-        None => std::env::var_os("HOME").map(|h| {
-            PathBuf::from(h)
-                .join(".cache")
-                .join("dcgan-train")
-                .join("kernels")
-        }),
+        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("dcgan-train").join("kernels")),
     }
 }
 
@@ -41,11 +36,7 @@ pub fn cache_key(family: Family, target: &Target, nvrtc_version: (i32, i32)) -> 
         h.update(o.as_bytes());
     }
     h.update(format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
-    h.finalize()
-        .iter()
-        .take(12)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
 fn cache_path(dir: &Path, family: Family, target: &Target, key: &str) -> PathBuf {
@@ -63,12 +54,7 @@ fn cache_path(dir: &Path, family: Family, target: &Target, key: &str) -> PathBuf
 pub fn load_or_compile(family: Family, target: &Target, refresh: bool) -> Result<Vec<u8>> {
     let dir = cache_dir();
     let path = match &dir {
-        Some(d) => Some(cache_path(
-            d,
-            family,
-            target,
-            &cache_key(family, target, nvrtc::version()?),
-        )),
+        Some(d) => Some(cache_path(d, family, target, &cache_key(family, target, nvrtc::version()?))),
         None => None,
     };
     if let (Some(p), false) = (&path, refresh)
@@ -86,10 +72,8 @@ pub fn load_or_compile(family: Family, target: &Target, refresh: bool) -> Result
 
 fn store(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let tmp = path.with_extension(format!("tmp.{}.{nanos}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {

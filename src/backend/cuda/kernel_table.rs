@@ -21,11 +21,7 @@ pub enum ParamKind {
     /// `double`
     F64,
     /// A struct passed by value, generated from a `device_struct!`.
-    Struct {
-        name: &'static str,
-        size: usize,
-        align: usize,
-    },
+    Struct { name: &'static str, size: usize, align: usize },
 }
 
 impl ParamKind {
@@ -108,18 +104,11 @@ impl Dims {
     }
     pub fn grid3(grid: (usize, usize, usize), threads: u32) -> Dims {
         let dim = |v: usize, limit: usize| -> u32 {
-            assert!(
-                v <= limit,
-                "grid dimension {v} exceeds the CUDA limit {limit}"
-            );
+            assert!(v <= limit, "grid dimension {v} exceeds the CUDA limit {limit}");
             v as u32
         };
         Dims {
-            grid: (
-                dim(grid.0, (1 << 31) - 1),
-                dim(grid.1, 65535),
-                dim(grid.2, 65535),
-            ),
+            grid: (dim(grid.0, (1 << 31) - 1), dim(grid.1, 65535), dim(grid.2, 65535)),
             block: (threads, 1, 1),
             shared_bytes: 0,
         }
@@ -240,30 +229,18 @@ impl FastDiv {
     pub fn new(d: usize) -> FastDiv {
         assert!((1..1 << 31).contains(&d), "fast division by {d}");
         if d == 1 {
-            return FastDiv {
-                d: 1,
-                mul: 0,
-                shr: 0,
-            };
+            return FastDiv { d: 1, mul: 0, shr: 0 };
         }
         let l = usize::BITS - (d - 1).leading_zeros(); // ceil(log2 d) for d >= 2
         let p = 31 + l;
         let mul = (1u64 << p).div_ceil(d as u64);
         debug_assert!(mul <= u32::MAX as u64);
-        FastDiv {
-            d: d as u32,
-            mul: mul as u32,
-            shr: p - 32,
-        }
+        FastDiv { d: d as u32, mul: mul as u32, shr: p - 32 }
     }
 
     /// What the kernel computes (`fdiv`), for tests.
     pub fn div(&self, n: u32) -> u32 {
-        if self.d == 1 {
-            n
-        } else {
-            (((n as u64 * self.mul as u64) >> 32) as u32) >> self.shr
-        }
+        if self.d == 1 { n } else { (((n as u64 * self.mul as u64) >> 32) as u32) >> self.shr }
     }
 }
 
@@ -285,10 +262,7 @@ pub fn ptx_entry_params(ptx: &str) -> Vec<(String, Vec<String>)> {
                 // ".param .u64 name_param_0" or ".param .align 4 .b8 name_param_0[116]"
                 let words: Vec<&str> = p.split_whitespace().skip(1).collect();
                 if words.first() == Some(&".align") && words.len() >= 4 {
-                    let size = words[3]
-                        .rsplit_once('[')
-                        .map(|(_, s)| s.trim_end_matches(']'))
-                        .unwrap_or("?");
+                    let size = words[3].rsplit_once('[').map(|(_, s)| s.trim_end_matches(']')).unwrap_or("?");
                     format!("{} {} {} [{size}]", words[0], words[1], words[2])
                 } else {
                     words.first().map(|w| w.to_string()).unwrap_or_default()
@@ -308,25 +282,9 @@ mod tests {
     #[test]
     fn fast_division_matches_integer_division() {
         let mut divisors: Vec<usize> = (1..=2100).collect();
-        divisors.extend([
-            4095,
-            4096,
-            4097,
-            12544,
-            65535,
-            65536,
-            262144,
-            1 << 30,
-            (1 << 31) - 1,
-        ]);
+        divisors.extend([4095, 4096, 4097, 12544, 65535, 65536, 262144, 1 << 30, (1 << 31) - 1]);
         let mut numerators: Vec<u32> = (0..70_000).collect();
-        numerators.extend([
-            (1 << 31) - 1,
-            (1 << 31) - 2,
-            1 << 30,
-            123_456_789,
-            2_000_000_000,
-        ]);
+        numerators.extend([(1 << 31) - 1, (1 << 31) - 2, 1 << 30, 123_456_789, 2_000_000_000]);
         for &d in &divisors {
             let f = FastDiv::new(d);
             for &n in &numerators {
@@ -347,18 +305,8 @@ mod tests {
 
     #[test]
     fn generated_c_declaration_lists_fields_in_order() {
-        assert_eq!(
-            Probe::c_decl(),
-            "struct Probe {\n  int a;\n  float b;\n  FastDiv c;\n  unsigned int d;\n};\n"
-        );
-        assert_eq!(
-            <Probe as KernelArg>::KIND,
-            ParamKind::Struct {
-                name: "Probe",
-                size: 24,
-                align: 4
-            }
-        );
+        assert_eq!(Probe::c_decl(), "struct Probe {\n  int a;\n  float b;\n  FastDiv c;\n  unsigned int d;\n};\n");
+        assert_eq!(<Probe as KernelArg>::KIND, ParamKind::Struct { name: "Probe", size: 24, align: 4 });
     }
 
     #[test]

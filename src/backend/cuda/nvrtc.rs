@@ -8,8 +8,7 @@ use cudarc::nvrtc::sys;
 use std::ffi::{CStr, CString, c_char, c_int};
 
 /// common.cuh, included by every family.
-pub const COMMON_HEADER: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/common.cuh"));
+pub const COMMON_HEADER: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/common.cuh"));
 
 /// What NVRTC should produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,10 +70,7 @@ fn require() -> Result<()> {
 pub fn version() -> Result<(i32, i32)> {
     require()?;
     let (mut major, mut minor) = (0 as c_int, 0 as c_int);
-    check(
-        unsafe { sys::nvrtcVersion(&mut major, &mut minor) },
-        "version",
-    )?;
+    check(unsafe { sys::nvrtcVersion(&mut major, &mut minor) }, "version")?;
     Ok((major, minor))
 }
 
@@ -82,46 +78,27 @@ pub fn version() -> Result<(i32, i32)> {
 pub fn supported_archs() -> Result<Vec<u32>> {
     require()?;
     let mut n: c_int = 0;
-    check(
-        unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) },
-        "arch count",
-    )?;
+    check(unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }, "arch count")?;
     let mut archs = vec![0 as c_int; n.max(0) as usize];
-    check(
-        unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) },
-        "arch list",
-    )?;
+    check(unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }, "arch list")?;
     Ok(archs.into_iter().map(|a| a as u32).collect())
 }
 
 /// The options every kernel is compiled with. `-lineinfo` costs nothing at run time and lets
 /// compute-sanitizer and Nsight Compute point at source lines.
 pub fn options(target: &Target) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={}", target.arch_flag()),
-        "--std=c++17".into(),
-        "-lineinfo".into(),
-    ]
+    vec![format!("--gpu-architecture={}", target.arch_flag()), "--std=c++17".into(), "-lineinfo".into()]
 }
 
 /// The headers every family is compiled with: common.cuh and the generated params.cuh.
 pub fn headers() -> Vec<(&'static str, String)> {
-    vec![
-        ("common.cuh", COMMON_HEADER.to_string()),
-        ("params.cuh", super::params_header()),
-    ]
+    vec![("common.cuh", COMMON_HEADER.to_string()), ("params.cuh", super::params_header())]
 }
 
 /// Compile `family` for `target`. An error carries NVRTC's log (file and line of each error).
 pub fn compile_family(family: Family, target: &Target) -> Result<Compiled> {
     let file = family.kernels();
-    compile(
-        &format!("kernels/{}", file.file),
-        file.source,
-        &headers(),
-        &options(target),
-        target.output,
-    )
+    compile(&format!("kernels/{}", file.file), file.source, &headers(), &options(target), target.output)
 }
 
 /// Compile one program; `name` is what the log calls the main file.
@@ -135,20 +112,11 @@ pub fn compile(
     require()?;
     let src = CString::new(source).map_err(|_| anyhow!("{name} contains a NUL byte"))?;
     let cname = CString::new(name)?;
-    let header_src: Vec<CString> = headers
-        .iter()
-        .map(|(_, s)| CString::new(s.as_str()))
-        .collect::<Result<_, _>>()?;
-    let header_names: Vec<CString> = headers
-        .iter()
-        .map(|(n, _)| CString::new(*n))
-        .collect::<Result<_, _>>()?;
+    let header_src: Vec<CString> = headers.iter().map(|(_, s)| CString::new(s.as_str())).collect::<Result<_, _>>()?;
+    let header_names: Vec<CString> = headers.iter().map(|(n, _)| CString::new(*n)).collect::<Result<_, _>>()?;
     let header_src_ptrs: Vec<*const c_char> = header_src.iter().map(|s| s.as_ptr()).collect();
     let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
-    let opts: Vec<CString> = options
-        .iter()
-        .map(|o| CString::new(o.as_str()))
-        .collect::<Result<_, _>>()?;
+    let opts: Vec<CString> = options.iter().map(|o| CString::new(o.as_str())).collect::<Result<_, _>>()?;
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
 
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
@@ -174,41 +142,24 @@ pub fn compile(
     }
     let guard = Guard(prog);
 
-    let status =
-        unsafe { sys::nvrtcCompileProgram(guard.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+    let status = unsafe { sys::nvrtcCompileProgram(guard.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
     let log = program_log(guard.0)?;
     if status != sys::nvrtcResult::NVRTC_SUCCESS {
-        bail!(
-            "NVRTC could not compile {name} ({}):\n{}",
-            options.join(" "),
-            log.trim_end()
-        );
+        bail!("NVRTC could not compile {name} ({}):\n{}", options.join(" "), log.trim_end());
     }
     let image = match output {
         Output::Ptx => {
             let mut size = 0usize;
-            check(
-                unsafe { sys::nvrtcGetPTXSize(guard.0, &mut size) },
-                "PTX size",
-            )?;
+            check(unsafe { sys::nvrtcGetPTXSize(guard.0, &mut size) }, "PTX size")?;
             let mut buf = vec![0u8; size];
-            check(
-                unsafe { sys::nvrtcGetPTX(guard.0, buf.as_mut_ptr() as *mut c_char) },
-                "PTX",
-            )?;
+            check(unsafe { sys::nvrtcGetPTX(guard.0, buf.as_mut_ptr() as *mut c_char) }, "PTX")?;
             buf
         }
         Output::Cubin => {
             let mut size = 0usize;
-            check(
-                unsafe { sys::nvrtcGetCUBINSize(guard.0, &mut size) },
-                "CUBIN size",
-            )?;
+            check(unsafe { sys::nvrtcGetCUBINSize(guard.0, &mut size) }, "CUBIN size")?;
             let mut buf = vec![0u8; size];
-            check(
-                unsafe { sys::nvrtcGetCUBIN(guard.0, buf.as_mut_ptr() as *mut c_char) },
-                "CUBIN",
-            )?;
+            check(unsafe { sys::nvrtcGetCUBIN(guard.0, buf.as_mut_ptr() as *mut c_char) }, "CUBIN")?;
             buf
         }
     };
@@ -217,25 +168,15 @@ pub fn compile(
 
 fn program_log(prog: sys::nvrtcProgram) -> Result<String> {
     let mut size = 0usize;
-    check(
-        unsafe { sys::nvrtcGetProgramLogSize(prog, &mut size) },
-        "log size",
-    )?;
+    check(unsafe { sys::nvrtcGetProgramLogSize(prog, &mut size) }, "log size")?;
     let mut buf = vec![0u8; size.max(1)];
-    check(
-        unsafe { sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) },
-        "log",
-    )?;
+    check(unsafe { sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) }, "log")?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 /// The PTX text of a compiled PTX image (without its trailing NUL).
 pub fn ptx_text(c: &Compiled) -> String {
-    let end = c
-        .image
-        .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(c.image.len());
+    let end = c.image.iter().position(|&b| b == 0).unwrap_or(c.image.len());
     String::from_utf8_lossy(&c.image[..end]).into_owned()
 }

@@ -134,20 +134,10 @@ pub fn probe_device(ordinal: usize) -> Result<DeviceProbe, NoGpu> {
         attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
     );
     let mut v = 0;
-    unsafe { sys::cuDriverGetVersion(&mut v) }
-        .result()
-        .map_err(q)?;
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(q)?;
     if !nvrtc::is_available() {
         return Err(NoGpu::Nvrtc);
     }
     let nvrtc_version = nvrtc::version().map_err(|e| NoGpu::Query(e.to_string()))?;
-    Ok(DeviceProbe {
-        ordinal,
-        count,
-        name,
-        total_mem,
-        cc,
-        driver_version: (v / 1000, (v % 1000) / 10),
-        nvrtc_version,
-    })
+    Ok(DeviceProbe { ordinal, count, name, total_mem, cc, driver_version: (v / 1000, (v % 1000) / 10), nvrtc_version })
 }

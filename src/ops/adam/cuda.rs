@@ -21,14 +21,7 @@ cuda_kernels! {
     );
 }
 
-pub fn step(
-    cu: &Cuda,
-    h: &AdamStep,
-    param: ViewMut<Cuda>,
-    grad: View<Cuda>,
-    m: ViewMut<Cuda>,
-    v: ViewMut<Cuda>,
-) {
+pub fn step(cu: &Cuda, h: &AdamStep, param: ViewMut<Cuda>, grad: View<Cuda>, m: ViewMut<Cuda>, v: ViewMut<Cuda>) {
     let n = param.len;
     assert!(grad.len == n && m.len == n && v.len == n, "Adam lengths");
     launch::adam_step(

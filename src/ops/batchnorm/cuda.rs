@@ -80,10 +80,7 @@ pub fn split(g: &BnGeom, sm_count: usize) -> BnSplit {
     let want = (2 * sm_count).div_ceil(g.channels.max(1));
     let splits = want.min(count.div_ceil(2048)).clamp(1, 1024);
     let chunk = count.div_ceil(splits).next_multiple_of(THREADS as usize);
-    BnSplit {
-        splits: count.div_ceil(chunk),
-        chunk,
-    }
+    BnSplit { splits: count.div_ceil(chunk), chunk }
 }
 
 /// Workspace floats for the partial sums: two doubles per (channel, split).
@@ -97,16 +94,8 @@ fn grid(g: &BnGeom, s: BnSplit) -> Dims {
 
 fn check(g: &BnGeom, x: usize, pair: usize) {
     assert_eq!(x, g.len(), "batch norm data length for {g:?}");
-    assert_eq!(
-        pair,
-        2 * g.channels,
-        "batch norm [2C] buffer length for {g:?}"
-    );
-    assert!(
-        g.count <= i32::MAX as usize,
-        "batch norm over {} elements per channel",
-        g.count
-    );
+    assert_eq!(pair, 2 * g.channels, "batch norm [2C] buffer length for {g:?}");
+    assert!(g.count <= i32::MAX as usize, "batch norm over {} elements per channel", g.count);
 }
 
 fn finalize(cu: &Cuda, g: &BnGeom, s: BnSplit, partial: DevPtr, out: DevPtr) {
@@ -152,10 +141,7 @@ pub fn forward_apply(
     check(g, x.len, stats.len);
     check(g, y.len, saved.len);
     check(g, y.len, running.len);
-    assert!(
-        gamma.len == g.channels && beta.len == g.channels,
-        "batch norm gamma/beta length"
-    );
+    assert!(gamma.len == g.channels && beta.len == g.channels, "batch norm gamma/beta length");
     let s = split(g, cu.sm_count());
     launch::bn_apply(
         cu,
@@ -191,10 +177,7 @@ pub fn forward_eval(
 ) {
     check(g, x.len, running.len);
     assert_eq!(y.len, g.len(), "batch norm output length");
-    assert!(
-        gamma.len == g.channels && beta.len == g.channels,
-        "batch norm gamma/beta length"
-    );
+    assert!(gamma.len == g.channels && beta.len == g.channels, "batch norm gamma/beta length");
     let s = split(g, cu.sm_count());
     launch::bn_eval(
         cu,
@@ -288,26 +271,13 @@ mod tests {
 
     #[test]
     fn splits_cover_each_channel_exactly_once() {
-        for (c, count) in [
-            (1, 1),
-            (64, 12544),
-            (128, 3136),
-            (1, 262_144),
-            (512, 1024),
-            (3, 7),
-        ] {
+        for (c, count) in [(1, 1), (64, 12544), (128, 3136), (1, 262_144), (512, 1024), (3, 7)] {
             for sm in [1, 4, 132] {
                 let g = BnGeom::new(c, count);
                 let s = split(&g, sm);
                 assert!(s.chunk.is_multiple_of(THREADS as usize));
-                assert!(
-                    s.splits * s.chunk >= count,
-                    "{s:?} leaves elements of {count}"
-                );
-                assert!(
-                    (s.splits - 1) * s.chunk < count,
-                    "{s:?} has an empty split for {count}"
-                );
+                assert!(s.splits * s.chunk >= count, "{s:?} leaves elements of {count}");
+                assert!((s.splits - 1) * s.chunk < count, "{s:?} has an empty split for {count}");
             }
         }
     }

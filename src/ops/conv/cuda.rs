@@ -143,10 +143,7 @@ impl Tile {
 fn wide_tile_override() -> Option<usize> {
     static TILE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *TILE.get_or_init(|| {
-        std::env::var("DCGAN_CONV_TILE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|t| [64, 128].contains(t))
+        std::env::var("DCGAN_CONV_TILE").ok().and_then(|v| v.parse().ok()).filter(|t| [64, 128].contains(t))
     })
 }
 
@@ -169,11 +166,7 @@ pub struct GemmPlan {
 impl GemmPlan {
     /// Workspace floats for the partial tiles.
     pub fn workspace_floats(&self) -> usize {
-        if self.splits > 1 {
-            self.splits * self.m * self.n
-        } else {
-            0
-        }
+        if self.splits > 1 { self.splits * self.m * self.n } else { 0 }
     }
 }
 
@@ -207,11 +200,7 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
         Direction::BackwardDataDense => (g.c_in * kk, g.batch, g.c_out),
         Direction::BackwardWeight => (g.c_out, g.c_in * kk, g.batch * g.out_pixels()),
     };
-    let phases = if dir == Direction::BackwardData {
-        s * s
-    } else {
-        1
-    };
+    let phases = if dir == Direction::BackwardData { s * s } else { 1 };
     let tile = Tile::choose(m, n, phases, sm_count);
     let (z, splits, k_chunk) = match dir {
         Direction::Forward | Direction::BackwardWeight => {
@@ -221,16 +210,7 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
         Direction::BackwardData => (phases, 1, k.next_multiple_of(BK).max(BK)),
         Direction::BackwardDataDense => (1, 1, k.next_multiple_of(BK).max(BK)),
     };
-    GemmPlan {
-        dir,
-        tile,
-        m,
-        n,
-        k,
-        z,
-        splits,
-        k_chunk,
-    }
+    GemmPlan { dir, tile, m, n, k, z, splits, k_chunk }
 }
 
 /// The largest workspace any direction of `g` needs.
@@ -247,18 +227,12 @@ fn params(g: &ConvGeom, p: &GemmPlan, accumulate: bool) -> ConvParams {
     let taps = g.k.div_ceil(s);
     let (h_phase, w_phase) = (g.h_in.div_ceil(s), g.w_in.div_ceil(s));
     let i = |v: usize| -> i32 {
-        assert!(
-            v <= i32::MAX as usize,
-            "convolution size {v} does not fit 32 bits: {g:?}"
-        );
+        assert!(v <= i32::MAX as usize, "convolution size {v} does not fit 32 bits: {g:?}");
         v as i32
     };
     // The kernels index within one tensor in 32 bits.
     for len in [g.x_len(), g.y_len(), g.w_len()] {
-        assert!(
-            len < 1 << 31,
-            "a convolution tensor of {len} floats is too large: {g:?}"
-        );
+        assert!(len < 1 << 31, "a convolution tensor of {len} floats is too large: {g:?}");
     }
     let div = |d: usize| FastDiv::new(d.max(1));
     ConvParams {
@@ -319,14 +293,7 @@ fn run(cu: &Cuda, g: &ConvGeom, p: &GemmPlan, a: DevPtr, b: DevPtr, c: DevPtr, a
     if p.m == 0 || p.n == 0 {
         return;
     }
-    let dims = Dims::grid3(
-        (
-            p.n.div_ceil(p.tile.cols()),
-            p.m.div_ceil(p.tile.rows()),
-            p.z,
-        ),
-        THREADS,
-    );
+    let dims = Dims::grid3((p.n.div_ceil(p.tile.cols()), p.m.div_ceil(p.tile.rows()), p.z), THREADS);
     let params = params(g, p, accumulate);
     let launch = kernel(p.dir, p.tile);
     if p.splits > 1 {
@@ -364,24 +331,13 @@ pub fn forward(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, w: View<Cuda>, y: ViewMut
 /// forward.
 pub fn backward_data(cu: &Cuda, g: &ConvGeom, dy: View<Cuda>, w: View<Cuda>, dx: ViewMut<Cuda>) {
     check_lengths(g, dx.len, w.len, dy.len);
-    let dir = if is_dense(g) {
-        Direction::BackwardDataDense
-    } else {
-        Direction::BackwardData
-    };
+    let dir = if is_dense(g) { Direction::BackwardDataDense } else { Direction::BackwardData };
     let p = plan(g, dir, cu.sm_count());
     run(cu, g, &p, dptr(w), dptr(dy), dptr_mut(&dx), false);
 }
 
 /// dw [C_out, C_in, k, k] (+)= dy * im2col(x)^T summed over the batch.
-pub fn backward_weight(
-    cu: &Cuda,
-    g: &ConvGeom,
-    x: View<Cuda>,
-    dy: View<Cuda>,
-    dw: ViewMut<Cuda>,
-    accumulate: bool,
-) {
+pub fn backward_weight(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, dy: View<Cuda>, dw: ViewMut<Cuda>, accumulate: bool) {
     check_lengths(g, x.len, dw.len, dy.len);
     let p = plan(g, Direction::BackwardWeight, cu.sm_count());
     run(cu, g, &p, dptr(dy), dptr(x), dptr_mut(&dw), accumulate);
@@ -413,10 +369,7 @@ mod tests {
                         let p = plan(&g, dir, sm);
                         assert_eq!(p.k_chunk % BK, 0);
                         assert!(p.splits * p.k_chunk >= p.k, "{p:?} misses part of K");
-                        assert!(
-                            p.splits == 1 || (p.splits - 1) * p.k_chunk < p.k,
-                            "{p:?} has an empty split"
-                        );
+                        assert!(p.splits == 1 || (p.splits - 1) * p.k_chunk < p.k, "{p:?} has an empty split");
                         assert!(p.workspace_floats() <= MAX_WORKSPACE_FLOATS.max(p.m * p.n));
                     }
                 }
@@ -428,10 +381,10 @@ mod tests {
     fn backward_data_phases_write_every_input_pixel_once() {
         // The phase decomposition as the kernel does it, replayed on the host: every
         // (ih, iw) of every image must be produced by exactly one (phase, column).
-        for g in dcgan_geoms(2).into_iter().chain([
-            ConvGeom::conv(2, 3, 9, 7, 5, 3, 2, 1).unwrap(),
-            ConvGeom::conv(2, 3, 10, 10, 5, 5, 3, 2).unwrap(),
-        ]) {
+        for g in dcgan_geoms(2)
+            .into_iter()
+            .chain([ConvGeom::conv(2, 3, 9, 7, 5, 3, 2, 1).unwrap(), ConvGeom::conv(2, 3, 10, 10, 5, 5, 3, 2).unwrap()])
+        {
             if is_dense(&g) {
                 continue;
             }

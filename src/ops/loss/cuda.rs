@@ -10,28 +10,10 @@ cuda_kernels! {
 }
 
 /// dlogits = (sigmoid(x) - target) / n; out [2] = (mean loss, mean sigmoid(x)).
-pub fn bce_with_logits(
-    cu: &Cuda,
-    logits: View<Cuda>,
-    target: f32,
-    dlogits: ViewMut<Cuda>,
-    out: ViewMut<Cuda>,
-) {
+pub fn bce_with_logits(cu: &Cuda, logits: View<Cuda>, target: f32, dlogits: ViewMut<Cuda>, out: ViewMut<Cuda>) {
     assert_eq!(logits.len, dlogits.len, "BCE logits and gradient lengths");
     assert!(out.len >= 2, "BCE output needs 2 floats");
-    assert!(
-        logits.len <= i32::MAX as usize,
-        "BCE over {} logits",
-        logits.len
-    );
+    assert!(logits.len <= i32::MAX as usize, "BCE over {} logits", logits.len);
     let (out_ptr, dl_ptr) = (dptr_mut(&out), dptr_mut(&dlogits));
-    launch::bce_with_logits(
-        cu,
-        Dims::linear(1, THREADS),
-        dptr(logits),
-        target,
-        dl_ptr,
-        out_ptr,
-        logits.len as i32,
-    );
+    launch::bce_with_logits(cu, Dims::linear(1, THREADS), dptr(logits), target, dl_ptr, out_ptr, logits.len as i32);
 }

@@ -1,0 +1,76 @@
+//! `--device auto|cpu|cuda|cuda-emulated`: which backend a rank runs on, and a way to run
+//! code generic over `Backend` on whichever was chosen.
+
+use crate::backend::Backend;
+use crate::backend::cpu::Cpu;
+use anyhow::Result;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceChoice {
+    /// CUDA when a GPU is usable, otherwise the CPU (saying why).
+    Auto,
+    Cpu,
+    Cuda,
+    /// The CUDA kernels run on the CPU by an emulator: slow, for checking the CUDA code path
+    /// on machines without a GPU.
+    CudaEmulated,
+}
+
+/// The chosen backend.
+pub enum Device {
+    Cpu(Cpu),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::backend::cuda::Cuda),
+}
+
+/// Code to run on whichever backend was chosen.
+pub trait OnBackend {
+    type Out;
+    fn run<B: Backend>(self, be: B) -> Self::Out;
+}
+
+impl Device {
+    pub fn run<F: OnBackend>(self, f: F) -> F::Out {
+        match self {
+            Device::Cpu(be) => f.run(be),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(be) => f.run(be),
+        }
+    }
+}
+
+/// The backend for this rank (GPU = local rank modulo the visible GPUs), and for `auto`
+/// falling back to the CPU, the reason as a one-line notice.
+pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Option<String>)> {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::backend::cuda::{self, Cuda};
+        let gpu = || -> Result<Device> {
+            let count = cuda::device_count().map_err(|why| anyhow::anyhow!("{why}"))?;
+            cuda::probe_device(local_rank % count).map_err(|why| anyhow::anyhow!("{why}"))?;
+            Ok(Device::Cuda(Cuda::new(local_rank % count)?))
+        };
+        match choice {
+            DeviceChoice::Cpu => Ok((Device::Cpu(Cpu), None)),
+            DeviceChoice::Cuda => Ok((gpu().map_err(|e| anyhow::anyhow!("--device cuda: {e:#}"))?, None)),
+            DeviceChoice::CudaEmulated => Ok((Device::Cuda(Cuda::emulated(8)?), None)),
+            DeviceChoice::Auto => match cuda::probe() {
+                Ok(_) => Ok((gpu()?, None)),
+                Err(why) => Ok((Device::Cpu(Cpu), Some(format!("device: the CPU ({why})")))),
+            },
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = local_rank;
+        match choice {
+            DeviceChoice::Cpu | DeviceChoice::Auto => Ok((Device::Cpu(Cpu), None)),
+            DeviceChoice::Cuda | DeviceChoice::CudaEmulated => {
+                anyhow::bail!(
+                    "--device cuda: this binary was built without the `cuda` feature: rebuild with default features"
+                )
+            }
+        }
+    }
+}

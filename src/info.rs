@@ -1,0 +1,47 @@
+//! `dcgan-train info`: per rank, the host, local rank, device (name, memory, compute
+//! capability) or why there is none, the compute threads, and the MPI library.
+
+use crate::cli::InfoArgs;
+use crate::comm::CommConfig;
+use anyhow::Result;
+
+/// This rank's device, as one line.
+fn device_line(local_rank: usize) -> String {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::backend::cuda;
+        match cuda::device_count().and_then(|n| cuda::probe_device(local_rank % n)) {
+            Ok(p) => p.to_string(),
+            Err(why) => format!("cpu ({why})"),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = local_rank;
+        "cpu (built without the cuda feature)".to_string()
+    }
+}
+
+pub fn run(args: InfoArgs) -> Result<()> {
+    let comm = crate::comm::start(CommConfig::from_args(&args.comm)?)?;
+    let w = comm.world().clone();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let line = format!(
+        "rank {:>3}  host {}  local rank {}/{}  {} core(s)  {}",
+        w.rank,
+        w.hostname,
+        w.local_rank,
+        w.local_size,
+        cores,
+        device_line(w.local_rank)
+    );
+    let lines = comm.gather_bytes(line.into_bytes())?;
+    if let Some(lines) = lines {
+        println!("dcgan-train {}: {} rank(s) on {} host(s)", env!("CARGO_PKG_VERSION"), w.size, w.host_count());
+        println!("MPI: {} (thread level {})", w.mpi_library, w.thread_level);
+        for l in lines {
+            println!("{}", String::from_utf8_lossy(&l));
+        }
+    }
+    comm.shutdown()
+}
