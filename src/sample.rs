@@ -25,7 +25,7 @@ pub fn run(args: SampleArgs) -> Result<()> {
     be.upload(&t.values, ViewMut::whole(&mut g.store.value));
     be.upload(&t.state, ViewMut::whole(&mut g.store.state));
     // The training run's sample grids use the run's seed; --seed picks other noise.
-    let noise = fixed_noise(seed_for(args.seed, 0x73616d70), n);
+    let noise = fixed_noise(seed_for(args.seed, 0x73616d70), n, NZ);
     let mut z = vec![0.0f32; NZ * n];
     for i in 0..n {
         for c in 0..NZ {

@@ -1,34 +1,78 @@
-//! The DCGAN's generator and discriminator, forward and backward, and whole training steps,
-//! written once over the `Backend` trait and run on the CPU backend and on the CUDA engines
-//! (tests/cuda_common): every gradient of the first step within 1e-4 of the CPU's (relative
-//! to its size), and the losses of 20 steps within 1e-3.
-//!
-//! The step (tests/cuda_common/gan.rs) is DESIGN.md's, built directly from backend ops; on
-//! the emulator the widths are reduced.
+//! The real model and training step (model/, train/step.rs) on the CUDA engines against the
+//! CPU backend: every gradient of the first step within 1e-4 of the CPU's (relative to the
+//! tensor's size), and the losses of 20 steps within 1e-3. On a GPU the DCGAN's own widths
+//! run; on the (slow) CPU emulator of the kernels, the same architecture narrowed.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
 
-use cuda_common::gan::*;
 use cuda_common::*;
-use dcgan_train::backend::Backend;
 use dcgan_train::backend::cpu::Cpu;
+use dcgan_train::backend::{Backend, View};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, GENERATOR_28};
+use dcgan_train::model::net::StageSpec;
+use dcgan_train::train::exchange::{SoloExchange, plan_buckets};
+use dcgan_train::train::step::{GanTrainer, StepConfig, StepMetrics};
+use dcgan_train::train::timeline::Timeline;
+
+/// The 28x28 architecture with every width divided by `div` (nz too), as on the emulator.
+fn narrowed(specs: &[StageSpec], div: usize) -> Vec<StageSpec> {
+    let n = specs.len();
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            // The image channel (1) stays; everything inside shrinks.
+            let c_in = if i == 0 && s.c_in == 1 { 1 } else { s.c_in / div };
+            let c_out = if i == n - 1 && s.c_out == 1 { 1 } else { s.c_out / div };
+            StageSpec { c_in, c_out, ..*s }
+        })
+        .collect()
+}
+
+fn trainer<B: Backend>(be: B, small: bool, seed: u64) -> GanTrainer<B> {
+    let (g, d, batch) = if small {
+        (narrowed(&GENERATOR_28, 8), narrowed(&DISCRIMINATOR_28, 4), 4)
+    } else {
+        (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec(), 64)
+    };
+    let model = Dcgan::from_specs(&be, &g, &d, 28, batch, seed).unwrap();
+    let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
+    let cfg = StepConfig { seed, rank: 0, world: 1, overlap_steps: true };
+    GanTrainer::new(be, model, exchange, cfg, Timeline::disabled()).unwrap()
+}
+
+fn images(batch: usize, t: u64) -> Vec<f32> {
+    random(&mut rng(1000 + t), batch * 784, 1.0)
+}
+
+fn download<B: Backend>(be: &B, buf: &B::Buf) -> Vec<f32> {
+    let mut v = vec![0.0; dcgan_train::backend::DeviceBuf::len(buf)];
+    be.download(View::whole(buf), &mut v);
+    v
+}
+
+fn losses(m: &StepMetrics) -> [f32; 2] {
+    [m.loss_d, m.loss_g]
+}
 
 #[test]
 fn generator_and_discriminator_gradients_match_the_cpu() {
     for cu in engines("dcgan gradients") {
-        let w = widths(small(&cu));
-        let mut cpu = Gan::new(&Cpu, w, 11);
-        let mut gpu = Gan::new(&cu, w, 11);
-        let (real, z) = batch_inputs(&w, 1);
-        let lc = cpu.step(&Cpu, &real, &z, 1, false);
-        let lg = gpu.step(&cu, &real, &z, 1, false);
-        assert!((lc.0 - lg.0).abs() < 1e-4 && (lc.1 - lg.1).abs() < 1e-4, "{lc:?} vs {lg:?}");
-        let (gc, gg) = (cpu.grads(&Cpu), gpu.grads(&cu));
-        for ((name, c), (_, g)) in gc.iter().zip(&gg) {
-            assert!(c.iter().any(|&v| v != 0.0), "{name}: the CPU gradient is all zero");
-            eprintln!("{} {name}: relative error {:.2e}", cu.describe(), rel_err(g, c));
-            assert_close(&format!("{w:?} {name}"), g, c, 1e-4);
+        let small = small(&cu);
+        let mut gpu = trainer(cu, small, 11);
+        let mut cpu = trainer(Cpu, small, 11);
+        let x = images(cpu.batch(), 1);
+        let (mc, mg) = (cpu.step(&x, 2e-4, 2e-4, false).unwrap(), gpu.step(&x, 2e-4, 2e-4, false).unwrap());
+        assert!((mc.loss_d - mg.loss_d).abs() < 1e-4 && (mc.loss_g - mg.loss_g).abs() < 1e-4, "{mc:?} vs {mg:?}");
+        // The gradients of the step (D's from its update, G's from its backward) per tensor.
+        for (name, c_net, g_net) in [("G", &cpu.model.g, &gpu.model.g), ("D", &cpu.model.d, &gpu.model.d)] {
+            let (gc, gg) = (download(&cpu.be, &c_net.store.grad), download(&gpu.be, &g_net.store.grad));
+            for t in &c_net.store.layout.params {
+                let (c, g) = (&gc[t.range.clone()], &gg[t.range.clone()]);
+                assert!(c.iter().any(|&v| v != 0.0), "{name} {}: the CPU gradient is all zero", t.name);
+                assert_close(&format!("{name} {}", t.name), g, c, 1e-4);
+            }
         }
     }
 }
@@ -36,86 +80,22 @@ fn generator_and_discriminator_gradients_match_the_cpu() {
 #[test]
 fn twenty_training_steps_follow_the_cpu_losses() {
     for cu in engines("dcgan training") {
-        let w = widths(small(&cu));
-        let mut cpu = Gan::new(&Cpu, w, 12);
-        let mut gpu = Gan::new(&cu, w, 12);
-        let (mut first, mut last, mut worst) = (None, (0.0, 0.0), 0f32);
+        let small = small(&cu);
+        let mut gpu = trainer(cu, small, 12);
+        let mut cpu = trainer(Cpu, small, 12);
+        let mut seen = Vec::new();
         for t in 1..=20 {
-            let (real, z) = batch_inputs(&w, t);
-            let lc = cpu.step(&Cpu, &real, &z, t, true);
-            let lg = gpu.step(&cu, &real, &z, t, true);
+            let x = images(cpu.batch(), t);
+            let (lc, lg) =
+                (losses(&cpu.step(&x, 2e-4, 2e-4, false).unwrap()), losses(&gpu.step(&x, 2e-4, 2e-4, false).unwrap()));
             assert!(
-                (lc.0 - lg.0).abs() <= 1e-3 && (lc.1 - lg.1).abs() <= 1e-3,
+                (lc[0] - lg[0]).abs() <= 1e-3 && (lc[1] - lg[1]).abs() <= 1e-3,
                 "step {t}: losses (D, G) CPU {lc:?} vs CUDA {lg:?}"
             );
-            worst = worst.max((lc.0 - lg.0).abs()).max((lc.1 - lg.1).abs());
-            first.get_or_insert(lc);
-            last = lc;
+            seen.push(lc);
         }
-        eprintln!(
-            "{}: 20 steps, largest loss difference {worst:.2e}, losses {:?} -> {last:?}",
-            cu.describe(),
-            first.unwrap()
-        );
         // The run must actually train, or matching losses would prove little.
-        assert_ne!(first.unwrap(), last, "the losses never changed");
-    }
-}
-
-/// Not a correctness check but a benchmark (run by scripts/gpu-check.sh): the step above at
-/// the full DCGAN widths, timed on the GPU, one JSON line per batch size in bench-torch.py's
-/// format. The step uploads its batch and reads the three losses back (three host
-/// synchronizations), as a training loop that reports losses every step would.
-/// Batch sizes from DCGAN_BENCH_BATCHES (default "64,256").
-#[test]
-#[ignore]
-fn bench_step() {
-    let Some(cu) = engines("bench_step").into_iter().find(|c| !c.is_emulated() || bench_on_emulator()) else {
-        eprintln!("bench_step: skipped: needs a GPU");
-        return;
-    };
-    let batches = bench_batches();
-    for batch in batches {
-        let emu = cu.is_emulated();
-        let w = Widths { batch, ..widths(emu) };
-        let mut gan = Gan::new(&cu, w, 13);
-        for &conv in gan.gc.iter().chain(&gan.dc) {
-            cu.prepare_conv(&conv).unwrap();
-        }
-        for bn in gan.gbn.iter().chain([&gan.dbn]) {
-            cu.prepare_bn(&bn.geom).unwrap();
-        }
-        let inputs: Vec<_> = (0..4).map(|t| batch_inputs(&w, t)).collect();
-        let mut t = 0u64;
-        let mut run = |steps: usize| -> f64 {
-            let start = std::time::Instant::now();
-            let mut last = (0.0, 0.0);
-            for _ in 0..steps {
-                t += 1;
-                let (real, z) = &inputs[t as usize % inputs.len()];
-                last = gan.step(&cu, real, z, t, true);
-            }
-            cu.synchronize();
-            assert!(last.0.is_finite() && last.1.is_finite(), "losses {last:?}");
-            start.elapsed().as_secs_f64() * 1e3 / steps as f64
-        };
-        let (warmup, steps) = if emu { (1, 2) } else { (10, 30) };
-        run(warmup);
-        let mem_before = cu.allocated_bytes();
-        let mut runs: Vec<f64> = (0..5).map(|_| run(steps)).collect();
-        assert_eq!(cu.allocated_bytes(), mem_before, "the step loop allocated");
-        let all = runs.clone();
-        runs.sort_by(f64::total_cmp);
-        let ms = runs[runs.len() / 2];
-        let flops = step_flops(&gan);
-        println!(
-            "{{\"impl\": \"dcgan-train-kernels\", \"gpu\": \"{}\", \"image_size\": 28, \"batch\": {batch}, \"ms_per_step\": {ms:.4}, \"ms_per_step_runs\": {all:.4?}, \"images_per_s\": {:.1}, \"step_gflop\": {:.3}, \"tflops\": {:.3}, \"peak_bytes\": {}}}",
-            cu.describe(),
-            batch as f64 / (ms / 1e3),
-            flops / 1e9,
-            flops / (ms / 1e3) / 1e12,
-            cu.peak_bytes()
-        );
+        assert_ne!(seen[0], seen[19], "the losses never changed");
     }
 }
 
@@ -123,8 +103,8 @@ fn bench_step() {
 fn step_flops_match_bench_torch() {
     // bench-torch.py --flops-only: 17.078 GFLOP at batch 64, 68.31 at 256 (28x28 model).
     for (batch, gflop) in [(64, 17.078), (256, 68.31)] {
-        let gan = Gan::new(&Cpu, Widths { batch, ..widths(false) }, 1);
-        let got = step_flops(&gan) / 1e9;
+        let model = Dcgan::new(&Cpu, 28, batch, 1).unwrap();
+        let got = 2.0 * dcgan_train::train::bench::step_macs(&model) as f64 / 1e9;
         assert!((got - gflop).abs() < 1e-3, "batch {batch}: {got} GFLOP, bench-torch.py says {gflop}");
     }
 }

@@ -75,25 +75,33 @@ pub struct Dcgan<B: Backend> {
     pub g: Net<B>,
     pub d: Net<B>,
     pub image_size: usize,
+    /// Length of the noise vector (G's input channels).
+    pub nz: usize,
 }
 
 impl<B: Backend> Dcgan<B> {
     /// Weights from `seed` (G and D from distinct streams of it).
     pub fn new(be: &B, image_size: usize, batch: usize, seed: u64) -> Result<Self> {
         let (g_spec, d_spec) = architecture(image_size)?;
+        Self::from_specs(be, g_spec, d_spec, image_size, batch, seed)
+    }
+
+    /// Any generator/discriminator pair (tests use narrow ones).
+    pub fn from_specs(
+        be: &B,
+        g_spec: &[StageSpec],
+        d_spec: &[StageSpec],
+        image_size: usize,
+        batch: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let nz = g_spec.first().map_or(NZ, |s| s.c_in);
         // G: the first layer holds most of the gradient bytes, so its weight gradient goes
         // first (see BackwardOrder::DataFirst); D's are small and leave top to bottom.
-        let g = Net::new(be, "G", g_spec, batch, (NZ, 1, 1), BackwardOrder::DataFirst, seed_for(seed, 1))?;
-        let d = Net::new(
-            be,
-            "D",
-            d_spec,
-            batch,
-            (1, image_size, image_size),
-            BackwardOrder::LayerByLayer,
-            seed_for(seed, 2),
-        )?;
-        Ok(Dcgan { g, d, image_size })
+        let g = Net::new(be, "G", g_spec, batch, (nz, 1, 1), BackwardOrder::DataFirst, seed_for(seed, 1))?;
+        let d_input = (1, image_size, image_size);
+        let d = Net::new(be, "D", d_spec, batch, d_input, BackwardOrder::LayerByLayer, seed_for(seed, 2))?;
+        Ok(Dcgan { g, d, image_size, nz })
     }
 
     /// Adam's (beta1, beta2, eps) for both networks.

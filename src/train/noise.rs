@@ -1,7 +1,9 @@
 //! Generator noise that depends only on (seed, step, global sample index): a rank draws just
 //! its own samples, and 2 ranks x 32 see the same noise as 1 rank x 64 over the same batch.
 
-use crate::model::dcgan::{NZ, seed_for};
+#[cfg(test)]
+use crate::model::dcgan::NZ;
+use crate::model::dcgan::seed_for;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -10,8 +12,8 @@ use rand_distr::{Distribution, StandardNormal};
 const NOISE_PURPOSE: u64 = 0x6e6f697365;
 const FIXED_NOISE_PURPOSE: u64 = 0x66697865;
 
-/// One sample's z [NZ]: stream `index` of a generator keyed by (seed, step).
-fn sample(key: u64, index: u64, out: &mut [f32; NZ]) {
+/// One sample's z [nz]: stream `index` of a generator keyed by (seed, step).
+fn sample(key: u64, index: u64, out: &mut [f32]) {
     let mut rng = ChaCha8Rng::seed_from_u64(key);
     rng.set_stream(index);
     for v in out.iter_mut() {
@@ -19,12 +21,12 @@ fn sample(key: u64, index: u64, out: &mut [f32; NZ]) {
     }
 }
 
-/// z for this rank's share of the global batch of `step`, channel-major [NZ, B]: local
+/// z for this rank's share of the global batch of `step`, channel-major [nz, B]: local
 /// sample i is global sample i * world + rank (the data sampler's stride).
-pub fn step_noise(seed: u64, step: u64, rank: usize, world: usize, out: &mut [f32]) {
-    let batch = out.len() / NZ;
+pub fn step_noise(seed: u64, step: u64, rank: usize, world: usize, nz: usize, out: &mut [f32]) {
+    let batch = out.len() / nz;
     let key = seed_for(seed_for(seed, NOISE_PURPOSE), step);
-    let mut z = [0.0f32; NZ];
+    let mut z = vec![0.0f32; nz];
     for i in 0..batch {
         sample(key, (i * world + rank) as u64, &mut z);
         for (c, &v) in z.iter().enumerate() {
@@ -33,14 +35,12 @@ pub fn step_noise(seed: u64, step: u64, rank: usize, world: usize, out: &mut [f3
     }
 }
 
-/// The fixed noise of the sample grids, [n, NZ] sample-major (the same on every rank).
-pub fn fixed_noise(seed: u64, n: usize) -> Vec<f32> {
+/// The fixed noise of the sample grids, [n, nz] sample-major (the same on every rank).
+pub fn fixed_noise(seed: u64, n: usize, nz: usize) -> Vec<f32> {
     let key = seed_for(seed, FIXED_NOISE_PURPOSE);
-    let mut out = vec![0.0; n * NZ];
-    let mut z = [0.0f32; NZ];
-    for i in 0..n {
-        sample(key, i as u64, &mut z);
-        out[i * NZ..(i + 1) * NZ].copy_from_slice(&z);
+    let mut out = vec![0.0; n * nz];
+    for (i, z) in out.chunks_exact_mut(nz).enumerate() {
+        sample(key, i as u64, z);
     }
     out
 }
@@ -52,10 +52,10 @@ mod tests {
     #[test]
     fn two_ranks_draw_the_one_rank_batch_between_them() {
         let mut one = vec![0.0; NZ * 8];
-        step_noise(5, 3, 0, 1, &mut one);
+        step_noise(5, 3, 0, 1, NZ, &mut one);
         let (mut r0, mut r1) = (vec![0.0; NZ * 4], vec![0.0; NZ * 4]);
-        step_noise(5, 3, 0, 2, &mut r0);
-        step_noise(5, 3, 1, 2, &mut r1);
+        step_noise(5, 3, 0, 2, NZ, &mut r0);
+        step_noise(5, 3, 1, 2, NZ, &mut r1);
         for c in 0..NZ {
             for i in 0..4 {
                 assert_eq!(r0[c * 4 + i], one[c * 8 + 2 * i]);
@@ -63,7 +63,7 @@ mod tests {
             }
         }
         let mut next = vec![0.0; NZ * 8];
-        step_noise(5, 4, 0, 1, &mut next);
+        step_noise(5, 4, 0, 1, NZ, &mut next);
         assert_ne!(one, next, "another step draws other noise");
         let mean = one.iter().map(|&v| v as f64).sum::<f64>() / one.len() as f64;
         let var = one.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / one.len() as f64;

@@ -209,7 +209,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
 
     let mut facts = RunFacts::default();
     let mut images = vec![0.0f32; batch * size * size];
-    let grid_noise = fixed_noise(m.seed, GRID);
+    let grid_noise = fixed_noise(m.seed, GRID, trainer.model.nz);
     let mode = if root { ProgressMode::detect(args.no_progress) } else { ProgressMode::Off };
     let steps_per_epoch = shard.batches_per_epoch();
     let max_steps = args.max_steps.unwrap_or(u64::MAX);

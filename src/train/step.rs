@@ -15,7 +15,7 @@ use super::exchange::{Exchange, NetId};
 use super::noise::step_noise;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
-use crate::model::dcgan::{Dcgan, NZ};
+use crate::model::dcgan::Dcgan;
 use crate::model::net::{Net, Observer, Phase};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
@@ -63,7 +63,7 @@ pub struct GanTrainer<B: Backend> {
     out_real: B::Buf,
     out_fake: B::Buf,
     out_g: B::Buf,
-    /// [NZ, B] host noise, reused every step.
+    /// [nz, B] host noise, reused every step.
     noise: Vec<f32>,
     /// G's learning rate for the update still in flight, if any.
     g_pending: Option<f32>,
@@ -118,7 +118,7 @@ impl<B: Backend> GanTrainer<B> {
             out_real: be.alloc(2)?,
             out_fake: be.alloc(2)?,
             out_g: be.alloc(2)?,
-            noise: vec![0.0; NZ * batch],
+            noise: vec![0.0; model.nz * batch],
             be,
             model,
             exchange,
@@ -198,7 +198,7 @@ impl<B: Backend> GanTrainer<B> {
 
         // 3. G forward, then D on the fakes (detached: G gets nothing from this pass).
         let t0 = Instant::now();
-        step_noise(self.cfg.seed, self.step, rank, world, &mut self.noise);
+        step_noise(self.cfg.seed, self.step, rank, world, self.model.nz, &mut self.noise);
         self.be.upload(&self.noise, ViewMut::whole(self.model.g.input_mut()));
         self.timeline.span(Track::Compute, "upload", "noise", t0, Instant::now());
         {
@@ -275,23 +275,24 @@ impl<B: Backend> GanTrainer<B> {
         [r[0] + f[0], g[0], r[1], f[1], g[1], if stop { 1.0 } else { 0.0 }]
     }
 
-    /// G in evaluation mode on `noise` [n, NZ] (sample-major), in chunks of the training
+    /// G in evaluation mode on `noise` [n, nz] (sample-major), in chunks of the training
     /// batch (no new buffers); returns images [n, H, W] in [-1, 1].
     pub fn sample(&mut self, noise: &[f32]) -> Vec<f32> {
         self.finish_pending();
         let b = self.batch();
-        let n = noise.len() / NZ;
+        let nz = self.model.nz;
+        let n = noise.len() / nz;
         let side = self.model.image_size;
         let pixels = side * side;
         let mut images = vec![0.0; n * pixels];
-        let mut chunk_noise = vec![0.0; NZ * b];
+        let mut chunk_noise = vec![0.0; nz * b];
         let mut out = vec![0.0; b * pixels];
         for start in (0..n).step_by(b) {
             let m = b.min(n - start);
             chunk_noise.fill(0.0);
             for i in 0..m {
-                for c in 0..NZ {
-                    chunk_noise[c * b + i] = noise[(start + i) * NZ + c];
+                for c in 0..nz {
+                    chunk_noise[c * b + i] = noise[(start + i) * nz + c];
                 }
             }
             self.be.upload(&chunk_noise, ViewMut::whole(self.model.g.input_mut()));

@@ -2,8 +2,6 @@
 //! emulator of the kernels, or both), random inputs, and the comparison with the CPU backend.
 #![allow(dead_code)]
 
-pub mod gan;
-
 use dcgan_train::backend::cuda::{self, Cuda};
 use dcgan_train::backend::{Backend, View, ViewMut};
 use rand::{Rng, SeedableRng};
