@@ -194,13 +194,16 @@ stage_bench() {
     run_step bench-kernels 180 "$BIN/cuda_bench" --ignored --nocapture --test-threads=1 bench_kernels
     grep '^{' "$OUT/bench-kernels.log" >"$OUT/bench-kernels.jsonl" || true
   fi
-  if have_bin cuda_dcgan bench-step; then
-    run_step bench-step 180 "$BIN/cuda_dcgan" --ignored --nocapture --test-threads=1 bench_step
-    grep '^{' "$OUT/bench-step.log" >"$OUT/bench-step.jsonl" || true
-    # The same step with the 128x128 conv tile switched off: does it pay here?
-    DCGAN_CONV_TILE=64 run_step bench-step-tile64 180 "$BIN/cuda_dcgan" --ignored --nocapture \
-      --test-threads=1 bench_step
-    grep '^{' "$OUT/bench-step-tile64.log" >"$OUT/bench-step-tile64.jsonl" || true
+  if have_bin dcgan-train bench-step; then
+    # The training step of the program itself (D step + G step, Adam), as users run it.
+    for b in 64 256; do
+      run_step "bench-step-$b" 150 "$BIN/dcgan-train" bench-step --device cuda --batch-size "$b" --steps 30 --warmup 10 --json
+      # The same step with the 128x128 conv tile switched off: does it pay here?
+      DCGAN_CONV_TILE=64 run_step "bench-step-$b-tile64" 150 "$BIN/dcgan-train" bench-step --device cuda \
+        --batch-size "$b" --steps 30 --warmup 10 --json
+    done
+    grep -h '^{' "$OUT"/bench-step-64.log "$OUT"/bench-step-256.log >"$OUT/bench-step.jsonl" || true
+    grep -h '^{' "$OUT"/bench-step-*-tile64.log >"$OUT/bench-step-tile64.jsonl" || true
   fi
 }
 
@@ -217,8 +220,12 @@ stage_binary() {
   have_bin dcgan-train binary || return
   run_step binary-version 30 "$BIN/dcgan-train" --version
   run_step binary-info 60 "$BIN/dcgan-train" info
-  run_step binary-bench-step-64 120 "$BIN/dcgan-train" bench-step --device cuda --batch-size 64 --json
-  run_step binary-bench-step-256 120 "$BIN/dcgan-train" bench-step --device cuda --batch-size 256 --json
+  # One training run on the GPU: the whole program path (data, staging, checkpoint, PNG).
+  rm -rf /tmp/gpu-train-run
+  run_step binary-train 180 "$BIN/dcgan-train" --device cuda --data synthetic:4096 --max-steps 50 \
+    --no-progress --out /tmp/gpu-train-run
+  cp /tmp/gpu-train-run/summary.json "$OUT/train-summary.json" 2>/dev/null || true
+  cp /tmp/gpu-train-run/samples/final.png "$OUT/train-final.png" 2>/dev/null || true
 }
 
 stage_ncu() {
@@ -239,7 +246,7 @@ out = sys.argv[1]
 def load(name):
     p = os.path.join(out, name)
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
-ours = {r["batch"]: r for r in load("bench-step.jsonl")}
+ours = {r["batch_size"]: dict(r, tflops=r["gflops"] / 1e3) for r in load("bench-step.jsonl")}
 torch = load("bench-torch.jsonl")
 print("\nstep time, 28x28 DCGAN (median ms/step; images/s; TFLOP/s)")
 for b in sorted(set(ours) | {r["batch"] for r in torch}):
