@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{final_weights, mpirun, run_limited};
+use common::{final_weights, mpirun, run_limited, step_records};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,20 +15,6 @@ fn path(p: &Path) -> &str {
 
 fn ok(o: std::process::Output) {
     assert!(o.status.success(), "the run failed:\n{}", String::from_utf8_lossy(&o.stderr));
-}
-
-/// Step records without the wall-clock field.
-fn step_records(run: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["type"] == "step")
-        .map(|mut v| {
-            v.as_object_mut().unwrap().remove("ms");
-            v
-        })
-        .collect()
 }
 
 /// Interrupt after 7 of 16 steps (mid-epoch, between periodic checkpoints), resume, and

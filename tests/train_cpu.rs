@@ -1,5 +1,7 @@
 //! The training command end to end on one rank: outputs, determinism, and bad input.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -13,20 +15,6 @@ fn run(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-/// The step records of a run, without the wall-clock field.
-fn step_metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["type"] == "step")
-        .map(|mut v| {
-            v.as_object_mut().unwrap().remove("ms");
-            v
-        })
-        .collect()
 }
 
 #[test]
@@ -53,7 +41,7 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
         assert!(o.status.success(), "{}", stderr(&o));
         runs.push(out);
     }
-    let a = step_metrics(&runs[0]);
+    let a = common::step_records(&runs[0]);
     assert_eq!(a.len(), 15, "15 steps (the second epoch cut short by --max-steps)");
     for rec in &a {
         for k in ["loss_d", "loss_g", "d_x", "d_g_z"] {
@@ -63,7 +51,7 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
         let dx = rec["d_x"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&dx));
     }
-    assert_eq!(a, step_metrics(&runs[1]), "the same seed gives the same metrics");
+    assert_eq!(a, common::step_records(&runs[1]), "the same seed gives the same metrics");
 
     for png in ["epoch-001.png", "final.png"] {
         let (pixels, h, w) = dcgan_train::report::png::read_png_gray(&runs[0].join("samples").join(png)).unwrap();
@@ -93,7 +81,7 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_ne!(step_metrics(&out)[..3], a[..3]);
+    assert_ne!(common::step_records(&out)[..3], a[..3]);
 }
 
 #[test]
