@@ -66,7 +66,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 28, value_parser = parse_image_size)]
     pub image_size: usize,
     /// Images per rank per step.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     pub batch_size: u64,
     /// Adam learning rate.
     #[arg(long, default_value_t = 2e-4)]
@@ -102,7 +102,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub data: Option<String>,
     /// Passes over the data.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     pub epochs: u64,
     /// Stop after this many steps in total (for short runs and tests).
     #[arg(long)]
@@ -126,7 +126,7 @@ pub struct TrainArgs {
 pub struct ParallelArgs {
     /// A fixed global batch split over the ranks (strong scaling) instead of --batch-size per
     /// rank (weak scaling); must be divisible by the number of ranks.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = at_least_one)]
     pub global_batch_size: Option<u64>,
     /// Scale the learning rate with the global batch relative to 64: none, linear or sqrt.
     #[arg(long, value_enum, default_value_t = LrScaling::None)]
@@ -176,7 +176,7 @@ pub enum LrScaling {
 pub struct CheckpointArgs {
     /// Write a checkpoint every N steps (default: at the end of every epoch), and always at
     /// the end and when stopped by SIGINT/SIGTERM.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = at_least_one)]
     pub checkpoint_every: Option<u64>,
     /// Continue the run in DIR from its latest checkpoint (same ranks and options).
     #[arg(long)]
@@ -188,7 +188,7 @@ pub struct BenchStepArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Timed steps, after the warm-up.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     pub steps: u64,
     /// Untimed steps first.
     #[arg(long, default_value_t = 3)]
@@ -196,6 +196,15 @@ pub struct BenchStepArgs {
     /// Print one JSON line instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A count that must be at least 1, with a message that says so.
+fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
 }
 
 fn parse_image_size(s: &str) -> Result<usize, String> {

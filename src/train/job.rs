@@ -35,16 +35,19 @@ impl Job {
     }
 
     /// Every rank learns whether any rank's `r` failed. If one did, every rank returns an
-    /// error: its own, or `PeerFailed`.
+    /// error: its own, or `PeerFailed`. When rank 0 failed too, the others keep quiet (their
+    /// error is almost always the same, and rank 0 prints it).
     pub fn agree<T>(&self, r: Result<T>) -> Result<T> {
         if self.world.size == 1 {
             return r;
         }
         let failed = if r.is_err() { 1.0 } else { 0.0 };
-        let any = self.comm.allreduce_mean_f64(vec![failed])?[0] > 0.0;
+        let root_failed = if self.is_root() { failed } else { 0.0 };
+        let v = self.comm.allreduce_mean_f64(vec![failed, root_failed])?;
         match r {
+            Err(_) if !self.is_root() && v[1] > 0.0 => Err(PeerFailed.into()),
             Err(e) => Err(e),
-            Ok(_) if any => Err(PeerFailed.into()),
+            Ok(_) if v[0] > 0.0 => Err(PeerFailed.into()),
             Ok(v) => Ok(v),
         }
     }
