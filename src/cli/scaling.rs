@@ -9,8 +9,12 @@ use std::path::PathBuf;
 #[derive(Args, Clone, Debug)]
 pub struct SimulateScalingArgs {
     /// summary.json of the run whose step is replayed (its buckets, batch and options).
-    #[arg(long, value_name = "FILE")]
-    pub summary: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "bench_allreduce")]
+    pub summary: Option<PathBuf>,
+    /// Instead of (or besides) the replay: compare the rows of `bench-allreduce --json FILE`
+    /// files with the cost model (comma-separated files).
+    #[arg(long, value_name = "FILE", value_delimiter = ',')]
+    pub bench_allreduce: Vec<PathBuf>,
     /// The run's Chrome trace, with the per-layer compute times (default: the --trace the run
     /// was started with, as recorded in its summary).
     #[arg(long, value_name = "FILE")]

@@ -2,6 +2,7 @@
 //! `ping-pong` that measures its constants on real links, and `simulate-scaling`, which
 //! replays a run's recorded step against the model at any node count.
 
+pub mod compare;
 pub mod cost;
 pub mod pingpong;
 pub mod program;

@@ -183,14 +183,14 @@ pub fn link_of(args: &SimulateScalingArgs) -> Result<Link> {
     Ok(Link { alpha: alpha * 1e-6, beta: beta * 1e-9, gamma: gamma * 1e-9 })
 }
 
-pub fn simulate(args: &SimulateScalingArgs) -> Result<Prediction> {
-    let run = RunInfo::from_summary(&args.summary)?;
+pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
+    let run = RunInfo::from_summary(summary)?;
     let trace = match (&args.trace, &run.trace) {
         (Some(t), _) => t.clone(),
         (None, Some(t)) => t.clone(),
         (None, None) => bail!(
             "{} was written by a run without --trace: pass --trace FILE, or train with --trace FILE --trace-steps 6",
-            args.summary.display()
+            summary.display()
         ),
     };
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
@@ -204,7 +204,7 @@ pub fn simulate(args: &SimulateScalingArgs) -> Result<Prediction> {
         }
     }
     Ok(Prediction {
-        summary: args.summary.display().to_string(),
+        summary: summary.display().to_string(),
         trace: trace.display().to_string(),
         replayed_steps: programs.iter().map(|p| p.step).collect(),
         compute_ms_per_step: t1 * 1e3,
@@ -264,11 +264,33 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
 }
 
 pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
-    let pred = simulate(&args)?;
-    let run = RunInfo::from_summary(&args.summary)?;
-    print!("{}", markdown(&pred, run.fragment_bytes));
+    let mut out = serde_json::Map::new();
+    if !args.bench_allreduce.is_empty() {
+        let link = link_of(&args)?;
+        let mut rows = Vec::new();
+        for f in &args.bench_allreduce {
+            rows.extend(super::compare::compare_file(f, &link)?);
+        }
+        println!(
+            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B):\n",
+            link.alpha * 1e6,
+            link.beta * 1e9,
+            link.gamma * 1e9
+        );
+        print!("{}", super::compare::markdown(&rows));
+        out.insert("allreduce".into(), serde_json::to_value(&rows)?);
+    }
+    if let Some(summary) = &args.summary {
+        if !args.bench_allreduce.is_empty() {
+            println!();
+        }
+        let pred = simulate(&args, summary)?;
+        let run = RunInfo::from_summary(summary)?;
+        print!("{}", markdown(&pred, run.fragment_bytes));
+        out.insert("prediction".into(), serde_json::to_value(&pred)?);
+    }
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&pred)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(out))? + "\n")
             .with_context(|| format!("cannot write --json {}", path.display()))?;
     }
     Ok(())
