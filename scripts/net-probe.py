@@ -5,6 +5,7 @@ transfer. Standard library only.
 
     net-probe.py serve PORT                 # in one host: answers one client, then exits
     net-probe.py rtt HOST PORT [N]          # median round trip of N 1-byte ping-pongs, in us
+                                            # (both ends poll, as MPI does)
     net-probe.py bw HOST PORT [MB]          # MB megabytes one way, the receiver acks the end
 
 Each client prints one JSON line. The server exits after one connection (or after 60 s with
@@ -30,9 +31,14 @@ def serve(port: int) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     mode = conn.recv(1)
     if mode == b"r":
-        # Echo single bytes until the client closes.
+        # Echo single bytes until the client closes, polling (as MPI does) rather than
+        # sleeping in recv: a sleeping process adds the scheduler's wake-up time.
+        conn.setblocking(False)
         while True:
-            b = conn.recv(1)
+            try:
+                b = conn.recv(1)
+            except BlockingIOError:
+                continue
             if not b:
                 break
             conn.sendall(b)
@@ -67,11 +73,17 @@ def connect(host: str, port: int) -> socket.socket:
 def rtt(host: str, port: int, n: int) -> None:
     s = connect(host, port)
     s.sendall(b"r")
+    s.setblocking(False)
     times = []
     for i in range(n + n // 10):
         t0 = time.perf_counter()
         s.sendall(b"x")
-        s.recv(1)
+        while True:
+            try:
+                if s.recv(1):
+                    break
+            except BlockingIOError:
+                pass
         if i >= n // 10:  # the first tenth warms up
             times.append(time.perf_counter() - t0)
     s.close()

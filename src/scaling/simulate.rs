@@ -5,7 +5,7 @@
 use super::cost::{Choice, Link, allreduce_time, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::{self, BucketSpec, StepProgram};
-use super::replay::{Outcome, replay};
+use super::replay::{Outcome, WARM_STEPS, replay};
 use crate::cli::scaling::SimulateScalingArgs;
 use crate::cli::size::format_bytes;
 use crate::comm::Algorithm;
@@ -195,7 +195,9 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     };
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     let link = link_of(args)?;
-    let steps = args.steps as usize;
+    // Whole passes over the recorded steps, so that each weighs the same.
+    let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
+    let steps = WARM_STEPS + passes * programs.len();
     let t1 = replay(&programs, &vec![0.0; run.buckets.len()], 0.0, steps, false).step_s;
     let mut rows = Vec::new();
     for algo in &args.algorithms {
