@@ -140,9 +140,9 @@ cmd_up() {
         printf '127.0.0.1 localhost\n%s' "$hosts" >"/etc/netns/$ns/hosts"
     done
 
-    # The hostfile (Open MPI format: one rank per host) and the launch agent.
-    : >"$s/hostfile"
-    for i in $(seq 1 "$k"); do echo "h$i slots=1" >>"$s/hostfile"; done
+    # The hostfile (Open MPI format: one rank per host): the first K hosts of hostfiles/emulated.
+    grep -v '^[[:space:]]*\(#\|$\)' "$REPO/hostfiles/emulated" 2>/dev/null | head -n "$k" >"$s/hostfile" || true
+    for i in $(seq $(($(wc -l <"$s/hostfile") + 1)) "$k"); do echo "h$i slots=1" >>"$s/hostfile"; done
     cat >"$s/agent" <<EOF
 #!/bin/sh
 # Launch agent for Open MPI (--mca plm_rsh_agent): called as "agent HOST COMMAND..." where ssh

@@ -160,6 +160,7 @@ def plot(out, hosts, meas, sim, batch):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     nodes = sorted({r["nodes"] for r in sim["rows"]})
@@ -178,6 +179,8 @@ def plot(out, hosts, meas, sim, batch):
                 color="k", label=f"measured, {mode} (emulated cluster)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("hosts N (one rank each)")
     ax.set_ylabel("speedup s by eq. (1)")
     ax.set_title(f"DCGAN weak scaling, batch {batch} per rank, links {8 / sim['beta_ns_per_byte']:.2f} Gbit/s")

@@ -1,9 +1,9 @@
 //! `dcgan-train ping-pong`: the cost model's constants measured on the links a job runs on.
 //! Ranks 0 and 1 bounce messages of each size through the same `Transport::exchange` path the
 //! allreduce algorithms use; half a round trip is one message, alpha + n * beta. Alpha is the
-//! smallest size's one-way time, beta the least-squares slope over the sizes of 64 KiB and
-//! above (where bandwidth dominates). Gamma is timed on rank 0: adding one vector into another
-//! with the comm layer's own reduction.
+//! median one-way time of the sizes up to 4 KiB, beta the least-squares slope over the sizes of
+//! 64 KiB and above (where bandwidth dominates). Gamma is timed on rank 0: adding one vector
+//! into another with the comm layer's own reduction.
 
 use crate::cli::scaling::PingPongArgs;
 use crate::comm::reduce::combine;
@@ -15,6 +15,8 @@ use std::time::Instant;
 
 /// Sizes at and above this many bytes fit beta.
 pub const BETA_FROM_BYTES: usize = 64 << 10;
+/// Sizes up to this many bytes give alpha (the median of their one-way times less n * beta).
+pub const ALPHA_UP_TO_BYTES: usize = 4 << 10;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Point {
@@ -57,9 +59,18 @@ pub fn fit_alpha_beta(points: &[Point]) -> (f64, f64, f64) {
     let ys: Vec<f64> = use_pts.iter().map(|p| p.one_way_us_median * 1e-6).collect();
     let (intercept, beta) = fit_line(&xs, &ys);
     let beta = beta.max(0.0);
-    let smallest = points.iter().min_by_key(|p| p.bytes).expect("at least one size");
-    let alpha = (smallest.one_way_us_median * 1e-6 - smallest.bytes as f64 * beta).max(0.0);
-    (alpha, beta, intercept.max(0.0))
+    // Alpha: the median over the small sizes, so that one size disturbed by a neighbour on a
+    // shared machine does not set it (seen: 266 us at 4 B, 7.9 us at 64 B and 1 KiB).
+    let mut small: Vec<f64> = points
+        .iter()
+        .filter(|p| p.bytes <= ALPHA_UP_TO_BYTES)
+        .map(|p| p.one_way_us_median * 1e-6 - p.bytes as f64 * beta)
+        .collect();
+    if small.is_empty() {
+        let p = points.iter().min_by_key(|p| p.bytes).expect("at least one size");
+        small.push(p.one_way_us_median * 1e-6 - p.bytes as f64 * beta);
+    }
+    (median(&mut small).max(0.0), beta, intercept.max(0.0))
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -185,6 +185,9 @@ pub fn link_of(args: &SimulateScalingArgs) -> Result<Link> {
 
 pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
     let run = RunInfo::from_summary(summary)?;
+    for a in &args.algorithms {
+        choice_of(a, run.threshold, 2)?;
+    }
     let trace = match (&args.trace, &run.trace) {
         (Some(t), _) => t.clone(),
         (None, Some(t)) => t.clone(),
@@ -193,8 +196,8 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
             summary.display()
         ),
     };
-    let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     let link = link_of(args)?;
+    let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     // Whole passes over the recorded steps, so that each weighs the same.
     let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
     let steps = WARM_STEPS + passes * programs.len();
