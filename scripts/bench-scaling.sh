@@ -129,6 +129,8 @@ for rep in $(seq 1 "$REPEATS"); do
     done
 done
 
+echo "load average after the training runs: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/environment.txt"
+
 log "5/6 simulate-scaling"
 files=$(IFS=,; echo "${ALLREDUCE_FILES[*]}")
 "$BIN" simulate-scaling --bench-allreduce "$files" --links "$OUT/links.json" \
