@@ -4,6 +4,8 @@
 #
 #   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
 #
+# (default DIR: runs/scaling-DATE-TIME; about 12 minutes on a 2-core machine)
+#
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
 #    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate).
 # 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
@@ -59,7 +61,7 @@ if [ -z "$BIN" ]; then
 fi
 [ -x "$BIN" ] || die "$BIN is not an executable dcgan-train (set DCGAN_TRAIN)"
 export DCGAN_TRAIN="$BIN"
-OUT="${OUT:-$REPO/bench-out/scaling-$(date +%Y%m%d-%H%M%S)}"
+OUT="${OUT:-$REPO/runs/scaling-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT/runs"
 OUT="$(cd "$OUT" && pwd)"
 DATA=()

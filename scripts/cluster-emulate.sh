@@ -36,7 +36,7 @@ say() { echo "cluster-emulate: $*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
 need_tools() {
-    [ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc): run it as root, e.g. sudo $0 $*"
+    [ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc): run it as root, e.g. sudo $0 $ORIG_ARGS"
     command -v ip >/dev/null || die "ip not found: install iproute2 (apt-get install iproute2)"
     command -v tc >/dev/null || die "tc not found: install iproute2 (apt-get install iproute2)"
     command -v unshare >/dev/null || die "unshare not found: install util-linux"
@@ -295,8 +295,10 @@ cmd_down() {
     if [ "$found" = 1 ]; then say "down: removed the emulated cluster '$NAME'"; else say "down: no cluster named '$NAME' (nothing to do)"; fi
 }
 
+ORIG_ARGS=""
 main() {
     [ $# -gt 0 ] || { usage >&2; exit 2; }
+    ORIG_ARGS="$*"
     local cmd="$1"; shift
     # --name may come anywhere after the command.
     local args=()

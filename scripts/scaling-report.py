@@ -179,13 +179,25 @@ def plot(out, hosts, meas, sim, batch):
         rows = sorted((r for r in sim["rows"] if r["algorithm"] == algo), key=lambda r: r["nodes"])
         if rows:
             ax.plot([r["nodes"] for r in rows], [r["speedup_eq1"] for r in rows], color=color, ls=ls,
-                    lw=2 if algo == "auto" else 1, label=f"simulated, {algo}")
+                    lw=4 if algo == "auto" else 1.2, alpha=0.5 if algo == "auto" else 1,
+                    label=f"simulated, {algo}" + (" (= vhd here)" if algo == "auto" else ""))
     for mode, marker in [("overlap", "o"), ("no-overlap", "s")]:
         # The 1-host run has no exchange to overlap: it starts both series.
         pts = [(1, meas[(1, "overlap")]["speedup"])]
         pts += [(h, meas[(h, mode)]["speedup"]) for h in hosts if h > 1 and (h, mode) in meas]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=7, mfc="none" if mode == "no-overlap" else None,
                 color="k", label=f"measured, {mode} (emulated cluster)")
+    # The replay of each N-host --no-exchange trace (that placement's compute) at N.
+    t1 = meas[(1, "overlap")]["ms"]
+    pred = []
+    for h in hosts:
+        files = sorted(glob.glob(os.path.join(out, f"predict-{h}-*.json")))
+        if files:
+            ms = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in files])
+            pred.append((h, t1 / ms * h))
+    if pred:
+        ax.plot([p[0] for p in pred], [p[1] for p in pred], "x", ms=9, color="C3",
+                label="simulated from the N-host --no-exchange compute")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     for axis in (ax.xaxis, ax.yaxis):
