@@ -13,6 +13,7 @@ pub mod nn;
 pub mod ops;
 pub mod report;
 pub mod sample;
+pub mod scaling;
 pub mod train;
 
 /// `dcgan-train [train]`

@@ -13,6 +13,8 @@ fn main() {
         Some(Command::TuneAllreduce(args)) => dcgan_train::comm::tune::run(args),
         Some(Command::Sample(args)) => dcgan_train::sample::run(args),
         Some(Command::Info(args)) => dcgan_train::info::run(args),
+        Some(Command::SimulateScaling(args)) => dcgan_train::scaling::simulate::run(args),
+        Some(Command::PingPong(args)) => dcgan_train::scaling::pingpong::run(args),
     };
     if let Err(e) = result {
         // A rank that stops because another failed stays quiet: the job shows one error.

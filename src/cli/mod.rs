@@ -2,6 +2,7 @@
 //! `dcgan-train --epochs 1` and `dcgan-train train --epochs 1` are the same.
 
 pub mod comm;
+pub mod scaling;
 pub mod size;
 
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +36,12 @@ pub enum Command {
     Sample(SampleArgs),
     /// Print, per rank, the host, local rank, device and the MPI library (run under mpiexec).
     Info(InfoArgs),
+    /// Predict step time, eq. (1) speedup and hidden communication at other node counts by
+    /// replaying a run's trace against the allreduce cost model.
+    SimulateScaling(scaling::SimulateScalingArgs),
+    /// Measure alpha (latency), beta (per byte) and gamma (reduction) between ranks 0 and 1,
+    /// for the cost model (run under mpiexec, one rank per host).
+    PingPong(scaling::PingPongArgs),
 }
 
 #[derive(Args, Debug, Clone)]

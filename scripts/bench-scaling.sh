@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The weak-scaling measurement of the MPI paper on an emulated cluster (scripts/cluster-emulate.sh):
+# 1, 2 and 4 hosts, one rank per host, the same batch per rank, links shaped to --rate.
+#
+#   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
+#
+# (default DIR: runs/scaling-DATE-TIME; about 12 minutes on a 2-core machine)
+#
+# 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
+#    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate).
+# 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
+# 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
+# 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
+#    --no-exchange (the same placement without the exchange), --repeats times, interleaved;
+#    --threads 1 (the machine this was written on has 2 cores).
+# 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
+#    --no-exchange trace replayed at N to predict the N-host run (checked against it).
+# 6. results.md (tables, targets met or not) and speedup.png (speedup against hosts, measured
+#    and simulated, next to the ideal line), written by scripts/scaling-report.py.
+#
+# Needs root, iproute2 and Open MPI (see cluster-emulate.sh), python3 with matplotlib
+# (pip install matplotlib, or apt-get install python3-matplotlib). DCGAN_TRAIN picks the
+# binary (default: cargo build --release, then target/release/dcgan-train). The cluster is
+# taken down at the end, also when a step fails or the script is interrupted.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$HERE")"
+RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT=""
+HOSTS=(1 2 4)
+NAME=dcgbench
+die() { echo "bench-scaling: $*" >&2; exit 1; }
+log() { echo "bench-scaling: $*" >&2; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rate) RATE="${2:?--rate needs a value}"; shift 2 ;;
+        --steps) STEPS="${2:?--steps needs a value}"; shift 2 ;;
+        --repeats) REPEATS="${2:?--repeats needs a value}"; shift 2 ;;
+        --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
+        --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option '$1' (see $0 --help)" ;;
+    esac
+done
+for v in STEPS REPEATS BATCH; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v,,} '${!v}' is not a positive whole number"
+done
+[ "$STEPS" -ge 12 ] || die "--steps $STEPS: use at least 12 (the trace needs steps past the warm-up)"
+
+# Fail before anything long runs.
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces): run it as root"
+command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
+python3 -c 'import matplotlib' 2>/dev/null \
+    || die "python3 has no matplotlib (for the plot): pip install matplotlib, or apt-get install python3-matplotlib"
+BIN="${DCGAN_TRAIN:-}"
+if [ -z "$BIN" ]; then
+    log "building (cargo build --release)"
+    (cd "$REPO" && cargo build --release -q) || die "cargo build --release failed"
+    BIN="$REPO/target/release/dcgan-train"
+fi
+[ -x "$BIN" ] || die "$BIN is not an executable dcgan-train (set DCGAN_TRAIN)"
+export DCGAN_TRAIN="$BIN"
+OUT="${OUT:-$REPO/runs/scaling-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT/runs"
+OUT="$(cd "$OUT" && pwd)"
+DATA=()
+[ -d /usr/share/datasets/fashion-mnist ] || DATA=(--data synthetic:60000)
+
+CLUSTER="$HERE/cluster-emulate.sh"
+cleanup() {
+    "$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true
+    "$CLUSTER" down --name "${NAME}u" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+cleanup
+
+{
+    echo "binary: $BIN"
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "machine: $(nproc) cores, $(uname -sr)"
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH, --threads 1 per rank"
+} >"$OUT/environment.txt"
+
+log "1/6 link checks (unshaped, then $RATE)"
+"$CLUSTER" up 2 --name "${NAME}u" 2>&1 | tee "$OUT/links-unshaped.txt"
+"$CLUSTER" down --name "${NAME}u" >/dev/null
+"$CLUSTER" up "${HOSTS[-1]}" --rate "$RATE" --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
+
+run() { "$CLUSTER" run --name "$NAME" "$@"; }
+
+log "2/6 ping-pong: alpha, beta, gamma"
+run -n 2 -- "$BIN" ping-pong --json "$OUT/links.json" | tee "$OUT/ping-pong.txt"
+
+log "3/6 bench-allreduce at 2 and ${HOSTS[-1]} hosts"
+ALLREDUCE_FILES=()
+for n in "${HOSTS[@]}"; do
+    [ "$n" -ge 2 ] || continue
+    # Fixed call counts: the default (by size, for fast links) would take minutes per size here.
+    for group in "small 8B,1KiB,16KiB 300" "large 64KiB,256KiB,1MiB,4MiB 30"; do
+        read -r label sizes iters <<<"$group"
+        run -n "$n" -- "$BIN" bench-allreduce --algos tree,rd,vhd,ring,mpi,auto --sizes "$sizes" \
+            --iters "$iters" --json "$OUT/allreduce-$n-$label.json" | tee "$OUT/allreduce-$n-$label.txt"
+        ALLREDUCE_FILES+=("$OUT/allreduce-$n-$label.json")
+    done
+done
+
+log "4/6 training: ${HOSTS[*]} hosts x (overlap, no-overlap, no-exchange) x $REPEATS"
+train() { # hosts mode rep
+    local n="$1" mode="$2" rep="$3" dir="$OUT/runs/$1-$2-$3" extra=()
+    case "$mode" in
+        overlap) ;;
+        no-overlap) extra=(--no-overlap) ;;
+        no-exchange) extra=(--no-exchange) ;;
+    esac
+    [ "$n" = 1 ] || extra+=(--baseline-summary "$OUT/runs/1-overlap-$rep/summary.json")
+    log "  $n host(s), $mode, repeat $rep"
+    run -n "$n" -- "$BIN" train "${DATA[@]}" --batch-size "$BATCH" --threads 1 --max-steps "$STEPS" \
+        --no-progress --out "$dir" --trace "$dir/trace.json" --trace-steps 10 "${extra[@]}" \
+        >"$dir.log" 2>&1 || { cat "$dir.log" >&2; die "the run $dir failed (log above)"; }
+}
+for rep in $(seq 1 "$REPEATS"); do
+    for n in "${HOSTS[@]}"; do
+        if [ "$n" = 1 ]; then
+            train 1 overlap "$rep"
+        else
+            for mode in overlap no-overlap no-exchange; do train "$n" "$mode" "$rep"; done
+        fi
+    done
+done
+
+echo "load average after the training runs: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/environment.txt"
+
+log "5/6 simulate-scaling"
+files=$(IFS=,; echo "${ALLREDUCE_FILES[*]}")
+"$BIN" simulate-scaling --bench-allreduce "$files" --links "$OUT/links.json" \
+    --json "$OUT/model-allreduce.json" >"$OUT/model-allreduce.md"
+"$BIN" simulate-scaling --summary "$OUT/runs/1-overlap-1/summary.json" --links "$OUT/links.json" \
+    --json "$OUT/simulated.json" >"$OUT/simulated.md"
+for n in "${HOSTS[@]}"; do
+    [ "$n" -ge 2 ] || continue
+    for rep in $(seq 1 "$REPEATS"); do
+        "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
+            --nodes "$n" --algorithms auto --json "$OUT/predict-$n-$rep.json" >/dev/null
+    done
+done
+
+log "6/6 report"
+python3 "$HERE/scaling-report.py" "$OUT"
+log "done: $OUT/results.md and $OUT/speedup.png"

@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# An emulated cluster on one Linux machine: K network namespaces as hosts h1..hK, each with
+# one link (a veth pair) to a switch (a bridge in its own namespace), every link's rate shaped
+# with tc tbf in both directions. mpiexec runs inside h1 and starts its daemons on the other
+# hosts through a launch agent that enters their namespaces (instead of ssh); MPI talks TCP
+# between hosts (no shared memory), so `mpiexec --hostfile` runs across real network stacks.
+#
+#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--name NAME] [--subnet 10.213.0] [--no-probe]
+#   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
+#   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
+#   scripts/cluster-emulate.sh status [--name NAME]
+#   scripts/cluster-emulate.sh down [--name NAME]
+#
+# Needs root, iproute2 (ip, tc), util-linux (unshare) and Open MPI; python3 for the probes.
+# Nothing is added to the machine's own network namespace: the bridge lives in a namespace
+# NAME-sw, the hosts in NAME-h1..NAME-hK, the subnet exists only inside them. Host names
+# h1..hK resolve inside the cluster through /etc/netns/NAME-hI/hosts (ip netns exec mounts
+# it over /etc/hosts), and each host has its own UTS namespace, so ranks see `hostname` hI.
+# State (hostfile, agent, settings) is kept in /run/dcgan-cluster/NAME. `down` removes
+# all of it, and ends what still runs inside the namespaces; it is safe to call twice and
+# after a failed `up` or `run`.
+#
+# Links: tc tbf sets the rate; this kind of machine's kernel has no netem, so no delay is
+# added and a link keeps the veth's own latency (tens of microseconds through the TCP stack).
+# Without --rate the links are unshaped (as fast as the kernel copies).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$HERE")"
+NAME="${DCGAN_CLUSTER_NAME:-dcg}"
+STATE_ROOT=/run/dcgan-cluster
+
+die() { echo "cluster-emulate: $*" >&2; exit 1; }
+say() { echo "cluster-emulate: $*" >&2; }
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+need_tools() {
+    [ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc): run it as root, e.g. sudo $0 $ORIG_ARGS"
+    command -v ip >/dev/null || die "ip not found: install iproute2 (apt-get install iproute2)"
+    command -v tc >/dev/null || die "tc not found: install iproute2 (apt-get install iproute2)"
+    command -v unshare >/dev/null || die "unshare not found: install util-linux"
+}
+
+state() { echo "$STATE_ROOT/$NAME"; }
+ns_host() { echo "$NAME-h$1"; }
+ns_switch() { echo "$NAME-sw"; }
+
+load_state() {
+    local s; s="$(state)"
+    [ -f "$s/settings" ] || die "no emulated cluster named '$NAME' is up: start one with $0 up K"
+    # shellcheck disable=SC1091
+    . "$s/settings"
+}
+
+# tbf burst in bytes: 250 us at the rate, and at least two of the largest segments the stack
+# hands the link (GSO_MAX below). A larger burst lets whole mid-size messages through at memory
+# speed, which no real link does (with 128 KiB, a 64 KiB message took 1/6 of its 1 Gbit/s time).
+GSO_MAX=16384
+burst_bytes() {
+    local bits="$1" b
+    b=$((bits / 8 / 4000))
+    [ "$b" -ge $((2 * GSO_MAX)) ] || b=$((2 * GSO_MAX))
+    echo "$b"
+}
+
+# "1gbit", "500mbit", "100kbit", "1000000" (bit/s) -> bit/s
+rate_bits() {
+    local r="${1,,}" n unit
+    n="${r%%[a-z]*}"; unit="${r#"$n"}"
+    [[ "$n" =~ ^[0-9]+$ ]] || die "--rate '$1' is not a rate: write e.g. 1gbit, 500mbit or 10gbit"
+    case "$unit" in
+        ""|bit) echo "$n" ;;
+        kbit) echo $((n * 1000)) ;;
+        mbit) echo $((n * 1000000)) ;;
+        gbit) echo $((n * 1000000000)) ;;
+        *) die "--rate '$1': unknown unit '$unit': use kbit, mbit or gbit" ;;
+    esac
+}
+
+shape() { # namespace device bit/s
+    local bits="$3"
+    # latency: the queue a link may build (a switch port's buffer), 5 ms at the rate.
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${bits}bit" \
+        burst "$(burst_bytes "$bits")" latency 5ms
+}
+
+cmd_up() {
+    local k="" rate="" subnet="10.213.0" probe=1
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
+            --rate=*) rate="${1#--rate=}"; shift ;;
+            --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
+            --no-probe) probe=0; shift ;;
+            -*) die "up: unknown option '$1' (see $0 --help)" ;;
+            *) [ -z "$k" ] || die "up: one host count, got '$k' and '$1'"; k="$1"; shift ;;
+        esac
+    done
+    [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 200 ] \
+        || die "up: give the number of hosts, 1 to 200: $0 up 4 [--rate 1gbit]"
+    [[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': give three octets, e.g. 10.213.0"
+    local bits=""
+    [ -z "$rate" ] || bits="$(rate_bits "$rate")"
+    need_tools
+    local s; s="$(state)"
+    [ ! -e "$s" ] || die "a cluster named '$NAME' is already up ($s): take it down first with $0 down${NAME:+ --name $NAME}"
+    ip netns add "$NAME-probe-$$" 2>/dev/null \
+        || die "cannot create network namespaces here (ip netns add failed): needs root and a kernel/container that allows them"
+    ip netns del "$NAME-probe-$$"
+
+    mkdir -p "$s"
+    # From here on, a failure takes down whatever was made.
+    trap 'say "up failed: removing what was made"; cmd_down >/dev/null 2>&1 || true' ERR
+    local sw; sw="$(ns_switch)"
+    ip netns add "$sw"
+    ip -n "$sw" link set lo up
+    ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" link set br0 up
+    local hosts=""
+    for i in $(seq 1 "$k"); do hosts+="$subnet.$i h$i"$'\n'; done
+    for i in $(seq 1 "$k"); do
+        local ns; ns="$(ns_host "$i")"
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        # The host end is created in the host, the other end moved to the switch.
+        ip -n "$ns" link add eth0 type veth peer name "p$i" netns "$sw"
+        ip -n "$ns" addr add "$subnet.$i/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$sw" link set "p$i" master br0
+        ip -n "$sw" link set "p$i" up
+        if [ -n "$bits" ]; then
+            # Segments of at most GSO_MAX bytes (veth would otherwise pass 64 KiB ones).
+            ip -n "$ns" link set eth0 gso_max_size "$GSO_MAX"
+            ip -n "$sw" link set "p$i" gso_max_size "$GSO_MAX"
+            shape "$ns" eth0 "$bits"       # host -> switch
+            shape "$sw" "p$i" "$bits"      # switch -> host
+        fi
+        mkdir -p "/etc/netns/$ns"
+        printf '127.0.0.1 localhost\n%s' "$hosts" >"/etc/netns/$ns/hosts"
+    done
+
+    # The hostfile (Open MPI format: one rank per host): the first K hosts of hostfiles/emulated.
+    grep -v '^[[:space:]]*\(#\|$\)' "$REPO/hostfiles/emulated" 2>/dev/null | head -n "$k" >"$s/hostfile" || true
+    for i in $(seq $(($(wc -l <"$s/hostfile") + 1)) "$k"); do echo "h$i slots=1" >>"$s/hostfile"; done
+    cat >"$s/agent" <<EOF
+#!/bin/sh
+# Launch agent for Open MPI (--mca plm_rsh_agent): called as "agent HOST COMMAND..." where ssh
+# would be; runs COMMAND through a shell (as sshd would) inside HOST's namespaces.
+host="\$1"; shift
+case "\$host" in
+    h[0-9]*) ;;
+    *) echo "emulated cluster '$NAME': unknown host '\$host' (hosts are h1..h$k)" >&2; exit 1 ;;
+esac
+[ -e "/run/netns/$NAME-\$host" ] || { echo "emulated cluster '$NAME' has no host \$host (hosts are h1..h$k)" >&2; exit 1; }
+exec ip netns exec "$NAME-\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
+EOF
+    chmod +x "$s/agent"
+    cat >"$s/settings" <<EOF
+K=$k
+SUBNET=$subnet
+RATE=${rate:-unshaped}
+RATE_BITS=${bits:-0}
+EOF
+    trap - ERR
+    say "up: $k host(s) h1..h$k on $subnet.0/24, links ${rate:-unshaped}; hostfile $s/hostfile"
+    if [ "$probe" = 1 ]; then cmd_probe; fi
+}
+
+# The mpiexec command line (as words, one per line) for this cluster. TCP only (pml ob1: no
+# UCX, whose shared-memory transports would bypass the links). btl_tcp_flags send: Open MPI's
+# emulated RDMA "put" over TCP serialized the two directions of an exchange here (rd of 1 MiB
+# on two hosts at 1 Gbit/s took 21 ms instead of 8.8 ms); plain sends keep the links full
+# duplex. --bind-to none: every emulated host believes it owns all cores and would bind its
+# rank to core 0.
+mpiexec_words() {
+    local s; s="$(state)"
+    printf '%s\n' mpiexec --hostfile "$s/hostfile" \
+        --mca plm_rsh_agent "$s/agent" --mca plm_rsh_no_tree_spawn 1 \
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_flags send \
+        --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
+        --bind-to none
+}
+
+# Run "$@" inside h1 (its network and its own host name), with Open MPI's root permissions.
+in_h1() {
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        ip netns exec "$(ns_host 1)" unshare --uts sh -c 'hostname h1 && exec "$@"' sh "$@"
+}
+
+cmd_run() {
+    local n=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -n) n="${2:?-n needs a rank count}"; shift 2 ;;
+            --) shift; break ;;
+            *) die "run: unknown option '$1': write $0 run [-n N] -- PROGRAM [ARGS...]" ;;
+        esac
+    done
+    [ $# -gt 0 ] || die "run: nothing to run: write $0 run [-n N] -- PROGRAM [ARGS...]"
+    need_tools
+    load_state
+    n="${n:-$K}"
+    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || die "run: -n '$n' is not a rank count"
+    [ "$n" -le "$K" ] || die "run: -n $n asks for more ranks than the $K emulated hosts have slots: use -n $K or bring up more hosts"
+    local words=()
+    mapfile -t words < <(mpiexec_words)
+    # A relative program path means the caller's directory, also inside the namespaces.
+    local prog="$1"; shift
+    case "$prog" in
+        */*) [ "${prog:0:1}" = / ] || prog="$PWD/$prog" ;;
+    esac
+    in_h1 "${words[@]}" -n "$n" "$prog" "$@"
+}
+
+cmd_probe() {
+    load_state
+    local s; s="$(state)"
+    local port=$((20000 + RANDOM % 20000))
+    [ "$K" -ge 2 ] || { say "probe: one host, no links to measure"; return 0; }
+    command -v python3 >/dev/null || { say "probe: python3 not found, skipping the TCP measurements"; return 0; }
+    local probe="$HERE/net-probe.py" h2; h2="$(ns_host 2)"
+    ip netns exec "$h2" python3 "$probe" serve "$port" &
+    local srv=$!
+    local rtt; rtt="$(ip netns exec "$(ns_host 1)" python3 "$probe" rtt "$SUBNET.2" "$port" 2000)"
+    wait "$srv" || true
+    ip netns exec "$h2" python3 "$probe" serve "$port" &
+    srv=$!
+    local bw; bw="$(ip netns exec "$(ns_host 1)" python3 "$probe" bw "$SUBNET.2" "$port" 200)"
+    wait "$srv" || true
+    local rtt_us gbit
+    rtt_us="$(python3 -c 'import json,sys; print("%.1f" % json.loads(sys.argv[1])["rtt_us_median"])' "$rtt")"
+    gbit="$(python3 -c 'import json,sys; print("%.3f" % json.loads(sys.argv[1])["gbit_per_s"])' "$bw")"
+    echo "probe: raw TCP round trip h1<->h2 (1 byte, median of 2000): $rtt_us us"
+    if [ "$RATE_BITS" != 0 ]; then
+        local verdict
+        verdict="$(python3 -c 'import sys; m,s=float(sys.argv[1]),float(sys.argv[2])/1e9; print("within 10% of the setting" if abs(m-s)<=0.1*s else "NOT within 10%% of the setting (%.3f Gbit/s)" % s)' "$gbit" "$RATE_BITS")"
+        echo "probe: TCP bandwidth h1->h2 (200 MB): $gbit Gbit/s, link set to $RATE: $verdict"
+    else
+        echo "probe: TCP bandwidth h1->h2 (200 MB): $gbit Gbit/s (unshaped)"
+    fi
+    local bin="${DCGAN_TRAIN:-$REPO/target/release/dcgan-train}"
+    if [ ! -x "$bin" ]; then
+        say "probe: $bin not built (cargo build --release, or set DCGAN_TRAIN): skipping the MPI_Allreduce time"
+        return 0
+    fi
+    local words=() out us
+    mapfile -t words < <(mpiexec_words)
+    out="$(in_h1 "${words[@]}" -n 2 "$bin" bench-allreduce --algos mpi --sizes 8B --iters 2000 2>&1)" \
+        || { echo "$out" >&2; die "probe: the 8-byte MPI_Allreduce across h1 and h2 failed (output above)"; }
+    us="$(echo "$out" | awk '$1 == 8 && $2 == "mpi" { print $5 }')"
+    [ -n "$us" ] || { echo "$out" >&2; die "probe: could not read the MPI_Allreduce time from bench-allreduce (output above)"; }
+    local ratio; ratio="$(python3 -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$us" "$rtt_us")"
+    echo "probe: MPI_Allreduce of 8 bytes on h1+h2 (median of 2000): $us us = ${ratio}x the TCP round trip"
+    if [ "$RATE_BITS" = 0 ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 3 else 1)' "$ratio"; then
+        say "probe: WARNING: an 8-byte allreduce should take within 3x a TCP round trip on unshaped links; is --bind-to none in effect, or the machine busy?"
+    fi
+}
+
+cmd_status() {
+    load_state
+    echo "cluster '$NAME': $K host(s), links $RATE, subnet $SUBNET.0/24, state $(state)"
+    for i in $(seq 1 "$K"); do
+        local ns; ns="$(ns_host "$i")"
+        printf 'h%s  %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \
+            "$(ip netns exec "$ns" tc qdisc show dev eth0 | head -1)"
+    done
+}
+
+cmd_down() {
+    need_tools
+    local s; s="$(state)"
+    local found=0
+    for ns in $(ip netns list | awk '{print $1}'); do
+        case "$ns" in
+            "$NAME-sw"|"$NAME"-h[0-9]*) ;;
+            *) continue ;;
+        esac
+        found=1
+        # End what still runs inside (a failed run's ranks or daemons), then the namespace.
+        local pids; pids="$(ip netns pids "$ns" 2>/dev/null || true)"
+        if [ -n "$pids" ]; then
+            # shellcheck disable=SC2086
+            kill -TERM $pids 2>/dev/null || true
+            sleep 0.5
+            pids="$(ip netns pids "$ns" 2>/dev/null || true)"
+            # shellcheck disable=SC2086
+            [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+        fi
+        ip netns del "$ns" 2>/dev/null || true
+        rm -rf "/etc/netns/$ns"
+    done
+    [ -e "$s" ] && found=1
+    rm -rf "$s"
+    if [ "$found" = 1 ]; then say "down: removed the emulated cluster '$NAME'"; else say "down: no cluster named '$NAME' (nothing to do)"; fi
+}
+
+ORIG_ARGS=""
+main() {
+    [ $# -gt 0 ] || { usage >&2; exit 2; }
+    ORIG_ARGS="$*"
+    local cmd="$1"; shift
+    # --name may come anywhere after the command.
+    local args=()
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --name) NAME="${2:?--name needs a value}"; shift 2 ;;
+            --name=*) NAME="${1#--name=}"; shift ;;
+            --) args+=("$@"); break ;;
+            *) args+=("$1"); shift ;;
+        esac
+    done
+    [[ "$NAME" =~ ^[A-Za-z][A-Za-z0-9_]{0,15}$ ]] \
+        || die "--name '$NAME': use a letter then up to 15 letters, digits or _"
+    case "$cmd" in
+        up) cmd_up "${args[@]}" ;;
+        run) cmd_run "${args[@]}" ;;
+        probe) need_tools; cmd_probe ;;
+        status) cmd_status ;;
+        down) cmd_down ;;
+        -h|--help|help) usage ;;
+        *) die "unknown command '$cmd': use up, run, probe, status or down (see $0 --help)" ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""results.md and speedup.png from the output folder of scripts/bench-scaling.sh.
+
+    scaling-report.py OUT
+
+Step times are medians over the repeats (each run's own ms_per_step is already the median
+of its steps); eq. (1) of the MPI paper with the same batch per rank on 1 and N hosts is
+s = t_1 / t_N * N. The targets of issue 7 are checked and printed with their numbers.
+"""
+
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+MODES = ["overlap", "no-overlap", "no-exchange"]
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def runs(out):
+    """{(hosts, mode): [summary, ...]}"""
+    found = {}
+    for p in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
+        m = re.match(r"(\d+)-(.+)-(\d+)$", os.path.basename(os.path.dirname(p)))
+        if m:
+            found.setdefault((int(m.group(1)), m.group(2)), []).append(load(p))
+    return found
+
+
+def buckets_text(s):
+    b = s["comm"]["buckets"]
+    if all(x["algorithm"] == "none" for x in b):
+        return "-"
+    return ", ".join(f'{x["bucket"]} {x["algorithm"]}' for x in b)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    R = runs(out)
+    if (1, "overlap") not in R:
+        sys.exit(f"{out}: no 1-host run (runs/1-overlap-*/summary.json): run scripts/bench-scaling.sh first")
+    t1 = median([s["ms_per_step"] for s in R[(1, "overlap")]])
+    hosts = sorted({h for h, _ in R})
+    lines = []
+    w = lines.append
+    env = open(os.path.join(out, "environment.txt")).read().strip() if os.path.exists(os.path.join(out, "environment.txt")) else ""
+    w("# Weak scaling on the emulated cluster\n")
+    w("```\n" + env + "\n```\n")
+    for name in ["links-unshaped.txt", "links-shaped.txt"]:
+        p = os.path.join(out, name)
+        if os.path.exists(p):
+            probe = [l for l in open(p).read().splitlines() if l.startswith("probe:")]
+            w(f"Link checks ({'unshaped' if 'unshaped' in name else 'shaped'}):\n")
+            w("```\n" + "\n".join(probe) + "\n```\n")
+    links = load(os.path.join(out, "links.json"))
+    w(f"Cost-model constants (ping-pong h1<->h2): alpha {links['alpha_us']:.2f} us, beta {links['beta_ns_per_byte']:.3f} ns/B "
+      f"({links['bandwidth_gbit_per_s']:.3f} Gbit/s), gamma {links['gamma_ns_per_byte']:.4f} ns/B.\n")
+
+    # Table 1: the measured runs.
+    w("## Measured: step time and eq. (1) speedup\n")
+    w(f"Batch {R[(1, 'overlap')][0]['batch_size_per_rank']} per rank, one rank per host, `--threads 1`; "
+      f"medians over {len(R[(1, 'overlap')])} repeat(s); eq. (1) against the 1-host step time {t1:.1f} ms.\n")
+    w("| hosts | exchange | step ms | global images/s | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | hidden-comm fraction | algorithm per bucket |")
+    w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    meas = {}
+    for h in hosts:
+        for mode in MODES:
+            ss = R.get((h, mode))
+            if not ss or (h == 1 and mode != "overlap"):
+                continue
+            ms = median([s["ms_per_step"] for s in ss])
+            ips = median([s["global_images_per_s"] for s in ss])
+            comm = median([s["comm"]["comm_ms_per_step"] for s in ss])
+            exposed = median([s["comm"]["exposed_comm_ms_per_step"] for s in ss])
+            hidden = median([s["comm"]["hidden_comm_fraction"] for s in ss])
+            sp = t1 / ms * h
+            meas[(h, mode)] = dict(ms=ms, speedup=sp, eff=sp / h, hidden=hidden, comm=comm)
+            label = "none (1 rank)" if h == 1 else mode
+            w(f"| {h} | {label} | {ms:.1f} | {ips:.1f} | {sp:.2f} | {sp / h:.3f} | {comm:.1f} | {exposed:.1f} | "
+              f"{hidden:.3f} | {buckets_text(ss[0]) if mode != 'no-exchange' else '-'} |")
+    w("")
+    w("What the exchange costs at the same placement (`--no-exchange` runs the same ranks on the same hosts without it):\n")
+    w("| hosts | with overlap / no exchange | no overlap / no exchange |")
+    w("|---:|---:|---:|")
+    for h in hosts:
+        if (h, "no-exchange") in meas:
+            base = meas[(h, "no-exchange")]["ms"]
+            o = meas.get((h, "overlap"), {}).get("ms", float("nan"))
+            n = meas.get((h, "no-overlap"), {}).get("ms", float("nan"))
+            w(f"| {h} | {o / base:.3f} | {n / base:.3f} |")
+    w("")
+
+    # The allreduce model check.
+    model = load(os.path.join(out, "model-allreduce.json")).get("allreduce", [])
+    w("## Allreduce: measured against the cost model\n")
+    w(open(os.path.join(out, "model-allreduce.md")).read())
+    cores = os.cpu_count() or 1
+    big_all = [r for r in model if r["bytes"] >= 64 * 1024 and r["ratio"] is not None and r["algorithm"] != "auto"]
+    # With more ranks than cores the ranks take turns on the cores: those timings measure the
+    # scheduler, not the links. The target is judged where each rank has a core.
+    big = [r for r in big_all if r["ranks"] <= cores]
+    within = [r for r in big if 1 / 1.25 <= r["ratio"] <= 1.25]
+
+    def span(rows):
+        return f"{min((r['ratio'] for r in rows), default=float('nan')):.2f} to {max((r['ratio'] for r in rows), default=float('nan')):.2f}"
+
+    w(f"\nHand-written algorithms at 64 KiB and above, ranks <= {cores} cores: {len(within)} of {len(big)} rows within 1.25x "
+      f"of the model (ratios {span(big)}); with more ranks than cores: ratios {span([r for r in big_all if r['ranks'] > cores])}.\n")
+
+    # Predictions against the measurements.
+    w("## simulate-scaling against the measured runs\n")
+    w("Each N-host `--no-exchange` run's trace (the compute of that placement) replayed at N with the cost model, "
+      "against the N-host run with overlap; also the 1-host trace replayed at N.\n")
+    w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error |")
+    w("|---:|---:|---:|---:|---:|")
+    sim = load(os.path.join(out, "simulated.json"))["prediction"]
+    sim_auto = {r["nodes"]: r for r in sim["rows"] if r["algorithm"] == "auto"}
+    errors = {}
+    for h in hosts:
+        files = sorted(glob.glob(os.path.join(out, f"predict-{h}-*.json")))
+        if not files or (h, "overlap") not in meas:
+            continue
+        pred = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in files])
+        m = meas[(h, "overlap")]["ms"]
+        errors[h] = pred / m - 1
+        one = sim_auto.get(h, {}).get("step_ms", float("nan"))
+        w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% |")
+    w("")
+    w("## Simulated: up to 1024 nodes\n")
+    w(open(os.path.join(out, "simulated.md")).read())
+
+    # Targets.
+    w("\n## Targets (issue 7)\n")
+
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+
+    e2 = meas.get((2, "overlap"), {}).get("eff", float("nan"))
+    w(f"- 2 hosts, efficiency by eq. (1) >= 0.9: {e2:.3f}: {verdict(e2 >= 0.9)}")
+    if (4, "overlap") in meas and (4, "no-exchange") in meas:
+        over = meas[(4, "overlap")]["ms"] / meas[(4, "no-exchange")]["ms"] - 1
+        w(f"- 4 hosts, exchange at most 10% over --no-exchange: {100 * over:+.1f}%: {verdict(over <= 0.10)}")
+        hid = meas[(4, "overlap")]["hidden"]
+        w(f"- 4 hosts, hidden-comm fraction >= 0.9: {hid:.3f}: {verdict(hid >= 0.9)}")
+    w(f"- every hand-written allreduce within 1.25x of the model at >= 64 KiB (ranks <= cores): {len(within)}/{len(big)} rows: "
+      f"{verdict(bool(big) and len(within) == len(big))}")
+    for h, e in sorted(errors.items()):
+        w(f"- simulate-scaling within 15% of the measured {h}-host run: {100 * e:+.1f}%: {verdict(abs(e) <= 0.15)}")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(text)
+    print(text)
+    plot(out, hosts, meas, sim, R[(1, "overlap")][0]["batch_size_per_rank"])
+
+
+def plot(out, hosts, meas, sim, batch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    nodes = sorted({r["nodes"] for r in sim["rows"]})
+    ax.plot(nodes, nodes, "k--", lw=1, label="ideal (s = N)")
+    styles = {"auto": ("C0", "-"), "ring": ("C3", ":"), "tree": ("C2", ":"), "rd": ("C4", ":"), "vhd": ("C1", ":")}
+    for algo, (color, ls) in styles.items():
+        rows = sorted((r for r in sim["rows"] if r["algorithm"] == algo), key=lambda r: r["nodes"])
+        if rows:
+            ax.plot([r["nodes"] for r in rows], [r["speedup_eq1"] for r in rows], color=color, ls=ls,
+                    lw=4 if algo == "auto" else 1.2, alpha=0.5 if algo == "auto" else 1,
+                    label=f"simulated, {algo}" + (" (= vhd here)" if algo == "auto" else ""))
+    for mode, marker in [("overlap", "o"), ("no-overlap", "s")]:
+        # The 1-host run has no exchange to overlap: it starts both series.
+        pts = [(1, meas[(1, "overlap")]["speedup"])]
+        pts += [(h, meas[(h, mode)]["speedup"]) for h in hosts if h > 1 and (h, mode) in meas]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=7, mfc="none" if mode == "no-overlap" else None,
+                color="k", label=f"measured, {mode} (emulated cluster)")
+    # The replay of each N-host --no-exchange trace (that placement's compute) at N.
+    t1 = meas[(1, "overlap")]["ms"]
+    pred = []
+    for h in hosts:
+        files = sorted(glob.glob(os.path.join(out, f"predict-{h}-*.json")))
+        if files:
+            ms = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in files])
+            pred.append((h, t1 / ms * h))
+    if pred:
+        ax.plot([p[0] for p in pred], [p[1] for p in pred], "x", ms=9, color="C3",
+                label="simulated from the N-host --no-exchange compute")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("hosts N (one rank each)")
+    ax.set_ylabel("speedup s by eq. (1)")
+    ax.set_title(f"DCGAN weak scaling, batch {batch} per rank, links {8 / sim['beta_ns_per_byte']:.2f} Gbit/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "speedup.png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+//! Command-line options of `simulate-scaling` (the cost-model replay of a run at other node
+//! counts) and `ping-pong` (alpha, beta and gamma of the links, for the model).
+
+use crate::cli::size::parse_bytes;
+use clap::Args;
+use std::path::PathBuf;
+
+/// `dcgan-train simulate-scaling`
+#[derive(Args, Clone, Debug)]
+pub struct SimulateScalingArgs {
+    /// summary.json of the run whose step is replayed (its buckets, batch and options).
+    #[arg(long, value_name = "FILE", required_unless_present = "bench_allreduce")]
+    pub summary: Option<PathBuf>,
+    /// Instead of (or besides) the replay: compare the rows of `bench-allreduce --json FILE`
+    /// files with the cost model (comma-separated files).
+    #[arg(long, value_name = "FILE", value_delimiter = ',')]
+    pub bench_allreduce: Vec<PathBuf>,
+    /// The run's Chrome trace, with the per-layer compute times (default: the --trace the run
+    /// was started with, as recorded in its summary).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Node counts (one rank per node), comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1_048_576),
+          default_value = "1,2,4,8,16,32,64,128,256,512,1024")]
+    pub nodes: Vec<u64>,
+    /// The links' constants from `dcgan-train ping-pong --json FILE`; --alpha, --beta and
+    /// --gamma override single values.
+    #[arg(long, value_name = "FILE")]
+    pub links: Option<PathBuf>,
+    /// Latency per message in microseconds (default 15, or from --links).
+    #[arg(long, value_name = "US")]
+    pub alpha: Option<f64>,
+    /// Nanoseconds per byte sent (default 8 = 1 Gbit/s, or from --links).
+    #[arg(long, value_name = "NS_PER_BYTE")]
+    pub beta: Option<f64>,
+    /// Nanoseconds per byte reduced (default: measured on this machine at start, or from
+    /// --links).
+    #[arg(long, value_name = "NS_PER_BYTE")]
+    pub gamma: Option<f64>,
+    /// Algorithms to predict, comma-separated: tree, rd, vhd, ring, auto.
+    #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
+    pub algorithms: Vec<String>,
+    /// Steps replayed back to back (the first two are not counted: G's exchange runs into the
+    /// next step).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(4..=10_000))]
+    pub steps: u64,
+    /// The rank whose compute track is replayed.
+    #[arg(long, default_value_t = 0)]
+    pub trace_rank: usize,
+    /// Also write the predictions as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `dcgan-train ping-pong`
+#[derive(Args, Clone, Debug)]
+pub struct PingPongArgs {
+    /// Message sizes (multiples of 4 bytes), comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
+          default_value = "4B,64B,1KiB,16KiB,64KiB,256KiB,1MiB,4MiB")]
+    pub sizes: Vec<usize>,
+    /// Round trips per size (default: about 0.3 s per size, 5 to 2000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iters: Option<u64>,
+    /// Write alpha, beta, gamma and the points as JSON to FILE (input of simulate-scaling
+    /// --links).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// End the job when a message has waited this long (seconds).
+    #[arg(long, default_value = "60s", value_parser = crate::cli::comm::parse_duration)]
+    pub stall_timeout: std::time::Duration,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let b = parse_bytes(s)?;
+    if b == 0 || b % 4 != 0 {
+        return Err(format!("{b} bytes: sizes must be positive multiples of 4 bytes"));
+    }
+    Ok(b)
+}

@@ -1,0 +1,148 @@
+//! The cost model of DESIGN.md ("Communication"): the time of one allreduce of n bytes on p
+//! ranks from alpha (seconds per message), beta (seconds per byte sent) and gamma (seconds per
+//! byte reduced), along the critical path of each hand-written algorithm, including the fold
+//! of the extra ranks when p is not a power of two, and a bucket cut into fragments as the
+//! comm thread cuts it.
+
+use crate::comm::Algorithm;
+use crate::comm::allreduce::fold::pow2_floor;
+use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::engine::fragments;
+
+/// Link and CPU constants of the model.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Link {
+    /// Seconds per message (latency).
+    pub alpha: f64,
+    /// Seconds per byte sent (1 / bandwidth).
+    pub beta: f64,
+    /// Seconds per byte reduced (one f32 add per 4 bytes).
+    pub gamma: f64,
+}
+
+/// How many of each term one allreduce costs: `alpha` messages, `beta` bytes sent and
+/// `gamma` bytes reduced, each counted along the critical path (the busiest rank).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Terms {
+    pub messages: f64,
+    pub bytes_sent: f64,
+    pub bytes_reduced: f64,
+}
+
+impl Terms {
+    pub fn time(&self, l: &Link) -> f64 {
+        self.messages * l.alpha + self.bytes_sent * l.beta + self.bytes_reduced * l.gamma
+    }
+}
+
+fn lg(p: usize) -> f64 {
+    (p as f64).log2()
+}
+
+/// ceil(lg p): the depth of a binomial tree over p ranks.
+fn depth(p: usize) -> f64 {
+    p.next_power_of_two().trailing_zeros() as f64
+}
+
+/// The terms of one allreduce of `n` bytes on `p` ranks with `algo` (`Mpi`: None, the
+/// library's algorithm is not modelled). One rank or nothing to send: zero.
+pub fn terms(algo: Algorithm, n: f64, p: usize) -> Option<Terms> {
+    if p <= 1 || n == 0.0 {
+        return Some(Terms::default());
+    }
+    let pf = p as f64;
+    // rd and vhd fold the extra ranks of a non-power-of-two count: one whole-vector message
+    // (reduced) before the power-of-two core and one after.
+    let p2 = pow2_floor(p);
+    let fold = if p2 == p { Terms::default() } else { Terms { messages: 2.0, bytes_sent: 2.0 * n, bytes_reduced: n } };
+    let p2f = p2 as f64;
+    let t = match algo {
+        // Binomial reduce, then binomial broadcast: the root receives and sends the whole
+        // vector ceil(lg p) times each.
+        Algorithm::Tree => {
+            Terms { messages: 2.0 * depth(p), bytes_sent: 2.0 * depth(p) * n, bytes_reduced: depth(p) * n }
+        }
+        Algorithm::Rd => Terms {
+            messages: fold.messages + lg(p2),
+            bytes_sent: fold.bytes_sent + lg(p2) * n,
+            bytes_reduced: fold.bytes_reduced + lg(p2) * n,
+        },
+        Algorithm::Vhd => Terms {
+            messages: fold.messages + 2.0 * lg(p2),
+            bytes_sent: fold.bytes_sent + 2.0 * (p2f - 1.0) / p2f * n,
+            bytes_reduced: fold.bytes_reduced + (p2f - 1.0) / p2f * n,
+        },
+        Algorithm::Ring => Terms {
+            messages: 2.0 * (pf - 1.0),
+            bytes_sent: 2.0 * (pf - 1.0) / pf * n,
+            bytes_reduced: (pf - 1.0) / pf * n,
+        },
+        Algorithm::Mpi => return None,
+    };
+    Some(t)
+}
+
+/// Seconds of one allreduce (None for `Mpi`).
+pub fn allreduce_time(algo: Algorithm, bytes: usize, p: usize, link: &Link) -> Option<f64> {
+    terms(algo, bytes as f64, p).map(|t| t.time(link))
+}
+
+/// How the comm thread averages a bucket: cut into fragments, each its own allreduce with the
+/// algorithm the table picks for the (first) fragment's size.
+#[derive(Clone, Debug)]
+pub enum Choice {
+    Fixed(Algorithm),
+    /// `auto`: the selection table at this rank count.
+    Auto(SelectionTable),
+}
+
+/// (algorithm, seconds) of averaging a bucket of `bytes` on `p` ranks.
+pub fn bucket_time(choice: &Choice, bytes: usize, fragment_bytes: usize, p: usize, link: &Link) -> (Algorithm, f64) {
+    let frags = fragments(bytes / 4, fragment_bytes);
+    let algo = match choice {
+        Choice::Fixed(a) => *a,
+        Choice::Auto(table) => table.pick(frags[0].len() * 4),
+    };
+    // Mpi is not modelled: treat it as the power-of-two optimum, vhd (documented as such).
+    let modelled = if algo == Algorithm::Mpi { Algorithm::Vhd } else { algo };
+    let secs = frags.iter().map(|f| allreduce_time(modelled, f.len() * 4, p, link).expect("not mpi")).sum();
+    (algo, secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Link = Link { alpha: 10e-6, beta: 8e-9, gamma: 0.25e-9 };
+
+    #[test]
+    fn power_of_two_rows_of_the_design_table() {
+        // p = 8, n = 1 MB: compare with the table's rows written out by hand.
+        let (n, p) = (1e6, 8);
+        let t = |a| terms(a, n, p).unwrap();
+        assert_eq!(t(Algorithm::Tree), Terms { messages: 6.0, bytes_sent: 6.0 * n, bytes_reduced: 3.0 * n });
+        assert_eq!(t(Algorithm::Rd), Terms { messages: 3.0, bytes_sent: 3.0 * n, bytes_reduced: 3.0 * n });
+        assert_eq!(t(Algorithm::Vhd), Terms { messages: 6.0, bytes_sent: 1.75 * n, bytes_reduced: 0.875 * n });
+        assert_eq!(t(Algorithm::Ring), Terms { messages: 14.0, bytes_sent: 1.75 * n, bytes_reduced: 0.875 * n });
+        assert!(terms(Algorithm::Mpi, n, p).is_none());
+    }
+
+    #[test]
+    fn one_rank_costs_nothing_and_fragments_add_up() {
+        assert_eq!(allreduce_time(Algorithm::Ring, 1 << 20, 1, &L), Some(0.0));
+        // 4 MiB in 1 MiB fragments = 4 allreduces of 1 MiB.
+        let (a, t4) = bucket_time(&Choice::Fixed(Algorithm::Vhd), 4 << 20, 1 << 20, 4, &L);
+        let t1 = allreduce_time(Algorithm::Vhd, 1 << 20, 4, &L).unwrap();
+        assert_eq!(a, Algorithm::Vhd);
+        assert!((t4 - 4.0 * t1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn large_messages_favour_vhd_small_ones_rd() {
+        let p = 64;
+        let small = |a| allreduce_time(a, 64, p, &L).unwrap();
+        let large = |a| allreduce_time(a, 64 << 20, p, &L).unwrap();
+        assert!(small(Algorithm::Rd) < small(Algorithm::Vhd) && small(Algorithm::Rd) < small(Algorithm::Ring));
+        assert!(large(Algorithm::Vhd) < large(Algorithm::Rd) && large(Algorithm::Vhd) < large(Algorithm::Tree));
+    }
+}

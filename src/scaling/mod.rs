@@ -1,0 +1,10 @@
+//! Scaling beyond the machines at hand: the cost model of the allreduce algorithms, the
+//! `ping-pong` that measures its constants on real links, and `simulate-scaling`, which
+//! replays a run's recorded step against the model at any node count.
+
+pub mod compare;
+pub mod cost;
+pub mod pingpong;
+pub mod program;
+pub mod replay;
+pub mod simulate;

@@ -1,0 +1,302 @@
+//! `dcgan-train simulate-scaling`: replay one run's steps at other node counts against the cost
+//! model and print, per algorithm and node count, the predicted step time, the MPI paper's
+//! eq. (1) weak-scaling speedup, the communication per step and how much of it is hidden.
+
+use super::cost::{Choice, Link, allreduce_time, bucket_time};
+use super::pingpong::{LinkReport, measure_gamma};
+use super::program::{self, BucketSpec, StepProgram};
+use super::replay::{Outcome, WARM_STEPS, replay};
+use crate::cli::scaling::SimulateScalingArgs;
+use crate::cli::size::format_bytes;
+use crate::comm::Algorithm;
+use crate::comm::allreduce::select::Policy;
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Bytes of the per-step metrics allreduce (6 f32).
+const METRICS_BYTES: usize = 24;
+
+/// What the replay needs from summary.json.
+pub struct RunInfo {
+    pub buckets: Vec<BucketSpec>,
+    pub batch: f64,
+    pub fragment_bytes: usize,
+    /// auto's rd/large-message threshold.
+    pub threshold: usize,
+    pub ranks: u64,
+    pub ms_per_step: f64,
+    pub trace: Option<PathBuf>,
+}
+
+impl RunInfo {
+    pub fn from_summary(path: &Path) -> Result<RunInfo> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read --summary {}", path.display()))?;
+        let s: Value =
+            serde_json::from_str(&text).with_context(|| format!("--summary {} is not JSON", path.display()))?;
+        let missing = |what: &str| {
+            anyhow::anyhow!("--summary {} has no {what}: pass the summary.json of a dcgan-train run", path.display())
+        };
+        let buckets = s["comm"]["buckets"]
+            .as_array()
+            .ok_or_else(|| missing("comm.buckets"))?
+            .iter()
+            .map(|b| {
+                let label = b["bucket"].as_str().ok_or_else(|| missing("bucket label"))?;
+                let bytes = b["bytes"].as_u64().ok_or_else(|| missing("bucket bytes"))? as usize;
+                BucketSpec::new(label, bytes)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let opt = &s["options"];
+        let trace = opt["parallel"]["trace"].as_str().map(|t| {
+            let p = PathBuf::from(t);
+            // A relative path was relative to where the run started; try next to the summary too.
+            if p.is_relative() && !p.exists() {
+                path.parent().map(|d| d.join(p.file_name().unwrap_or_default())).unwrap_or(p)
+            } else {
+                p
+            }
+        });
+        Ok(RunInfo {
+            buckets,
+            batch: s["batch_size_per_rank"].as_f64().ok_or_else(|| missing("batch_size_per_rank"))?,
+            fragment_bytes: opt["comm"]["fragment_bytes"]
+                .as_u64()
+                .ok_or_else(|| missing("options.comm.fragment_bytes"))? as usize,
+            threshold: opt["comm"]["allreduce_threshold"].as_u64().unwrap_or(8192) as usize,
+            ranks: s["ranks"].as_u64().unwrap_or(1),
+            ms_per_step: s["ms_per_step"].as_f64().unwrap_or(0.0),
+            trace,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BucketRow {
+    pub bucket: String,
+    pub bytes: usize,
+    pub algorithm: String,
+    pub ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub nodes: u64,
+    pub algorithm: String,
+    pub step_ms: f64,
+    pub speedup_eq1: f64,
+    pub efficiency: f64,
+    pub comm_ms_per_step: f64,
+    pub exposed_comm_ms_per_step: f64,
+    pub hidden_comm_fraction: f64,
+    pub buckets: Vec<BucketRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Prediction {
+    pub summary: String,
+    pub trace: String,
+    pub replayed_steps: Vec<u64>,
+    pub compute_ms_per_step: f64,
+    pub measured_ms_per_step: f64,
+    pub measured_ranks: u64,
+    pub alpha_us: f64,
+    pub beta_ns_per_byte: f64,
+    pub gamma_ns_per_byte: f64,
+    pub rows: Vec<Row>,
+}
+
+fn choice_of(name: &str, threshold: usize, p: usize) -> Result<Choice> {
+    Ok(match name {
+        "auto" => Choice::Auto(Policy::Threshold(threshold).table(p)?),
+        other => match Algorithm::from_name(other) {
+            Some(Algorithm::Mpi) | None => {
+                bail!("--algorithms: unknown or unmodelled algorithm '{other}': use auto, tree, rd, vhd or ring")
+            }
+            Some(a) => Choice::Fixed(a),
+        },
+    })
+}
+
+/// The prediction for one algorithm at `p` nodes.
+pub fn predict(
+    run: &RunInfo,
+    programs: &[StepProgram],
+    link: &Link,
+    algo: &str,
+    p: u64,
+    steps: usize,
+    t1: f64,
+) -> Result<Row> {
+    let choice = choice_of(algo, run.threshold, p as usize)?;
+    let mut buckets = Vec::new();
+    let mut secs = Vec::new();
+    for b in &run.buckets {
+        let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, p as usize, link);
+        buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
+        secs.push(s);
+    }
+    let metrics_algo = match &choice {
+        Choice::Fixed(a) => *a,
+        Choice::Auto(t) => t.pick(METRICS_BYTES),
+    };
+    let metrics_s = allreduce_time(metrics_algo, METRICS_BYTES, p as usize, link).unwrap_or(0.0);
+    let o: Outcome = replay(programs, &secs, metrics_s, steps, p > 1);
+    let speedup = crate::train::summary::weak_scaling_speedup(t1, run.batch, o.step_s, run.batch, p as f64);
+    Ok(Row {
+        nodes: p,
+        algorithm: algo.to_string(),
+        step_ms: o.step_s * 1e3,
+        speedup_eq1: speedup,
+        efficiency: speedup / p as f64,
+        comm_ms_per_step: o.comm_s * 1e3,
+        exposed_comm_ms_per_step: o.exposed_s * 1e3,
+        hidden_comm_fraction: o.hidden_fraction(),
+        buckets,
+    })
+}
+
+/// alpha, beta, gamma: flags over --links over the defaults (15 us, 1 Gbit/s, measured here).
+pub fn link_of(args: &SimulateScalingArgs) -> Result<Link> {
+    let report: Option<LinkReport> = match &args.links {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).with_context(|| format!("cannot read --links {}", p.display()))?;
+            Some(serde_json::from_str(&t).with_context(|| {
+                format!("--links {} is not the JSON of `dcgan-train ping-pong --json FILE`", p.display())
+            })?)
+        }
+        None => None,
+    };
+    let alpha = args.alpha.or(report.as_ref().map(|r| r.alpha_us)).unwrap_or(15.0);
+    let beta = args.beta.or(report.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(8.0);
+    let gamma = match args.gamma.or(report.as_ref().map(|r| r.gamma_ns_per_byte)) {
+        Some(g) => g,
+        None => measure_gamma() * 1e9,
+    };
+    for (name, v) in [("--alpha", alpha), ("--beta", beta), ("--gamma", gamma)] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{name} {v} is not a time: give a non-negative number");
+        }
+    }
+    Ok(Link { alpha: alpha * 1e-6, beta: beta * 1e-9, gamma: gamma * 1e-9 })
+}
+
+pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
+    let run = RunInfo::from_summary(summary)?;
+    for a in &args.algorithms {
+        choice_of(a, run.threshold, 2)?;
+    }
+    let trace = match (&args.trace, &run.trace) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => bail!(
+            "{} was written by a run without --trace: pass --trace FILE, or train with --trace FILE --trace-steps 6",
+            summary.display()
+        ),
+    };
+    let link = link_of(args)?;
+    let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
+    // Whole passes over the recorded steps, so that each weighs the same.
+    let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
+    let steps = WARM_STEPS + passes * programs.len();
+    let t1 = replay(&programs, &vec![0.0; run.buckets.len()], 0.0, steps, false).step_s;
+    let mut rows = Vec::new();
+    for algo in &args.algorithms {
+        for &p in &args.nodes {
+            rows.push(predict(&run, &programs, &link, algo, p, steps, t1)?);
+        }
+    }
+    Ok(Prediction {
+        summary: summary.display().to_string(),
+        trace: trace.display().to_string(),
+        replayed_steps: programs.iter().map(|p| p.step).collect(),
+        compute_ms_per_step: t1 * 1e3,
+        measured_ms_per_step: run.ms_per_step,
+        measured_ranks: run.ranks,
+        alpha_us: link.alpha * 1e6,
+        beta_ns_per_byte: link.beta * 1e9,
+        gamma_ns_per_byte: link.gamma * 1e9,
+        rows,
+    })
+}
+
+/// "G[1] vhd x5, D[3+2+1] vhd": the algorithm per bucket (and fragments when cut).
+fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
+    row.buckets
+        .iter()
+        .map(|b| {
+            let k = crate::comm::engine::fragments(b.bytes / 4, fragment_bytes).len();
+            if k > 1 { format!("{} {} x{k}", b.bucket, b.algorithm) } else { format!("{} {}", b.bucket, b.algorithm) }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
+    let mut s = format!(
+        "Replay of {} (rank's compute track, steps {:?}: {:.1} ms of compute per step; the run measured {:.1} ms/step on {} rank(s)) \
+         with alpha {:.2} us, beta {:.3} ns/B ({:.3} Gbit/s), gamma {:.3} ns/B, fragments of {}.\n\n",
+        pred.trace,
+        pred.replayed_steps,
+        pred.compute_ms_per_step,
+        pred.measured_ms_per_step,
+        pred.measured_ranks,
+        pred.alpha_us,
+        pred.beta_ns_per_byte,
+        8.0 / pred.beta_ns_per_byte.max(1e-12),
+        pred.gamma_ns_per_byte,
+        format_bytes(fragment_bytes),
+    );
+    s.push_str("| nodes | algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | hidden | algorithm per bucket |\n");
+    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in &pred.rows {
+        s.push_str(&format!(
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.3} | {} |\n",
+            r.nodes,
+            r.algorithm,
+            r.step_ms,
+            r.speedup_eq1,
+            r.efficiency,
+            r.comm_ms_per_step,
+            r.exposed_comm_ms_per_step,
+            r.hidden_comm_fraction,
+            if r.nodes > 1 { bucket_summary(r, fragment_bytes) } else { "-".into() }
+        ));
+    }
+    s
+}
+
+pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
+    let mut out = serde_json::Map::new();
+    if !args.bench_allreduce.is_empty() {
+        let link = link_of(&args)?;
+        let mut rows = Vec::new();
+        for f in &args.bench_allreduce {
+            rows.extend(super::compare::compare_file(f, &link)?);
+        }
+        println!(
+            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B):\n",
+            link.alpha * 1e6,
+            link.beta * 1e9,
+            link.gamma * 1e9
+        );
+        print!("{}", super::compare::markdown(&rows));
+        out.insert("allreduce".into(), serde_json::to_value(&rows)?);
+    }
+    if let Some(summary) = &args.summary {
+        if !args.bench_allreduce.is_empty() {
+            println!();
+        }
+        let pred = simulate(&args, summary)?;
+        let run = RunInfo::from_summary(summary)?;
+        print!("{}", markdown(&pred, run.fragment_bytes));
+        out.insert("prediction".into(), serde_json::to_value(&pred)?);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(out))? + "\n")
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
+    }
+    Ok(())
+}

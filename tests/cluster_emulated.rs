@@ -1,0 +1,159 @@
+//! The emulated cluster (scripts/cluster-emulate.sh): 3 hosts in network namespaces, MPI over
+//! TCP between them, 5 training steps; the weights must equal, bit for bit, those of the same
+//! job run on one host (plain mpiexec, shared memory). Skipped, with the reason printed, where
+//! network namespaces cannot be created (not root, no iproute2, a container that forbids them).
+
+mod common;
+
+use common::{final_weights, mpirun, run_limited};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-emulate.sh")
+}
+
+/// Why namespaces cannot be used here, or None.
+fn cannot_emulate() -> Option<String> {
+    let id = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&id.stdout).trim() != "0" {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "tc", "unshare", "mpiexec"] {
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        if !found.is_ok_and(|o| o.status.success()) {
+            return Some(format!("{tool} not found"));
+        }
+    }
+    let probe = format!("dcgprobe{}", std::process::id());
+    let added = Command::new("ip").args(["netns", "add", &probe]).output();
+    match added {
+        Ok(o) if o.status.success() => {
+            let _ = Command::new("ip").args(["netns", "del", &probe]).output();
+            None
+        }
+        Ok(o) => Some(format!("ip netns add failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Some(format!("ip netns add failed: {e}")),
+    }
+}
+
+/// A cluster of this test process (its own name), taken down when dropped, also on panic.
+struct Cluster {
+    name: String,
+}
+
+impl Cluster {
+    fn up(hosts: usize) -> Cluster {
+        // The pid keeps concurrent test processes apart; the name must stay short.
+        let c = Cluster { name: format!("t{}", std::process::id()) };
+        let o =
+            Command::new(script()).args(["up", &hosts.to_string(), "--no-probe", "--name", &c.name]).output().unwrap();
+        assert!(o.status.success(), "cluster-emulate up failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        c
+    }
+
+    fn run(&self, ranks: usize, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(script());
+        cmd.args(["run", "--name", &self.name, "-n", &ranks.to_string(), "--", env!("CARGO_BIN_EXE_dcgan-train")]);
+        cmd.args(args);
+        run_limited(cmd, 300)
+    }
+
+    fn namespaces(&self) -> Vec<String> {
+        let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&format!("{}-", self.name)))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["down", "--name", &self.name]).output();
+    }
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn three_emulated_hosts_train_what_one_host_trains() {
+    if let Some(why) = cannot_emulate() {
+        eprintln!("skipped: cannot emulate a cluster here ({why})");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (multi, single) = (tmp.path().join("multi"), tmp.path().join("single"));
+    let common = [
+        "--data",
+        "synthetic:256",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "5",
+        "--threads",
+        "1",
+        "--fragment-bytes",
+        "64KiB",
+        "--check-consistency",
+        "5",
+        "--no-progress",
+        "--out",
+    ];
+    let cluster = Cluster::up(3);
+    assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
+    let mut args = common.to_vec();
+    args.push(multi.to_str().unwrap());
+    let o = cluster.run(3, &args);
+    assert!(o.status.success(), "3 emulated hosts:\n{}", String::from_utf8_lossy(&o.stderr));
+
+    let mut args = common.to_vec();
+    args.push(single.to_str().unwrap());
+    let o = mpirun(3, &args, 300);
+    assert!(o.status.success(), "3 ranks on one host:\n{}", String::from_utf8_lossy(&o.stderr));
+
+    // The ranks really ran on three hosts (each its own UTS namespace), the reference on one.
+    let (m, s) = (summary(&multi), summary(&single));
+    assert_eq!(m["hosts"], serde_json::json!(["h1", "h2", "h3"]), "{}", m["hosts"]);
+    assert_eq!(m["host_count"], 3);
+    assert_eq!(s["host_count"], 1);
+    assert!(m["comm"]["bytes_per_step"].as_f64().unwrap() > 0.0, "gradients were exchanged");
+
+    let (a, b) = (final_weights(&multi), final_weights(&single));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (name, x) in &a {
+        let y = &b[name];
+        let differ = x.iter().zip(y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} values differ between 3 hosts and 1 host", x.len());
+    }
+
+    // `down` removes every namespace it made (Drop does it too, also on panic).
+    let name = cluster.name.clone();
+    drop(cluster);
+    let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(!left.lines().any(|l| l.starts_with(&format!("{name}-"))), "left behind:\n{left}");
+    assert!(!Path::new("/run/dcgan-cluster").join(&name).exists());
+}
+
+#[test]
+fn the_launcher_names_the_problem_and_the_fix() {
+    let run = |args: &[&str]| {
+        let o = Command::new(script()).args(args).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let (ok, e) = run(&["up"]);
+    assert!(!ok && e.contains("give the number of hosts"), "{e}");
+    let (ok, e) = run(&["up", "2", "--rate", "fast"]);
+    assert!(!ok && e.contains("is not a rate"), "{e}");
+    let (ok, e) = run(&["launch"]);
+    assert!(!ok && e.contains("unknown command 'launch'"), "{e}");
+    let (ok, e) = run(&["run", "--name", "nosuchcluster", "--", "true"]);
+    assert!(!ok && (e.contains("no emulated cluster named 'nosuchcluster'") || e.contains("needs root")), "{e}");
+    let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
+    assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
+}

@@ -1,0 +1,143 @@
+//! The cost model's closed forms (src/scaling/cost.rs) against the hand-written algorithms
+//! themselves: every algorithm runs on the in-process `Local` transport behind a wrapper that
+//! counts, per rank, the exchange steps (alpha), the bytes moved per step (beta: the larger of
+//! what is sent and what is received, the links being full duplex) and the bytes reduced
+//! (gamma). The busiest rank's counts must be what the model charges, at every rank count
+//! from 2 to 16 (powers of two and the folded ones).
+
+use dcgan_train::comm::Algorithm;
+use dcgan_train::comm::allreduce::allreduce_mean;
+use dcgan_train::comm::status::{Activity, StatusReply};
+use dcgan_train::comm::transport::{Combine, CommError, Local, Tag, Transport, WaitPolicy};
+use dcgan_train::scaling::cost::{Terms, terms};
+use std::ops::Range;
+use std::time::Duration;
+
+#[derive(Default, Clone, Copy, Debug)]
+struct Counts {
+    steps: f64,
+    bytes_moved: f64,
+    bytes_reduced: f64,
+}
+
+struct Counting {
+    inner: Local,
+    c: Counts,
+}
+
+impl Transport for Counting {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        self.inner.send(to, tag, data)
+    }
+    fn recv(&mut self, from: usize, tag: Tag, buf: &mut [u8]) -> Result<(), CommError> {
+        self.inner.recv(from, tag, buf)
+    }
+    fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError> {
+        self.inner.recv_vec(from, tag)
+    }
+    fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, buf: &mut [u8], tag: Tag) -> Result<(), CommError> {
+        self.inner.sendrecv(to, data, from, buf, tag)
+    }
+    fn exchange(
+        &mut self,
+        buf: &mut [f32],
+        send: Option<(usize, Range<usize>)>,
+        recv: Option<(usize, Range<usize>, Combine)>,
+        tag: Tag,
+    ) -> Result<(), CommError> {
+        let s = send.as_ref().map_or(0, |(_, r)| r.len());
+        let r = recv.as_ref().map_or(0, |(_, r, _)| r.len());
+        if s + r > 0 {
+            self.c.steps += 1.0;
+            self.c.bytes_moved += 4.0 * s.max(r) as f64;
+        }
+        if let Some((_, range, Combine::Add | Combine::AddScale(_))) = &recv {
+            self.c.bytes_reduced += 4.0 * range.len() as f64;
+        }
+        self.inner.exchange(buf, send, recv, tag)
+    }
+    fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
+        self.inner.native_allreduce_sum(data)
+    }
+    fn activity(&mut self) -> &mut Activity {
+        self.inner.activity()
+    }
+    fn set_policy(&mut self, policy: WaitPolicy) {
+        self.inner.set_policy(policy)
+    }
+    fn policy(&self) -> &WaitPolicy {
+        self.inner.policy()
+    }
+    fn serve_status(&mut self) {
+        self.inner.serve_status()
+    }
+    fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>> {
+        self.inner.query_status(grace)
+    }
+    fn abort(&mut self, code: i32) -> ! {
+        self.inner.abort(code)
+    }
+}
+
+/// Per-rank counts of one allreduce of `n` floats on `p` ranks (and a check of its result).
+fn count(algo: Algorithm, p: usize, n: usize) -> Vec<Counts> {
+    let handles: Vec<_> = Local::group(p)
+        .into_iter()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut t = Counting { inner: t, c: Counts::default() };
+                let r = t.rank();
+                let mut data: Vec<f32> = (0..n).map(|i| (i % 7 + r) as f32).collect();
+                allreduce_mean(&mut t, algo, &mut data, 7).unwrap();
+                // The mean of (i % 7 + r) over r = i % 7 + (p - 1) / 2: the counted run is a real one.
+                for (i, v) in data.iter().enumerate() {
+                    let want = (i % 7) as f32 + (p as f32 - 1.0) / 2.0;
+                    assert!((v - want).abs() < 1e-4, "{algo:?} p={p}: element {i} is {v}, want {want}");
+                }
+                t.c
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn busiest(c: &[Counts]) -> Terms {
+    Terms {
+        messages: c.iter().map(|x| x.steps).fold(0.0, f64::max),
+        bytes_sent: c.iter().map(|x| x.bytes_moved).fold(0.0, f64::max),
+        bytes_reduced: c.iter().map(|x| x.bytes_reduced).fold(0.0, f64::max),
+    }
+}
+
+#[test]
+fn closed_forms_match_what_the_algorithms_do() {
+    // 3 * 5 * 7 * 16 floats: the parts of every p below are nearly equal, within one float.
+    let n = 1680 * 4;
+    for algo in [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring] {
+        for p in 2..=16 {
+            let counted = busiest(&count(algo, p, n));
+            let model = terms(algo, (n * 4) as f64, p).unwrap();
+            let ctx = format!("{algo:?} at p = {p}: counted {counted:?}, model {model:?}");
+            assert_eq!(counted.messages, model.messages, "{ctx}");
+            // Parts differ by at most one float per step.
+            let slack = 4.0 * counted.messages;
+            assert!((counted.bytes_sent - model.bytes_sent).abs() <= slack, "{ctx}");
+            assert!((counted.bytes_reduced - model.bytes_reduced).abs() <= slack, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn one_rank_moves_nothing() {
+    for algo in [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring] {
+        let c = busiest(&count(algo, 1, 64));
+        assert_eq!((c.messages, c.bytes_sent), (0.0, 0.0));
+        assert_eq!(terms(algo, 256.0, 1).unwrap(), Terms::default());
+    }
+}

@@ -1,0 +1,139 @@
+//! `simulate-scaling` on a real run's trace: the 1-node replay reproduces the trace's own step
+//! lengths, free links give the ideal speedup, and slow links give the cost model's bucket
+//! times and a comm-bound step. Plus the error lines for bad input.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// One rank (no mpiexec), 8 steps, every step traced.
+fn traced_run(dir: &Path) {
+    ok(bin()
+        .args(["--data", "synthetic:512", "--batch-size", "8", "--max-steps", "8", "--threads", "1", "--no-progress"])
+        .arg("--out")
+        .arg(dir)
+        .arg("--trace")
+        .arg(dir.join("trace.json"))
+        .args(["--trace-steps", "8"])
+        .output()
+        .unwrap());
+}
+
+fn simulate(dir: &Path, extra: &[&str]) -> Value {
+    let json = dir.join(format!("sim-{}.json", extra.join("_").replace(['-', ',', '.'], "")));
+    ok(bin()
+        .arg("simulate-scaling")
+        .arg("--summary")
+        .arg(dir.join("summary.json"))
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .output()
+        .unwrap());
+    serde_json::from_str::<Value>(&std::fs::read_to_string(json).unwrap()).unwrap()["prediction"].clone()
+}
+
+/// Mean length of the traced steps 1..6 of rank 0, computed here from the raw events: first
+/// span of step s+1 minus first span of step s (step 0 warms up, step 7 has no end).
+fn traced_mean_step_ms(trace: &Path) -> f64 {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    let mut first = std::collections::BTreeMap::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "X" && e["pid"] == 1 && e["tid"] == 10 {
+            let s = e["args"]["step"].as_u64().unwrap();
+            let ts = e["ts"].as_f64().unwrap();
+            let f = first.entry(s).or_insert(ts);
+            *f = f64::min(*f, ts);
+        }
+    }
+    assert_eq!(first.len(), 8, "8 traced steps");
+    (first[&7] - first[&1]) / 6.0 / 1e3
+}
+
+#[test]
+fn replay_of_a_real_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    traced_run(&dir);
+    let mean = traced_mean_step_ms(&dir.join("trace.json"));
+
+    // Free links: every node count runs at the traced compute, speedup = N exactly.
+    let p = simulate(&dir, &["--alpha", "0", "--beta", "0", "--gamma", "0", "--nodes", "1,2,3,64"]);
+    assert_eq!(p["replayed_steps"], serde_json::json!([1, 2, 3, 4, 5, 6]));
+    assert!((p["compute_ms_per_step"].as_f64().unwrap() - mean).abs() < 1e-6 * mean, "{p:#}");
+    for r in p["rows"].as_array().unwrap() {
+        let n = r["nodes"].as_f64().unwrap();
+        assert!((r["step_ms"].as_f64().unwrap() - mean).abs() < 1e-6 * mean, "{r}");
+        assert!((r["speedup_eq1"].as_f64().unwrap() - n).abs() < 1e-6 * n, "{r}");
+        assert_eq!(r["exposed_comm_ms_per_step"], 0.0);
+    }
+
+    // Slow links (1 us per byte), vhd on 4 nodes, no latency or reduction: each bucket takes
+    // 2 (p-1)/p = 1.5 times its bytes in microseconds, however it is fragmented; the comm
+    // thread is busy longer than the compute, so every step lasts at least the comm time.
+    let p = simulate(&dir, &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd"]);
+    let r = &p["rows"][0];
+    let mut total = 0.0;
+    for b in r["buckets"].as_array().unwrap() {
+        let want = 1.5 * b["bytes"].as_f64().unwrap() * 1e-3;
+        assert!((b["ms"].as_f64().unwrap() - want).abs() < 1e-6 * want, "{b}");
+        assert_eq!(b["algorithm"], "vhd");
+        total += want;
+    }
+    let comm = r["comm_ms_per_step"].as_f64().unwrap();
+    // The metrics allreduce (24 bytes) comes on top of the buckets.
+    assert!((comm - total - 1.5 * 24.0 * 1e-3).abs() < 1e-6 * comm, "{r}");
+    assert!(total > 2.0 * mean, "the links should be slow enough to dominate: {total} vs {mean}");
+    assert!(r["step_ms"].as_f64().unwrap() >= comm * (1.0 - 1e-9), "{r}");
+    assert!(r["hidden_comm_fraction"].as_f64().unwrap() < 0.5, "{r}");
+    assert!(r["speedup_eq1"].as_f64().unwrap() < 2.0, "{r}");
+
+    // auto on 3 nodes (not a power of two): the large-message algorithm is ring.
+    let p = simulate(&dir, &["--alpha", "10", "--beta", "8", "--gamma", "0.1", "--nodes", "3", "--algorithms", "auto"]);
+    let algos: Vec<&str> =
+        p["rows"][0]["buckets"].as_array().unwrap().iter().map(|b| b["algorithm"].as_str().unwrap()).collect();
+    assert!(algos.contains(&"ring"), "{algos:?}");
+}
+
+#[test]
+fn bad_input_gets_one_line_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = bin().args(["simulate-scaling", "--summary"]).arg(tmp.path().join("nope.json")).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("cannot read --summary"), "{e}");
+
+    // A summary of a run without --trace: the replay needs one.
+    let s = serde_json::json!({
+        "batch_size_per_rank": 8, "ranks": 1, "ms_per_step": 10.0,
+        "comm": {"buckets": [{"bucket": "G[1]", "bytes": 400, "algorithm": "none"}]},
+        "options": {"comm": {"fragment_bytes": 1048576, "allreduce_threshold": 8192}, "parallel": {"trace": null}}
+    });
+    let path = tmp.path().join("summary.json");
+    std::fs::write(&path, s.to_string()).unwrap();
+    let o = bin()
+        .args(["simulate-scaling", "--alpha", "1", "--beta", "1", "--gamma", "0", "--summary"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--trace FILE"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+
+    let o =
+        bin().args(["simulate-scaling", "--beta=-3", "--summary"]).arg(&path).args(["--trace", "x"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--beta -3 is not a time"), "{e}");
+
+    let o = bin().args(["simulate-scaling", "--summary"]).arg(&path).args(["--algorithms", "fast"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("unknown or unmodelled algorithm 'fast'"), "{e}");
+}
