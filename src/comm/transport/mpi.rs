@@ -4,8 +4,14 @@
 //! queries are answered. Reductions of large messages are pipelined in chunks: the receive of
 //! chunk k+1 is in flight while chunk k (in a small, cache-resident scratch slot) is added.
 //!
-//! Tuning knobs (the same on every rank): `DCGAN_ALLREDUCE_CHUNK` (bytes per chunk, default
-//! 128KiB), `DCGAN_ALLREDUCE_DEPTH` (chunks in flight, default 2, at most 8).
+//! Messages are cut the same way on both sides, by length only:
+//! - up to `DCGAN_ALLREDUCE_EAGER_MAX` (default 64KiB): pieces of `DCGAN_ALLREDUCE_PIECE`
+//!   bytes (default 4032), small enough for Open MPI's shared-memory eager protocol (4 KiB with
+//!   headers), so no piece pays the rendezvous handshake; all pieces are in flight at once;
+//! - larger: chunks of `DCGAN_ALLREDUCE_CHUNK` bytes (default 1MiB), `DCGAN_ALLREDUCE_DEPTH`
+//!   (default 2, at most 8) receives in flight.
+//!
+//! The knobs are read from the environment and must be the same on every rank.
 
 use super::{Combine, CommError, Tag, Tick, Transport, WaitClock, WaitPolicy};
 use super::{TAG_STATUS_QUERY, TAG_STATUS_REPLY};
@@ -22,8 +28,10 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 const MAX_DEPTH: usize = 8;
-const DEFAULT_CHUNK_BYTES: usize = 128 << 10;
+const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 const DEFAULT_DEPTH: usize = 2;
+const DEFAULT_PIECE_BYTES: usize = 4032;
+const DEFAULT_EAGER_MAX_BYTES: usize = 64 << 10;
 
 pub struct Mpi {
     comm: ffi::MPI_Comm,
@@ -31,10 +39,16 @@ pub struct Mpi {
     size: usize,
     policy: WaitPolicy,
     activity: Activity,
-    /// Receive slots for pipelined reductions: `depth` slots of `chunk` floats.
+    /// Receive slots for pipelined reductions.
     scratch: Vec<f32>,
+    /// Floats per chunk of a large message, and chunks received at once.
     chunk: usize,
     depth: usize,
+    /// Floats per piece of a mid-size message, and the largest message cut into pieces.
+    piece: usize,
+    eager_max: usize,
+    /// Receive requests of the exchange in progress (kept to reuse the allocation).
+    recvs: Vec<ffi::MPI_Request>,
     /// Send requests of the exchange in progress (kept to reuse the allocation).
     sends: Vec<ffi::MPI_Request>,
     /// Declared last: dropped (MPI_Finalize) after everything above.
@@ -92,6 +106,8 @@ impl Mpi {
             .collect();
         let library = mpi::environment::library_version()
             .unwrap_or_else(|_| "unknown MPI".into())
+            .trim_end_matches(char::from(0))
+            .to_string()
             .lines()
             .next()
             .unwrap_or("unknown MPI")
@@ -109,6 +125,8 @@ impl Mpi {
         };
         let chunk_bytes = env_usize("DCGAN_ALLREDUCE_CHUNK").unwrap_or(DEFAULT_CHUNK_BYTES);
         let depth = env_usize("DCGAN_ALLREDUCE_DEPTH").unwrap_or(DEFAULT_DEPTH);
+        let piece_bytes = env_usize("DCGAN_ALLREDUCE_PIECE").unwrap_or(DEFAULT_PIECE_BYTES);
+        let eager_max = env_usize("DCGAN_ALLREDUCE_EAGER_MAX").unwrap_or(DEFAULT_EAGER_MAX_BYTES);
         let t = Mpi {
             // SAFETY: reading an extern constant initialized by the MPI shim.
             comm: unsafe { ffi::RSMPI_COMM_WORLD },
@@ -119,6 +137,9 @@ impl Mpi {
             scratch: Vec::new(),
             chunk: (chunk_bytes / 4).max(1),
             depth: depth.clamp(1, MAX_DEPTH),
+            piece: (piece_bytes / 4).max(1),
+            eager_max: eager_max / 4,
+            recvs: Vec::new(),
             sends: Vec::new(),
             _universe: universe,
         };
@@ -185,6 +206,64 @@ impl Mpi {
             )
         };
         req
+    }
+
+    /// How a message of `len` floats is cut (a function of the length alone, so that sender
+    /// and receiver agree): eager-sized pieces for mid-size messages, chunks for large ones.
+    fn piece_len(&self, len: usize) -> usize {
+        let p = if len > self.piece && len <= self.eager_max {
+            self.piece
+        } else {
+            self.chunk
+        };
+        p.min(len).max(1)
+    }
+
+    /// Post the sends of `buf[r]` cut as `piece_len` says. Every message is cut this way,
+    /// whatever the receiver does with it, so both sides agree on the pieces.
+    ///
+    /// # Safety
+    /// `base[r]` must stay valid and unmodified until the requests complete.
+    unsafe fn post_sends(
+        &self,
+        base: *const f32,
+        r: &Range<usize>,
+        to: usize,
+        tag: Tag,
+        reqs: &mut Vec<ffi::MPI_Request>,
+    ) {
+        let float = unsafe { ffi::RSMPI_FLOAT };
+        let step = self.piece_len(r.len());
+        let mut s = r.start;
+        while s < r.end {
+            let e = (s + step).min(r.end);
+            // SAFETY: inside base[r], which the caller keeps alive.
+            reqs.push(unsafe { self.isend_raw(base.add(s).cast(), e - s, float, to, tag) });
+            s = e;
+        }
+    }
+
+    /// Post receives straight into `buf[r]`, chunked as `post_sends` cuts the message.
+    ///
+    /// # Safety
+    /// `base[r]` must stay valid and untouched until the requests complete.
+    unsafe fn post_recvs(
+        &self,
+        base: *mut f32,
+        r: &Range<usize>,
+        from: usize,
+        tag: Tag,
+        reqs: &mut Vec<ffi::MPI_Request>,
+    ) {
+        let float = unsafe { ffi::RSMPI_FLOAT };
+        let step = self.piece_len(r.len());
+        let mut s = r.start;
+        while s < r.end {
+            let e = (s + step).min(r.end);
+            // SAFETY: inside base[r], which the caller keeps alive.
+            reqs.push(unsafe { self.irecv_raw(base.add(s).cast(), e - s, float, from, tag) });
+            s = e;
+        }
     }
 
     /// Test `reqs` until all are complete, or the policy says stop.
@@ -261,10 +340,14 @@ impl Mpi {
     ) -> Result<(), CommError> {
         let float = unsafe { ffi::RSMPI_FLOAT };
         let len = rr.len();
-        // Chunking depends only on the message length, so sender and receiver agree.
-        let chunk = len.min(self.chunk);
+        let chunk = self.piece_len(len);
         let nchunks = len.div_ceil(chunk);
-        let depth = self.depth.min(nchunks);
+        // Eager pieces: all in flight at once. Chunks: `depth` at a time through small slots.
+        let depth = if chunk == self.piece {
+            nchunks
+        } else {
+            self.depth.min(nchunks)
+        };
         let aliased = match &send {
             Some((_, sr)) if sr.start < rr.end && rr.start < sr.end => {
                 assert_eq!(
@@ -285,26 +368,22 @@ impl Mpi {
             s..(s + chunk).min(rr.end)
         };
         // Receives first (an expected message is cheaper to take), then every send.
-        let mut recvs = [null_request(); MAX_DEPTH];
-        for (i, req) in recvs.iter_mut().enumerate().take(depth) {
+        let mut recvs = std::mem::take(&mut self.recvs);
+        recvs.clear();
+        for i in 0..depth {
             let p = piece(i);
             // SAFETY: slot i lies inside scratch, which is not touched until the request completes.
-            *req =
-                unsafe { self.irecv_raw(slots.add(i * chunk).cast(), p.len(), float, from, tag) };
+            recvs.push(unsafe {
+                self.irecv_raw(slots.add(i * chunk).cast(), p.len(), float, from, tag)
+            });
         }
         let mut sends = std::mem::take(&mut self.sends);
         sends.clear();
         let to = send.as_ref().map(|(to, _)| *to).unwrap_or(from);
         if let Some((to, sr)) = &send {
-            let schunk = sr.len().min(self.chunk);
-            let mut s = sr.start;
-            while s < sr.end {
-                let e = (s + schunk).min(sr.end);
-                // SAFETY: buf[s..e] is only written after this request completes (aliased case)
-                // or never written here (disjoint ranges).
-                sends.push(unsafe { self.isend_raw(base.add(s).cast(), e - s, float, *to, tag) });
-                s = e;
-            }
+            // SAFETY: buf[sr] is only written after its send completed (aliased case) or not
+            // at all here (disjoint ranges).
+            unsafe { self.post_sends(base, sr, *to, tag, &mut sends) };
         }
         let result = (|| {
             if nchunks == 1 {
@@ -348,6 +427,7 @@ impl Mpi {
             self.wait_all(&mut sends, to)
         })();
         self.sends = sends;
+        self.recvs = recvs;
         result
     }
 }
@@ -454,40 +534,35 @@ impl Transport for Mpi {
             recv.as_ref().is_none_or(|(_, r, _)| r.end <= n),
             "receive range out of bounds"
         );
-        let float = unsafe { ffi::RSMPI_FLOAT };
         let base = buf.as_mut_ptr();
         match recv {
-            None => match send {
-                None => Ok(()),
-                Some((to, sr)) => {
-                    // SAFETY: buf outlives the wait.
-                    let mut req = [unsafe {
-                        self.isend_raw(base.add(sr.start).cast(), sr.len(), float, to, tag)
-                    }];
-                    self.wait_all(&mut req, to)
+            None if send.is_none() => Ok(()),
+            None | Some((_, _, Combine::Copy)) => {
+                let mut reqs = std::mem::take(&mut self.sends);
+                reqs.clear();
+                let mut peer = 0;
+                if let Some((from, rr, _)) = &recv {
+                    if let Some((_, sr)) = &send {
+                        assert!(
+                            sr.end <= rr.start || rr.end <= sr.start,
+                            "exchange: a copy must not overwrite what is being sent"
+                        );
+                    }
+                    // Straight into place: no copy through scratch.
+                    // SAFETY: buf outlives the wait below; disjoint from the sends.
+                    unsafe { self.post_recvs(base, rr, *from, tag, &mut reqs) };
+                    peer = *from;
                 }
-            },
-            Some((from, rr, Combine::Copy)) => {
-                // Straight into place: no copy through scratch.
-                if let Some((_, sr)) = &send {
-                    assert!(
-                        sr.end <= rr.start || rr.end <= sr.start,
-                        "exchange: a copy must not overwrite what is being sent"
-                    );
+                if let Some((to, sr)) = &send {
+                    // SAFETY: buf outlives the wait below and is not written meanwhile.
+                    unsafe { self.post_sends(base, sr, *to, tag, &mut reqs) };
+                    if recv.is_none() {
+                        peer = *to;
+                    }
                 }
-                // SAFETY: disjoint ranges of buf, which outlives the wait.
-                let mut reqs = unsafe {
-                    [
-                        self.irecv_raw(base.add(rr.start).cast(), rr.len(), float, from, tag),
-                        match &send {
-                            Some((to, sr)) => {
-                                self.isend_raw(base.add(sr.start).cast(), sr.len(), float, *to, tag)
-                            }
-                            None => null_request(),
-                        },
-                    ]
-                };
-                self.wait_all(&mut reqs, from)
+                let r = self.wait_all(&mut reqs, peer);
+                self.sends = reqs;
+                r
             }
             Some((from, rr, how)) => self.exchange_reduce(buf, send, from, rr, how, tag),
         }
