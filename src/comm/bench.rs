@@ -1,6 +1,9 @@
 //! `dcgan-train bench-allreduce`: time every algorithm over a range of message sizes on the
 //! comm thread, directly on the transport (no engine in between), and check every result
 //! against the exact expected mean.
+//!
+//! For the stall detector's integration test, `DCGAN_TEST_DELAY_RANK=r` makes rank r's comm
+//! thread sleep for 20 stall timeouts (at most 60 s) before its first collective.
 
 use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_sizes};
 use crate::cli::size::format_bytes;
@@ -298,6 +301,11 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
             println!("{}", header(world, &cfg, &table, &iters_note));
         }
         let p = t.size();
+        let delayed = std::env::var("DCGAN_TEST_DELAY_RANK").ok();
+        if delayed.and_then(|v| v.parse::<usize>().ok()) == Some(world.rank) {
+            let nap = cfg.stall_timeout.saturating_mul(20);
+            std::thread::sleep(nap.min(std::time::Duration::from_secs(60)));
+        }
         let mut rows = Vec::new();
         for &bytes in &sizes {
             let n = bytes / 4;

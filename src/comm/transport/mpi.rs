@@ -573,7 +573,7 @@ impl Transport for Mpi {
             return Ok(());
         }
         // MPI_IN_PLACE is ((void *) 1) in Open MPI and MPICH.
-        let in_place = 1usize as *const c_void;
+        let in_place = std::ptr::without_provenance::<c_void>(1);
         // SAFETY: valid buffer of data.len() floats; blocking call.
         unsafe {
             ffi::MPI_Allreduce(
