@@ -170,6 +170,45 @@ fn pipelined_chunks_are_exact_under_mpiexec() {
 }
 
 #[test]
+fn buckets_through_the_comm_thread_are_exact_under_mpiexec() {
+    let m = need_mpiexec!();
+    let json = tmp("engine.json");
+    let o = run_mpi(
+        &m,
+        3,
+        &[],
+        &[
+            "bench-allreduce",
+            "--via-engine",
+            "--check",
+            "--sizes",
+            "4B,2097164B",
+            "--fragment-bytes",
+            "256KiB",
+            "--iters",
+            "3",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["correct"] == true && r["algorithm"] == "engine"),
+        "{rows:?}"
+    );
+    // 2 MiB + 12 bytes in fragments of at most 256 KiB: 9 equal ones, each above the
+    // threshold: ring at 3 ranks.
+    assert_eq!(rows[1]["fragments"], 9);
+    assert_eq!(rows[1]["selected"], "ring");
+    std::fs::remove_file(json).ok();
+}
+
+#[test]
 fn tuning_file_round_trip_under_mpiexec() {
     let m = need_mpiexec!();
     let rules = tmp("rules.csv");

@@ -129,6 +129,10 @@ pub struct BenchAllreduceArgs {
     /// Also write the rows as a JSON array to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Time whole buckets through the comm thread instead (submit + wait from the calling
+    /// thread, with --allreduce's choice): the algorithm plus the engine's hand-over cost.
+    #[arg(long)]
+    pub via_engine: bool,
 }
 
 /// `dcgan-train tune-allreduce`

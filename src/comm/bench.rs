@@ -283,6 +283,10 @@ pub fn format_row(r: &Row) -> String {
 }
 
 pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
+    if args.via_engine {
+        let (rows, rank) = crate::comm::bench_engine::run(&args)?;
+        return finish_rows(args.json.as_deref(), args.check, rows, rank == 0);
+    }
     let cfg = CommConfig::from_args(&args.comm)?;
     let sizes = if args.sizes.is_empty() {
         default_sizes()
@@ -335,7 +339,17 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
         Ok((rows, world.rank))
     })?;
     let (rows, rank) = rows;
-    if let (Some(path), 0) = (&json, rank) {
+    finish_rows(json.as_deref(), check, rows, rank == 0)
+}
+
+/// Write the JSON (rank 0) and fail the run if --check found a wrong result (every rank).
+fn finish_rows(
+    json: Option<&std::path::Path>,
+    check: bool,
+    rows: Vec<Row>,
+    rank0: bool,
+) -> anyhow::Result<()> {
+    if let (Some(path), true) = (json, rank0) {
         let text = serde_json::to_string_pretty(&rows)?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("cannot write --json {}", path.display()))?;
