@@ -113,7 +113,8 @@ pub struct Timings {
 }
 
 /// Time `iters` rounds over all `cases` on `input` (after `warmup` untimed rounds). The cases
-/// take turns call by call, so that a noisy neighbour on a shared machine slows them alike.
+/// take turns call by call (in rotating order), so that a noisy neighbour on a shared machine
+/// slows them alike.
 /// The input is copied in before every call (outside the timing), as backward would have just
 /// written the gradient. The first and last results (all of them with `check_every`) are
 /// compared bit for bit with `expected`.
@@ -147,7 +148,8 @@ pub fn time_cases(
     let mut times = vec![Vec::with_capacity(iters as usize + 1); cases.len()];
     let mut wrong = vec![0usize; cases.len()];
     for i in 0..iters {
-        for k in 0..cases.len() {
+        // Rotate who goes first, so that no case always follows the same neighbour.
+        for k in (0..cases.len()).map(|j| (j + i as usize) % cases.len()) {
             data.copy_from_slice(input);
             let t0 = Instant::now();
             call(t, k, &mut data)?;
