@@ -5,7 +5,7 @@
 //! chunk k+1 is in flight while chunk k (in a small, cache-resident scratch slot) is added.
 //!
 //! Messages are cut the same way on both sides, by length only:
-//! - up to `DCGAN_ALLREDUCE_EAGER_MAX` (default 32KiB): pieces of `DCGAN_ALLREDUCE_PIECE`
+//! - up to `DCGAN_ALLREDUCE_EAGER_MAX` (default 16KiB): pieces of `DCGAN_ALLREDUCE_PIECE`
 //!   bytes (default 4032), small enough for Open MPI's shared-memory eager protocol (4 KiB with
 //!   headers), so no piece pays the rendezvous handshake; all pieces are in flight at once;
 //! - larger: chunks of `DCGAN_ALLREDUCE_CHUNK` bytes (default 1MiB), `DCGAN_ALLREDUCE_DEPTH`
@@ -29,7 +29,7 @@ const MAX_DEPTH: usize = 8;
 const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 const DEFAULT_DEPTH: usize = 2;
 const DEFAULT_PIECE_BYTES: usize = 4032;
-const DEFAULT_EAGER_MAX_BYTES: usize = 32 << 10;
+const DEFAULT_EAGER_MAX_BYTES: usize = 16 << 10;
 
 pub struct Mpi {
     comm: ffi::MPI_Comm,
