@@ -41,7 +41,7 @@ impl AllreduceChoice {
 }
 
 /// Default of `--allreduce-threshold` (the rd/vhd crossover measured at N = 2, see README).
-pub const DEFAULT_THRESHOLD: &str = "32KiB";
+pub const DEFAULT_THRESHOLD: &str = "8KiB";
 pub const DEFAULT_FRAGMENT: &str = "1MiB";
 pub const DEFAULT_STALL: &str = "60s";
 
@@ -215,7 +215,7 @@ mod tests {
         let parsed = T::parse_from(["x"]).comm;
         let d = CommArgs::default();
         assert_eq!(parsed.allreduce, d.allreduce);
-        assert_eq!(parsed.allreduce_threshold, 32 << 10);
+        assert_eq!(parsed.allreduce_threshold, 8 << 10);
         assert_eq!(parsed.fragment_bytes, 1 << 20);
         assert_eq!(parsed.stall_timeout, Duration::from_secs(60));
         assert_eq!(d.fragment_bytes, 1 << 20);
