@@ -6,7 +6,7 @@
 //! OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 and --oversubscribe. `--bind-to
 //! none` because binding more ranks than cores fails; `--mca btl self,vader` keeps Open MPI off
 //! network transports it would probe (and warn about) in containers. Skipped, with a printed
-//! reason, only where mpiexec is missing.
+//! reason, where mpiexec is missing or the binary is built without the `mpi` feature.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -43,7 +43,11 @@ fn run_mpi(mpiexec: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) -> Out
 }
 
 macro_rules! need_mpiexec {
-    () => {
+    () => {{
+        if !cfg!(feature = "mpi") {
+            eprintln!("SKIPPED: built without the `mpi` feature (every process is one rank)");
+            return;
+        }
         match mpiexec() {
             Some(m) => m,
             None => {
@@ -51,7 +55,7 @@ macro_rules! need_mpiexec {
                 return;
             }
         }
-    };
+    }};
 }
 
 fn text(o: &Output) -> String {
