@@ -127,18 +127,24 @@ fn large_buckets_pick_the_large_message_algorithm_per_fragment() {
             let t = comm.submit(BucketRequest::new(40_000, "big", data));
             let mut d = comm.wait(t).unwrap();
             let table = comm.selection_table();
+            let desc = comm.selection_description();
             comm.shutdown().unwrap();
             (
                 d.algorithm,
                 d.fragments,
                 d.data.as_mut_slice().to_vec(),
                 table,
+                desc,
             )
         });
-        for (algo, frags, v, table) in out {
+        for (algo, frags, v, table, desc) in out {
             assert_eq!(algo, want);
             assert_eq!(frags, 2);
             assert_eq!(table[0], (0, 1023, Algorithm::Rd));
+            assert!(
+                desc.contains("rd below 1KiB") && desc.ends_with(&format!("1KiB-: {want}]")),
+                "{desc}"
+            );
             assert_eq!(table[1].2, want);
             for i in (0..v.len()).step_by(1013) {
                 let sum: f32 = (0..p).map(|q| grad(q, i, 9)).sum();

@@ -182,6 +182,8 @@ pub struct CommHandle {
     pub(crate) tx: Sender<Command>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) table: SelectionTable,
+    /// `Policy::describe()` of the configuration, for summaries.
+    pub(crate) policy_text: String,
     pub(crate) fragment_bytes: usize,
     pub(crate) stall_timeout: Duration,
     pub(crate) thread: Option<JoinHandle<()>>,
@@ -282,6 +284,12 @@ impl CommHandle {
     /// summaries. The last range ends at usize::MAX.
     pub fn selection_table(&self) -> Vec<(usize, usize, Algorithm)> {
         self.table.ranges().to_vec()
+    }
+
+    /// One line for run summaries: how the algorithm is chosen and the resulting table, e.g.
+    /// `auto: rd below 8KiB, vhd (...) above [0B-8191B: rd, 8KiB-: vhd]`.
+    pub fn selection_description(&self) -> String {
+        format!("{} [{}]", self.policy_text, self.table.describe())
     }
 
     /// `--fragment-bytes` (0 = buckets are not cut).

@@ -181,6 +181,7 @@ fn spawn(
     make: impl FnOnce() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> + Send + 'static,
 ) -> anyhow::Result<CommHandle> {
     let policy = WaitPolicy::new(cfg.stall_timeout);
+    let policy_text = cfg.policy.describe();
     let shared = Arc::new(Shared {
         base: Instant::now(),
         busy_ns: AtomicU64::new(0),
@@ -229,6 +230,7 @@ fn spawn(
         tx,
         shared,
         table,
+        policy_text,
         fragment_bytes: cfg.fragment_bytes,
         stall_timeout: cfg.stall_timeout,
         thread: Some(thread),
