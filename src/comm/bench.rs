@@ -13,6 +13,8 @@ use crate::comm::engine::fragments;
 use crate::comm::transport::{CommError, TAG_BENCH, Transport};
 use crate::comm::{CommConfig, WorldInfo, helpers, run_on_comm_thread, stall};
 use anyhow::Context;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
@@ -113,8 +115,8 @@ pub struct Timings {
 }
 
 /// Time `iters` rounds over all `cases` on `input` (after `warmup` untimed rounds). The cases
-/// take turns call by call (in rotating order), so that a noisy neighbour on a shared machine
-/// slows them alike.
+/// take turns call by call (in a shuffled order each round), so that a noisy neighbour on a
+/// shared machine slows them alike.
 /// The input is copied in before every call (outside the timing), as backward would have just
 /// written the gradient. The first and last results (all of them with `check_every`) are
 /// compared bit for bit with `expected`.
@@ -147,9 +149,14 @@ pub fn time_cases(
     helpers::barrier(t, TAG_BENCH)?;
     let mut times = vec![Vec::with_capacity(iters as usize + 1); cases.len()];
     let mut wrong = vec![0usize; cases.len()];
+    // A fresh order every round, the same on every rank (same seed): a call that leaves the
+    // ranks out of step (an asymmetric algorithm finishes earlier on some ranks) delays the
+    // next call, and that cost must not always land on the same neighbour.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed);
+    let mut order: Vec<usize> = (0..cases.len()).collect();
     for i in 0..iters {
-        // Rotate who goes first, so that no case always follows the same neighbour.
-        for k in (0..cases.len()).map(|j| (j + i as usize) % cases.len()) {
+        order.shuffle(&mut rng);
+        for &k in &order {
             data.copy_from_slice(input);
             let t0 = Instant::now();
             call(t, k, &mut data)?;
