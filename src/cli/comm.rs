@@ -2,7 +2,7 @@
 //! thread's settings (flattened into `train`), and the `bench-allreduce` / `tune-allreduce`
 //! subcommands.
 
-use crate::cli::size::{parse_bytes, parse_bytes_list};
+use crate::cli::size::parse_bytes;
 use crate::comm::Algorithm;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -107,8 +107,8 @@ pub struct BenchAllreduceArgs {
     pub comm: CommArgs,
     /// Message sizes, comma-separated (multiples of 4 bytes): e.g. 4B,1KiB,4MiB.
     /// Default: 4B to 64MiB in x4 steps.
-    #[arg(long, value_parser = parse_message_sizes)]
-    pub sizes: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_message_size)]
+    pub sizes: Vec<usize>,
     /// Algorithms to time, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "tree,rd,vhd,ring,mpi,auto")]
     pub algos: Vec<BenchAlgo>,
@@ -125,6 +125,10 @@ pub struct BenchAllreduceArgs {
     /// Also write the rows as a JSON array to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Time whole buckets through the comm thread instead (submit + wait from the calling
+    /// thread, with --allreduce's choice): the algorithm plus the engine's hand-over cost.
+    #[arg(long)]
+    pub via_engine: bool,
 }
 
 /// `dcgan-train tune-allreduce`
@@ -135,9 +139,9 @@ pub struct TuneAllreduceArgs {
     /// Write the rules (CSV: ranks,min_bytes,max_bytes,algorithm) to this file.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Message sizes to measure (default: 4B to 64MiB in x2 steps).
-    #[arg(long, value_parser = parse_message_sizes)]
-    pub sizes: Option<Vec<usize>>,
+    /// Message sizes to measure, comma-separated (default: 4B to 64MiB in x2 steps).
+    #[arg(long, value_delimiter = ',', value_parser = parse_message_size)]
+    pub sizes: Vec<usize>,
     /// Repeat each measurement this many times and keep the median.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     pub repeats: u64,
@@ -146,12 +150,12 @@ pub struct TuneAllreduceArgs {
     pub append: bool,
 }
 
-fn parse_message_sizes(s: &str) -> Result<Vec<usize>, String> {
-    let list = parse_bytes_list(s)?;
-    if let Some(bad) = list.iter().find(|&&b| b % 4 != 0) {
-        return Err(format!("{bad} bytes is not a whole number of f32 values: use multiples of 4 bytes"));
+fn parse_message_size(s: &str) -> Result<usize, String> {
+    let b = parse_bytes(s)?;
+    if b % 4 != 0 {
+        return Err(format!("{b} bytes is not a whole number of f32 values: use multiples of 4 bytes"));
     }
-    Ok(list)
+    Ok(b)
 }
 
 fn parse_fragment_bytes(s: &str) -> Result<usize, String> {
@@ -199,7 +203,7 @@ mod tests {
         let parsed = T::parse_from(["x"]).comm;
         let d = CommArgs::default();
         assert_eq!(parsed.allreduce, d.allreduce);
-        assert_eq!(parsed.allreduce_threshold, 8192);
+        assert_eq!(parsed.allreduce_threshold, 8 << 10);
         assert_eq!(parsed.fragment_bytes, 1 << 20);
         assert_eq!(parsed.stall_timeout, Duration::from_secs(60));
         assert_eq!(d.fragment_bytes, 1 << 20);
@@ -218,6 +222,26 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("cannot be used with"), "{e}");
+    }
+
+    #[derive(Parser)]
+    struct B {
+        #[command(flatten)]
+        bench: BenchAllreduceArgs,
+    }
+
+    #[test]
+    fn bench_lists() {
+        let b = B::parse_from(["x", "--sizes", "4B,1KiB,4MiB", "--algos", "rd,auto"]).bench;
+        assert_eq!(b.sizes, vec![4, 1024, 4 << 20]);
+        assert_eq!(b.algos, vec![BenchAlgo::Rd, BenchAlgo::Auto]);
+        let b = B::parse_from(["x"]).bench;
+        assert!(b.sizes.is_empty());
+        assert_eq!(b.algos.len(), 6);
+        let e = B::try_parse_from(["x", "--sizes", "4B,6B"]).err().unwrap().to_string();
+        assert!(e.contains("--sizes") && e.contains("multiples of 4"), "{e}");
+        let e = B::try_parse_from(["x", "--algos", "rd,best"]).err().unwrap().to_string();
+        assert!(e.contains("--algos"), "{e}");
     }
 
     #[test]

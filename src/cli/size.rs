@@ -37,7 +37,7 @@ pub fn parse_bytes_list(s: &str) -> Result<Vec<usize>, String> {
 pub fn format_bytes(n: usize) -> String {
     const UNITS: [(usize, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (scale, unit) in UNITS {
-        if n >= scale && n % scale == 0 {
+        if n >= scale && n.is_multiple_of(scale) {
             return format!("{}{unit}", n / scale);
         }
     }

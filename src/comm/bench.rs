@@ -1,4 +1,322 @@
-//! `dcgan-train bench-allreduce`: placeholder replaced below.
-pub fn run(_args: crate::cli::comm::BenchAllreduceArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench-allreduce is not built yet")
+//! `dcgan-train bench-allreduce`: time every algorithm over a range of message sizes on the
+//! comm thread, directly on the transport (no engine in between), and check every result
+//! against the exact expected mean.
+//!
+//! For the stall detector's integration test, `DCGAN_TEST_DELAY_RANK=r` makes rank r's comm
+//! thread sleep for 20 stall timeouts (at most 60 s) before its first collective.
+
+use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_sizes};
+use crate::cli::size::format_bytes;
+use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
+use crate::comm::engine::fragments;
+use crate::comm::transport::{CommError, TAG_BENCH, Transport};
+use crate::comm::{CommConfig, WorldInfo, helpers, run_on_comm_thread, stall};
+use anyhow::Context;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::Serialize;
+use std::io::Write;
+use std::time::Instant;
+
+/// One line of the table (and one object of the JSON array).
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub bytes: usize,
+    /// tree, rd, vhd, ring, mpi or auto.
+    pub algorithm: String,
+    /// The algorithm that actually ran (differs from `algorithm` for auto).
+    pub selected: String,
+    pub ranks: usize,
+    pub fragments: usize,
+    pub iters: u64,
+    pub avg_us: f64,
+    /// Robust to the odd call slowed by a neighbour; not in the issue's field list but useful.
+    pub median_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    /// GB/s (1e9 bytes per second): bytes / avg time.
+    pub algbw: f64,
+    /// algbw * 2(N-1)/N, the nccl-tests bus bandwidth.
+    pub busbw: f64,
+    /// Every checked result equal, bit for bit, to the expected mean on every rank.
+    pub correct: bool,
+}
+
+/// Integer-valued input of rank r, element i (|x| <= 15): sums over thousands of ranks are
+/// exact in f32, so every correct algorithm gives exactly `expected`.
+pub fn bench_input(r: usize, i: usize) -> f32 {
+    ((i * 7 + r * 13 + (i >> 10)) % 31) as f32 - 15.0
+}
+
+/// The exact mean every algorithm must produce: the integer sum times `inv_ranks(p)`.
+pub fn bench_expected(p: usize, n: usize) -> Vec<f32> {
+    let s = inv_ranks(p);
+    (0..n).map(|i| (0..p).map(|r| bench_input(r, i) as i64).sum::<i64>() as f32 * s).collect()
+}
+
+/// Timed calls when --iters is not given: about a quarter second per row, 10 to 10000.
+pub fn default_iters(bytes: usize) -> u64 {
+    let est_s = 1e-6 + bytes as f64 / 2e9;
+    (0.25 / est_s).clamp(10.0, 10_000.0) as u64
+}
+
+/// What to time: one algorithm (cut into the engine's fragments), `mpi` on the whole message,
+/// or `auto`'s pick for the fragment size.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: String,
+    pub algorithm: Algorithm,
+    pub fragment_bytes: usize,
+}
+
+impl Case {
+    pub fn new(algo: BenchAlgo, table: &SelectionTable, bytes: usize, fragment_bytes: usize) -> Case {
+        let fixed = |a: Algorithm| Case {
+            name: a.name().into(),
+            algorithm: a,
+            // The library's MPI_Allreduce is the baseline as a user would call it: one call.
+            fragment_bytes: if a == Algorithm::Mpi { 0 } else { fragment_bytes },
+        };
+        match algo {
+            BenchAlgo::Tree => fixed(Algorithm::Tree),
+            BenchAlgo::Rd => fixed(Algorithm::Rd),
+            BenchAlgo::Vhd => fixed(Algorithm::Vhd),
+            BenchAlgo::Ring => fixed(Algorithm::Ring),
+            BenchAlgo::Mpi => fixed(Algorithm::Mpi),
+            BenchAlgo::Auto => {
+                let frag = fragments(bytes / 4, fragment_bytes)[0].len() * 4;
+                Case { name: "auto".into(), algorithm: table.pick(frag), fragment_bytes }
+            }
+        }
+    }
+}
+
+/// Per-call seconds of one case (the slowest rank's time for each call) and whether every
+/// rank's checked results were exact.
+pub struct Timings {
+    pub seconds: Vec<f64>,
+    pub correct: bool,
+}
+
+/// Time `iters` rounds over all `cases` on `input` (after `warmup` untimed rounds). The cases
+/// take turns call by call (in a shuffled order each round), so that a noisy neighbour on a
+/// shared machine slows them alike.
+/// The input is copied in before every call (outside the timing), as backward would have just
+/// written the gradient. The first and last results (all of them with `check_every`) are
+/// compared bit for bit with `expected`.
+pub fn time_cases(
+    t: &mut dyn Transport,
+    cases: &[Case],
+    input: &[f32],
+    expected: &[f32],
+    iters: u64,
+    warmup: u64,
+    check_every: bool,
+) -> Result<Vec<Timings>, CommError> {
+    let frags: Vec<_> = cases.iter().map(|c| fragments(input.len(), c.fragment_bytes)).collect();
+    let mut data = input.to_vec();
+    let call = |t: &mut dyn Transport, k: usize, data: &mut [f32]| -> Result<(), CommError> {
+        for f in &frags[k] {
+            allreduce_mean(t, cases[k].algorithm, &mut data[f.clone()], TAG_BENCH)?;
+        }
+        Ok(())
+    };
+    for _ in 0..warmup {
+        for k in 0..cases.len() {
+            data.copy_from_slice(input);
+            call(t, k, &mut data)?;
+        }
+    }
+    helpers::barrier(t, TAG_BENCH)?;
+    let mut times = vec![Vec::with_capacity(iters as usize + 1); cases.len()];
+    let mut wrong = vec![0usize; cases.len()];
+    // A fresh order every round, the same on every rank (same seed): a call that leaves the
+    // ranks out of step (an asymmetric algorithm finishes earlier on some ranks) delays the
+    // next call, and that cost must not always land on the same neighbour.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed);
+    let mut order: Vec<usize> = (0..cases.len()).collect();
+    for i in 0..iters {
+        order.shuffle(&mut rng);
+        for &k in &order {
+            data.copy_from_slice(input);
+            let t0 = Instant::now();
+            call(t, k, &mut data)?;
+            times[k].push(t0.elapsed().as_secs_f64());
+            if check_every || i == 0 || i + 1 == iters {
+                wrong[k] += data.iter().zip(expected).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            }
+        }
+    }
+    // One reduction for everything: per-call maxima over ranks, and any wrong result.
+    let mut flat = Vec::with_capacity(cases.len() * (iters as usize + 1));
+    for k in 0..cases.len() {
+        flat.extend_from_slice(&times[k]);
+        flat.push(wrong[k] as f64);
+    }
+    let maxed = helpers::max_f64(t, &flat, TAG_BENCH)?;
+    Ok(maxed
+        .chunks_exact(iters as usize + 1)
+        .map(|c| Timings { seconds: c[..iters as usize].to_vec(), correct: c[iters as usize] == 0.0 })
+        .collect())
+}
+
+/// Median of a non-empty slice.
+pub fn median(x: &[f64]) -> f64 {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+}
+
+/// End the job over a failed collective (a benchmark cannot carry on without a rank).
+pub(crate) fn fatal(t: &mut dyn Transport, e: CommError, timeout: std::time::Duration) -> ! {
+    let msg = match &e {
+        CommError::Aborted { code } => t.abort(*code),
+        CommError::Stalled { .. } => stall::report(t, &e, timeout),
+        other => format!("rank {}: communication failed: {other}", t.rank()),
+    };
+    eprintln!("{msg}");
+    t.abort(stall::STALL_EXIT_CODE)
+}
+
+fn header(world: &WorldInfo, cfg: &CommConfig, table: &SelectionTable, iters: &str) -> String {
+    let hosts = world.host_count();
+    format!(
+        "# dcgan-train bench-allreduce: {} rank(s) on {} host(s) ({}), {}, thread level {}\n\
+         # hand-written algorithms run on fragments of {} (--fragment-bytes), as in training; \
+         mpi = one MPI_Allreduce over the whole message\n\
+         # auto = {} [{}]\n\
+         # per call: the slowest rank's time; avg/median/min/max over {iters} timed calls, the algorithms taking turns; \
+         algbw = bytes/avg; busbw = algbw * 2(N-1)/N (nccl-tests)\n\
+         # {:>10}  {:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  correct",
+        world.size,
+        hosts,
+        world.hosts.first().map(String::as_str).unwrap_or("?"),
+        world.mpi_library,
+        world.thread_level,
+        if cfg.fragment_bytes == 0 { "any size (not cut)".to_string() } else { format_bytes(cfg.fragment_bytes) },
+        cfg.policy.describe(),
+        table.describe(),
+        "bytes",
+        "algorithm",
+        "calls",
+        "avg_us",
+        "median_us",
+        "min_us",
+        "max_us",
+        "algbw_GB/s",
+        "busbw_GB/s",
+    )
+}
+
+pub fn make_row(case: &Case, tm: &Timings, bytes: usize, p: usize, iters: u64) -> Row {
+    let x = &tm.seconds;
+    let avg = x.iter().sum::<f64>() / x.len() as f64;
+    let min = x.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = x.iter().copied().fold(0.0, f64::max);
+    let algbw = if avg > 0.0 { bytes as f64 / avg / 1e9 } else { 0.0 };
+    Row {
+        bytes,
+        algorithm: case.name.clone(),
+        selected: case.algorithm.name().into(),
+        ranks: p,
+        fragments: fragments(bytes / 4, case.fragment_bytes).len(),
+        iters,
+        avg_us: avg * 1e6,
+        median_us: median(x) * 1e6,
+        min_us: min * 1e6,
+        max_us: max * 1e6,
+        algbw,
+        busbw: algbw * 2.0 * (p as f64 - 1.0) / p as f64,
+        correct: tm.correct,
+    }
+}
+
+pub fn format_row(r: &Row) -> String {
+    let name = if r.algorithm == r.selected { r.algorithm.clone() } else { format!("{}({})", r.algorithm, r.selected) };
+    format!(
+        "  {:>10}  {:<10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>11.3} {:>11.3}  {}",
+        r.bytes,
+        name,
+        r.iters,
+        r.avg_us,
+        r.median_us,
+        r.min_us,
+        r.max_us,
+        r.algbw,
+        r.busbw,
+        if r.correct { "yes" } else { "NO" }
+    )
+}
+
+pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
+    if args.via_engine {
+        let (rows, rank) = crate::comm::bench_engine::run(&args)?;
+        return finish_rows(args.json.as_deref(), args.check, rows, rank == 0);
+    }
+    let cfg = CommConfig::from_args(&args.comm)?;
+    let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
+    let json = args.json.clone();
+    let check = args.check;
+    let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
+        let table = cfg.policy.table(t.size())?;
+        let iters_note = match args.iters {
+            Some(n) => n.to_string(),
+            None => "10..10000 (by size)".into(),
+        };
+        if world.rank == 0 {
+            println!("{}", header(world, &cfg, &table, &iters_note));
+        }
+        let p = t.size();
+        let delayed = std::env::var("DCGAN_TEST_DELAY_RANK").ok();
+        if delayed.and_then(|v| v.parse::<usize>().ok()) == Some(world.rank) {
+            let nap = cfg.stall_timeout.saturating_mul(20);
+            std::thread::sleep(nap.min(std::time::Duration::from_secs(60)));
+        }
+        let mut rows = Vec::new();
+        for &bytes in &sizes {
+            let n = bytes / 4;
+            let input: Vec<f32> = (0..n).map(|i| bench_input(t.rank(), i)).collect();
+            let expected = bench_expected(p, n);
+            let iters = args.iters.unwrap_or_else(|| default_iters(bytes));
+            let warmup = args.warmup.unwrap_or((iters / 10).max(2));
+            let cases: Vec<Case> =
+                args.algos.iter().map(|&a| Case::new(a, &table, bytes, cfg.fragment_bytes)).collect();
+            t.activity().enter(&format!("bench-allreduce at {bytes} bytes"));
+            let timings = time_cases(t, &cases, &input, &expected, iters, warmup, check)
+                .unwrap_or_else(|e| fatal(t, e, cfg.stall_timeout));
+            t.activity().leave();
+            for (case, tm) in cases.iter().zip(timings) {
+                let row = make_row(case, &tm, bytes, p, iters);
+                if world.rank == 0 {
+                    println!("{}", format_row(&row));
+                    let _ = std::io::stdout().flush();
+                }
+                rows.push(row);
+            }
+        }
+        Ok((rows, world.rank))
+    })?;
+    let (rows, rank) = rows;
+    finish_rows(json.as_deref(), check, rows, rank == 0)
+}
+
+/// Write the JSON (rank 0) and fail the run if --check found a wrong result (every rank).
+fn finish_rows(json: Option<&std::path::Path>, check: bool, rows: Vec<Row>, rank0: bool) -> anyhow::Result<()> {
+    if let (Some(path), true) = (json, rank0) {
+        let text = serde_json::to_string_pretty(&rows)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("cannot write --json {}", path.display()))?;
+    }
+    let wrong: Vec<String> =
+        rows.iter().filter(|r| !r.correct).map(|r| format!("{} at {} bytes", r.algorithm, r.bytes)).collect();
+    if check && !wrong.is_empty() {
+        anyhow::bail!(
+            "bench-allreduce --check: {} of {} results differ from the expected mean: {}",
+            wrong.len(),
+            rows.len(),
+            wrong.join(", ")
+        );
+    }
+    Ok(())
 }

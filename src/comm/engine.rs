@@ -159,6 +159,8 @@ pub struct CommHandle {
     pub(crate) tx: Sender<Command>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) table: SelectionTable,
+    /// `Policy::describe()` of the configuration, for summaries.
+    pub(crate) policy_text: String,
     pub(crate) fragment_bytes: usize,
     pub(crate) stall_timeout: Duration,
     pub(crate) thread: Option<JoinHandle<()>>,
@@ -253,6 +255,12 @@ impl CommHandle {
     /// summaries. The last range ends at usize::MAX.
     pub fn selection_table(&self) -> Vec<(usize, usize, Algorithm)> {
         self.table.ranges().to_vec()
+    }
+
+    /// One line for run summaries: how the algorithm is chosen and the resulting table, e.g.
+    /// `auto: rd below 8KiB, vhd (...) above [0B-8191B: rd, 8KiB-: vhd]`.
+    pub fn selection_description(&self) -> String {
+        format!("{} [{}]", self.policy_text, self.table.describe())
     }
 
     /// `--fragment-bytes` (0 = buckets are not cut).

@@ -7,6 +7,7 @@
 
 pub mod allreduce;
 pub mod bench;
+mod bench_engine;
 pub mod engine;
 pub mod helpers;
 pub mod reduce;
@@ -25,7 +26,7 @@ use anyhow::{Context, anyhow};
 use engine::Shared;
 use serde::Serialize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 use transport::{Local, Transport, WaitPolicy};
@@ -64,7 +65,7 @@ impl WorldInfo {
         }
     }
 
-    /// Distinct hosts, in rank order of first appearance.
+    /// How many distinct hosts the ranks run on.
     pub fn host_count(&self) -> usize {
         let mut seen: Vec<&String> = Vec::new();
         for h in &self.hosts {
@@ -172,6 +173,7 @@ fn spawn(
     make: impl FnOnce() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> + Send + 'static,
 ) -> anyhow::Result<CommHandle> {
     let policy = WaitPolicy::new(cfg.stall_timeout);
+    let policy_text = cfg.policy.describe();
     let shared = Arc::new(Shared {
         base: Instant::now(),
         busy_ns: AtomicU64::new(0),
@@ -213,12 +215,12 @@ fn spawn(
         })
         .context("cannot start the comm thread")?;
     let (world, table) = ready_rx.recv().map_err(|_| anyhow!("the comm thread died while starting"))??;
-    shared.busy_since_ns.store(0, Ordering::Relaxed);
     Ok(CommHandle {
         world,
         tx,
         shared,
         table,
+        policy_text,
         fragment_bytes: cfg.fragment_bytes,
         stall_timeout: cfg.stall_timeout,
         thread: Some(thread),

@@ -25,9 +25,9 @@ pub fn report<T: Transport + ?Sized>(t: &mut T, err: &CommError, timeout: Durati
     };
     let mut lines = vec![format!(
         "rank {me}: stall: {label} (collective #{seq}) has waited {:.1} s for rank {peer} \
-         (--stall-timeout {:.0} s)",
+         (--stall-timeout {})",
         waited.as_secs_f64(),
-        timeout.as_secs_f64()
+        format_timeout(timeout)
     )];
     let (not_arrived, details) = classify(me, seq, &replies);
     lines.extend(details);
@@ -42,6 +42,10 @@ pub fn report<T: Transport + ?Sized>(t: &mut T, err: &CommError, timeout: Durati
     }
     lines.push("  ending the job".to_string());
     lines.join("\n")
+}
+
+fn format_timeout(d: Duration) -> String {
+    if d < Duration::from_secs(1) { format!("{}ms", d.as_millis()) } else { format!("{}s", d.as_secs_f64()) }
 }
 
 /// Which ranks have not reached collective `seq`, and one line per other rank.

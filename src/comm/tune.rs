@@ -1,4 +1,180 @@
-//! `dcgan-train tune-allreduce`: placeholder replaced below.
-pub fn run(_args: crate::cli::comm::TuneAllreduceArgs) -> anyhow::Result<()> {
-    anyhow::bail!("tune-allreduce is not built yet")
+//! `dcgan-train tune-allreduce`: time every algorithm at every message size on the ranks of
+//! this job and write the fastest per size range as a rules file for `--allreduce-tuning`.
+
+use crate::cli::comm::{BenchAlgo, TuneAllreduceArgs};
+use crate::cli::size::format_bytes;
+use crate::comm::allreduce::Algorithm;
+use crate::comm::allreduce::select::{NO_LIMIT, Policy, RulesFile, format_rules};
+use crate::comm::bench::{Case, bench_expected, bench_input, default_iters, fatal, median, time_cases};
+use crate::comm::{CommConfig, run_on_comm_thread};
+use anyhow::Context;
+use std::io::Write;
+
+/// A later size keeps the previous size's winner unless another algorithm is this much faster
+/// (measurement noise should not split the rules into many tiny ranges).
+const KEEP_MARGIN: f64 = 1.05;
+
+/// Default sizes: 4 B to 64 MiB in x2 steps.
+pub fn default_tune_sizes() -> Vec<usize> {
+    (0..=24).map(|k| 4usize << k).collect()
+}
+
+/// Winner per size (sizes ascending, `scores[i][a]` = time of algorithm a at size i), with
+/// hysteresis, merged into rules (min_bytes, max_bytes) covering 0..=NO_LIMIT.
+pub fn rules_from_scores(sizes: &[usize], algos: &[Algorithm], scores: &[Vec<f64>]) -> Vec<(usize, usize, Algorithm)> {
+    let mut winners: Vec<Algorithm> = Vec::with_capacity(sizes.len());
+    for row in scores {
+        let (best_i, best) = row
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, v)| (i, *v))
+            .expect("at least one algorithm");
+        let keep = winners.last().and_then(|prev| {
+            let i = algos.iter().position(|a| a == prev)?;
+            (row[i] <= best * KEEP_MARGIN).then_some(*prev)
+        });
+        winners.push(keep.unwrap_or(algos[best_i]));
+    }
+    let mut rules: Vec<(usize, usize, Algorithm)> = Vec::new();
+    for (i, &w) in winners.iter().enumerate() {
+        match rules.last_mut() {
+            Some(last) if last.2 == w => {}
+            Some(last) => {
+                last.1 = sizes[i] - 1;
+                rules.push((sizes[i], NO_LIMIT, w));
+            }
+            None => rules.push((0, NO_LIMIT, w)),
+        }
+    }
+    rules
+}
+
+pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
+    let cfg = CommConfig::from_args(&args.comm)?;
+    let mut sizes = if args.sizes.is_empty() { default_tune_sizes() } else { args.sizes.clone() };
+    sizes.sort();
+    sizes.dedup();
+    if sizes.first() == Some(&0) {
+        sizes.remove(0); // nothing to time: an empty message never communicates
+    }
+    anyhow::ensure!(!sizes.is_empty(), "tune-allreduce: --sizes has no non-zero size");
+    // Keep the lines for other rank counts when appending; fail early on a broken file.
+    let existing = if args.append && args.out.exists() { Some(RulesFile::load(&args.out)?) } else { None };
+    let repeats = args.repeats;
+    let out = args.out.clone();
+    let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
+        let p = t.size();
+        let algos = Algorithm::ALL.to_vec();
+        let cases: Vec<Case> = algos
+            .iter()
+            .map(|&a| {
+                let b = match a {
+                    Algorithm::Tree => BenchAlgo::Tree,
+                    Algorithm::Rd => BenchAlgo::Rd,
+                    Algorithm::Vhd => BenchAlgo::Vhd,
+                    Algorithm::Ring => BenchAlgo::Ring,
+                    Algorithm::Mpi => BenchAlgo::Mpi,
+                };
+                // Rules select by message size: time whole messages, not fragments.
+                let table = Policy::Fixed(a).table(p).expect("fixed policy");
+                Case::new(b, &table, 0, 0)
+            })
+            .collect();
+        if world.rank == 0 {
+            println!(
+                "# tune-allreduce: {p} rank(s) on {} host(s), {}; median of {repeats} repeat(s)",
+                world.host_count(),
+                world.mpi_library
+            );
+            let names: Vec<String> = algos.iter().map(|a| format!("{:>10}", a.name())).collect();
+            println!("# {:>10} {}  fastest (median us per call)", "bytes", names.join(" "));
+        }
+        let mut scores = Vec::with_capacity(sizes.len());
+        for &bytes in &sizes {
+            let n = bytes / 4;
+            let input: Vec<f32> = (0..n).map(|i| bench_input(t.rank(), i)).collect();
+            let expected = bench_expected(p, n);
+            let iters = (default_iters(bytes) / 4).max(5);
+            let mut per_repeat: Vec<Vec<f64>> = vec![Vec::new(); algos.len()];
+            t.activity().enter(&format!("tune-allreduce at {bytes} bytes"));
+            for _ in 0..repeats {
+                let timings = time_cases(t, &cases, &input, &expected, iters, 2, false)
+                    .unwrap_or_else(|e| fatal(t, e, cfg.stall_timeout));
+                for (k, tm) in timings.iter().enumerate() {
+                    anyhow::ensure!(tm.correct, "tune-allreduce: {} gave a wrong result at {bytes} bytes", algos[k]);
+                    per_repeat[k].push(median(&tm.seconds));
+                }
+            }
+            t.activity().leave();
+            let row: Vec<f64> = per_repeat.iter().map(|v| median(v)).collect();
+            if world.rank == 0 {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .min_by(|a, b| a.1.total_cmp(b.1))
+                    .map(|(i, _)| algos[i])
+                    .expect("algorithms");
+                let cells: Vec<String> = row.iter().map(|s| format!("{:>10.2}", s * 1e6)).collect();
+                println!("  {bytes:>10} {}  {best}", cells.join(" "));
+                let _ = std::io::stdout().flush();
+            }
+            scores.push(row);
+        }
+        let rules = rules_from_scores(&sizes, &algos, &scores);
+        let comments = vec![
+            format!(
+                "written by dcgan-train tune-allreduce on {} ({} rank(s), {}), {}",
+                world.hosts.first().map(String::as_str).unwrap_or("?"),
+                p,
+                world.mpi_library,
+                chrono::Local::now().format("%Y-%m-%d %H:%M")
+            ),
+            "use with: dcgan-train --allreduce auto --allreduce-tuning FILE".to_string(),
+        ];
+        let mut all: Vec<(usize, usize, usize, Algorithm)> = Vec::new();
+        if let Some(old) = &existing {
+            all.extend(
+                old.rules.iter().filter(|r| r.ranks != p).map(|r| (r.ranks, r.min_bytes, r.max_bytes, r.algorithm)),
+            );
+        }
+        all.extend(rules.iter().map(|&(lo, hi, a)| (p, lo, hi, a)));
+        all.sort_by_key(|r| (r.0, r.1));
+        let summary: Vec<String> = rules
+            .iter()
+            .map(|&(lo, hi, a)| {
+                let hi = if hi == NO_LIMIT { String::new() } else { format_bytes(hi + 1) };
+                format!("{}..{hi}: {a}", format_bytes(lo))
+            })
+            .collect();
+        Ok((world.rank, format_rules(&comments, &all), summary.join(", ")))
+    })?;
+    if rank == 0 {
+        std::fs::write(&out, &text).with_context(|| format!("cannot write --out {}", out.display()))?;
+        // Read it back the way training will.
+        RulesFile::parse(&out, &text)?;
+        println!("# rules: {table}");
+        println!("# wrote {}", out.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_merge_and_cover_everything() {
+        let sizes = [4, 8, 16, 32, 64];
+        let algos = [Algorithm::Rd, Algorithm::Vhd];
+        // rd wins below 32 bytes, vhd from 32 on; at 16 vhd is only 2% faster: keep rd.
+        let scores = vec![vec![1.0, 2.0], vec![1.0, 2.0], vec![1.0, 0.98], vec![3.0, 1.0], vec![4.0, 1.0]];
+        let rules = rules_from_scores(&sizes, &algos, &scores);
+        assert_eq!(rules, vec![(0, 31, Algorithm::Rd), (32, NO_LIMIT, Algorithm::Vhd)]);
+        let text = format_rules(&[], &rules.iter().map(|&(a, b, c)| (2, a, b, c)).collect::<Vec<_>>());
+        let f = RulesFile::parse(std::path::Path::new("t.csv"), &text).unwrap();
+        let t = Policy::Rules(f).table(2).unwrap();
+        assert_eq!(t.pick(31), Algorithm::Rd);
+        assert_eq!(t.pick(32), Algorithm::Vhd);
+    }
 }

@@ -87,7 +87,7 @@ fn remaining_rank_counts_with_the_large_length() {
 fn real_valued_inputs_give_identical_bits_on_every_rank_and_every_run() {
     // Not exactly representable sums: ranks must still agree bit for bit, and a second run
     // must give the same bits (weights stay identical across ranks and runs).
-    let noisy = |r: usize, i: usize| ((i as f32 * 0.37 + r as f32 * 1.91).sin() * 1e-3) as f32;
+    let noisy = |r: usize, i: usize| (i as f32 * 0.37 + r as f32 * 1.91).sin() * 1e-3;
     for p in [2usize, 3, 5, 6, 8, 13] {
         for algo in Algorithm::ALL {
             let run = || {

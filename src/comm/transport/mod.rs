@@ -120,7 +120,7 @@ impl WaitClock {
 
     pub fn tick(&mut self, policy: &WaitPolicy, peer: usize) -> Tick {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % Self::SPINS_PER_CHECK != 0 {
+        if !self.spins.is_multiple_of(Self::SPINS_PER_CHECK) {
             return Tick::Poll;
         }
         let now = Instant::now();

@@ -1,0 +1,293 @@
+//! `Mpi`: the transport over MPI point-to-point (rsmpi's raw bindings), owned by the comm
+//! thread, which initialized MPI and finalizes it when this is dropped. Every wait is a
+//! nonblocking request tested in a loop, so that a stalled peer is noticed and status
+//! queries are answered. Reductions of large messages are pipelined in chunks: the receive of
+//! chunk k+1 is in flight while chunk k (in a small, cache-resident scratch slot) is added.
+//!
+//! Messages are cut the same way on both sides, by length only:
+//! - up to `DCGAN_ALLREDUCE_EAGER_MAX` (default 16KiB): pieces of `DCGAN_ALLREDUCE_PIECE`
+//!   bytes (default 4032), small enough for Open MPI's shared-memory eager protocol (4 KiB with
+//!   headers), so no piece pays the rendezvous handshake; all pieces are in flight at once;
+//! - larger: chunks of `DCGAN_ALLREDUCE_CHUNK` bytes (default 1MiB), `DCGAN_ALLREDUCE_DEPTH`
+//!   (default 2, at most 8) receives in flight.
+//!
+//! The knobs are read from the environment and must be the same on every rank.
+
+use super::{Combine, CommError, Tag, Tick, Transport, WaitClock, WaitPolicy};
+use crate::comm::status::{Activity, StatusReply};
+use mpi::environment::Universe;
+use mpi::ffi;
+use std::ffi::{c_int, c_void};
+use std::ops::Range;
+use std::time::Duration;
+
+mod exchange;
+mod init;
+mod status;
+
+const MAX_DEPTH: usize = 8;
+const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
+const DEFAULT_DEPTH: usize = 2;
+const DEFAULT_PIECE_BYTES: usize = 4032;
+const DEFAULT_EAGER_MAX_BYTES: usize = 16 << 10;
+
+pub struct Mpi {
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    policy: WaitPolicy,
+    activity: Activity,
+    /// Receive slots for pipelined reductions.
+    scratch: Vec<f32>,
+    /// Floats per chunk of a large message, and chunks received at once.
+    chunk: usize,
+    depth: usize,
+    /// Floats per piece of a mid-size message, and the largest message cut into pieces.
+    piece: usize,
+    eager_max: usize,
+    /// Receive requests of the exchange in progress (kept to reuse the allocation).
+    recvs: Vec<ffi::MPI_Request>,
+    /// Send requests of the exchange in progress (kept to reuse the allocation).
+    sends: Vec<ffi::MPI_Request>,
+    /// Declared last: dropped (MPI_Finalize) after everything above.
+    _universe: Universe,
+}
+
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: reading an extern constant initialized by the MPI shim.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+fn count(n: usize) -> c_int {
+    c_int::try_from(n).expect("message larger than 2^31 elements")
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| crate::cli::size::parse_bytes(&v).ok())
+}
+
+impl Mpi {
+    pub(super) fn check_peer(&self, peer: usize) -> Result<c_int, CommError> {
+        if peer >= self.size {
+            return Err(CommError::Protocol(format!("rank {peer} does not exist (the job has {} ranks)", self.size)));
+        }
+        Ok(peer as c_int)
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid and unmodified until the request completes.
+    pub(super) unsafe fn isend_raw(
+        &self,
+        ptr: *const c_void,
+        len: usize,
+        dtype: ffi::MPI_Datatype,
+        to: usize,
+        tag: Tag,
+    ) -> ffi::MPI_Request {
+        let mut req = null_request();
+        // SAFETY: the caller keeps the buffer alive; the communicator is valid.
+        unsafe { ffi::MPI_Isend(ptr, count(len), dtype, to as c_int, tag, self.comm, &mut req) };
+        req
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid and untouched until the request completes.
+    pub(super) unsafe fn irecv_raw(
+        &self,
+        ptr: *mut c_void,
+        len: usize,
+        dtype: ffi::MPI_Datatype,
+        from: usize,
+        tag: Tag,
+    ) -> ffi::MPI_Request {
+        let mut req = null_request();
+        // SAFETY: as above.
+        unsafe { ffi::MPI_Irecv(ptr, count(len), dtype, from as c_int, tag, self.comm, &mut req) };
+        req
+    }
+
+    /// Test `reqs` until all are complete, or the policy says stop.
+    pub(super) fn wait_all(&mut self, reqs: &mut [ffi::MPI_Request], peer: usize) -> Result<(), CommError> {
+        let mut clock = WaitClock::new();
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: valid request handles; completed ones become MPI_REQUEST_NULL.
+            unsafe { ffi::MPI_Testall(reqs.len() as c_int, reqs.as_mut_ptr(), &mut flag, ffi::RSMPI_STATUSES_IGNORE) };
+            if flag != 0 {
+                return Ok(());
+            }
+            match clock.tick(&self.policy, peer) {
+                Tick::Poll => {}
+                Tick::Serve => {
+                    self.activity.waiting_on = Some(peer);
+                    self.serve_status();
+                }
+                Tick::Fail(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Test one request, returning its status.
+    pub(super) fn wait_status(
+        &mut self,
+        req: &mut ffi::MPI_Request,
+        peer: usize,
+    ) -> Result<ffi::MPI_Status, CommError> {
+        let mut clock = WaitClock::new();
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: an all-zero MPI_Status is a valid value to be overwritten.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            // SAFETY: valid request handle.
+            unsafe { ffi::MPI_Test(req, &mut flag, &mut status) };
+            if flag != 0 {
+                return Ok(status);
+            }
+            match clock.tick(&self.policy, peer) {
+                Tick::Poll => {}
+                Tick::Serve => {
+                    self.activity.waiting_on = Some(peer);
+                    self.serve_status();
+                }
+                Tick::Fail(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(super) fn received_bytes(status: &ffi::MPI_Status) -> usize {
+        let mut n: c_int = 0;
+        // SAFETY: a status filled in by a completed receive.
+        unsafe { ffi::MPI_Get_count(status, ffi::RSMPI_UINT8_T, &mut n) };
+        n.max(0) as usize
+    }
+}
+
+impl Transport for Mpi {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        self.check_peer(to)?;
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        // SAFETY: data outlives the wait below.
+        let mut req = [unsafe { self.isend_raw(data.as_ptr().cast(), data.len(), byte, to, tag) }];
+        self.wait_all(&mut req, to)
+    }
+
+    fn recv(&mut self, from: usize, tag: Tag, buf: &mut [u8]) -> Result<(), CommError> {
+        self.check_peer(from)?;
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        // SAFETY: buf outlives the wait below.
+        let mut req = unsafe { self.irecv_raw(buf.as_mut_ptr().cast(), buf.len(), byte, from, tag) };
+        let status = self.wait_status(&mut req, from)?;
+        let got = Self::received_bytes(&status);
+        if got != buf.len() {
+            return Err(CommError::Protocol(format!(
+                "message from rank {from} (tag {tag}) has {got} bytes, expected {}: the ranks \
+                 issued different collectives",
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError> {
+        let src = self.check_peer(from)?;
+        let mut clock = WaitClock::new();
+        let len = loop {
+            let mut flag: c_int = 0;
+            // SAFETY: zeroed status is valid to overwrite; valid communicator.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            unsafe { ffi::MPI_Iprobe(src, tag, self.comm, &mut flag, &mut status) };
+            if flag != 0 {
+                break Self::received_bytes(&status);
+            }
+            match clock.tick(&self.policy, from) {
+                Tick::Poll => {}
+                Tick::Serve => {
+                    self.activity.waiting_on = Some(from);
+                    self.serve_status();
+                }
+                Tick::Fail(e) => return Err(e),
+            }
+        };
+        let mut buf = vec![0u8; len];
+        self.recv(from, tag, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, buf: &mut [u8], tag: Tag) -> Result<(), CommError> {
+        self.check_peer(to)?;
+        self.check_peer(from)?;
+        let byte = unsafe { ffi::RSMPI_UINT8_T };
+        // SAFETY: both buffers outlive the wait below.
+        let mut reqs = unsafe {
+            [
+                self.irecv_raw(buf.as_mut_ptr().cast(), buf.len(), byte, from, tag),
+                self.isend_raw(data.as_ptr().cast(), data.len(), byte, to, tag),
+            ]
+        };
+        self.wait_all(&mut reqs, from)
+    }
+
+    fn exchange(
+        &mut self,
+        buf: &mut [f32],
+        send: Option<(usize, Range<usize>)>,
+        recv: Option<(usize, Range<usize>, Combine)>,
+        tag: Tag,
+    ) -> Result<(), CommError> {
+        self.exchange_impl(buf, send, recv, tag)
+    }
+
+    fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // MPI_IN_PLACE is ((void *) 1) in Open MPI and MPICH.
+        let in_place = std::ptr::without_provenance::<c_void>(1);
+        // SAFETY: valid buffer of data.len() floats; blocking call.
+        unsafe {
+            ffi::MPI_Allreduce(
+                in_place,
+                data.as_mut_ptr().cast(),
+                count(data.len()),
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                self.comm,
+            )
+        };
+        Ok(())
+    }
+
+    fn activity(&mut self) -> &mut Activity {
+        &mut self.activity
+    }
+
+    fn set_policy(&mut self, policy: WaitPolicy) {
+        self.policy = policy;
+    }
+
+    fn policy(&self) -> &WaitPolicy {
+        &self.policy
+    }
+
+    fn serve_status(&mut self) {
+        self.serve_status_impl()
+    }
+
+    fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>> {
+        self.query_status_impl(grace)
+    }
+
+    fn abort(&mut self, code: i32) -> ! {
+        // SAFETY: valid communicator; MPI_Abort does not return.
+        unsafe { ffi::MPI_Abort(self.comm, code) };
+        std::process::exit(code)
+    }
+}
