@@ -21,7 +21,7 @@ pub enum DeviceChoice {
 pub enum Device {
     Cpu(Cpu),
     #[cfg(feature = "cuda")]
-    Cuda(crate::backend::cuda::Cuda),
+    Cuda(Box<crate::backend::cuda::Cuda>),
 }
 
 /// Code to run on whichever backend was chosen.
@@ -35,7 +35,7 @@ impl Device {
         match self {
             Device::Cpu(be) => f.run(be),
             #[cfg(feature = "cuda")]
-            Device::Cuda(be) => f.run(be),
+            Device::Cuda(be) => f.run(*be),
         }
     }
 }
@@ -49,12 +49,12 @@ pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Option
         let gpu = || -> Result<Device> {
             let count = cuda::device_count().map_err(|why| anyhow::anyhow!("{why}"))?;
             cuda::probe_device(local_rank % count).map_err(|why| anyhow::anyhow!("{why}"))?;
-            Ok(Device::Cuda(Cuda::new(local_rank % count)?))
+            Ok(Device::Cuda(Box::new(Cuda::new(local_rank % count)?)))
         };
         match choice {
             DeviceChoice::Cpu => Ok((Device::Cpu(Cpu), None)),
             DeviceChoice::Cuda => Ok((gpu().map_err(|e| anyhow::anyhow!("--device cuda: {e:#}"))?, None)),
-            DeviceChoice::CudaEmulated => Ok((Device::Cuda(Cuda::emulated(8)?), None)),
+            DeviceChoice::CudaEmulated => Ok((Device::Cuda(Box::new(Cuda::emulated(8)?)), None)),
             DeviceChoice::Auto => match cuda::probe() {
                 Ok(_) => Ok((gpu()?, None)),
                 Err(why) => Ok((Device::Cpu(Cpu), Some(format!("device: the CPU ({why})")))),
