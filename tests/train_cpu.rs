@@ -115,7 +115,10 @@ fn assert_one_line_error(args: &[&str], needles: &[&str]) {
     for n in needles {
         assert!(err.contains(n), "{args:?}: '{n}' missing from: {err}");
     }
-    assert!(lines.len() <= 3, "{args:?}: a short error, got: {err}");
+    // One "error:" line, the last one (clap adds a usage hint after its own errors).
+    let errors: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| l.starts_with("error:")).map(|(i, _)| i).collect();
+    assert_eq!(errors.len(), 1, "{args:?}: one error line, got: {err}");
+    assert!(lines.len() - errors[0] <= 3, "{args:?}: the error ends the output, got: {err}");
 }
 
 #[test]
