@@ -116,7 +116,8 @@ fn assert_one_line_error(args: &[&str], needles: &[&str]) {
         assert!(err.contains(n), "{args:?}: '{n}' missing from: {err}");
     }
     // One "error:" line, the last one (clap adds a usage hint after its own errors).
-    let errors: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| l.starts_with("error:")).map(|(i, _)| i).collect();
+    let errors: Vec<usize> =
+        lines.iter().enumerate().filter(|(_, l)| l.starts_with("error:")).map(|(i, _)| i).collect();
     assert_eq!(errors.len(), 1, "{args:?}: one error line, got: {err}");
     assert!(lines.len() - errors[0] <= 3, "{args:?}: the error ends the output, got: {err}");
 }
