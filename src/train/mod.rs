@@ -23,8 +23,17 @@ pub fn setup_threads(threads: Option<usize>, local_ranks: usize) -> Result<usize
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let n = threads.unwrap_or((cores / local_ranks.max(1)).max(1));
     anyhow::ensure!(n >= 1, "--threads must be at least 1");
+    let mut pool = rayon::ThreadPoolBuilder::new().num_threads(n);
+    // The program's main thread runs the step: make it worker 0, so that parallel ops run on
+    // it and n - 1 helpers rather than waking n workers while it sleeps. With --threads 1 no
+    // worker exists at all; an idle one spun for a quarter of a core, which on emulated hosts
+    // sharing two cores came out of the compute of another rank. Only the main thread: a
+    // test's thread that ended would leave the pool without its worker 0.
+    if std::thread::current().name() == Some("main") {
+        pool = pool.use_current_thread();
+    }
     // A second call (tests, several commands in one process) keeps the first pool.
-    if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() {
+    if pool.build_global().is_err() {
         return Ok(rayon::current_num_threads());
     }
     Ok(n)
