@@ -16,8 +16,8 @@ run() {
     --max-steps "$steps" --no-progress --out "$out/$name" "$@" 2>/dev/null
 }
 run overlap --trace "$out/trace.json" --trace-steps 10 "$@"
-run no-overlap "$@"
-run no-exchange "$@"
+run no-overlap --no-overlap "$@"
+run no-exchange --no-exchange "$@"
 python3 scripts/overlap-report.py "$out/trace.json" \
   --summary overlap="$out/overlap/summary.json" --summary no-overlap="$out/no-overlap/summary.json" \
   --summary no-exchange="$out/no-exchange/summary.json"
