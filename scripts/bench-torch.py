@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench-torch.py: the same DCGAN and training step in PyTorch eager (cuDNN), timed on one GPU,
-to compare with `dcgan-train bench-step --device cuda` at the same batch size.
+to compare with `dcgan-train bench-step --device cuda` at the same batch size; with --device cpu,
+on the CPU with --threads threads, to compare with `dcgan-train bench-step --device cpu`.
 
 The model is DESIGN.md's (28x28 default, or 64x64 as in the PyTorch DCGAN example), no conv
 biases, Adam(lr 2e-4, betas (0.5, 0.999)), BCE with logits; the step is the PyTorch DCGAN
@@ -21,6 +22,7 @@ PyTorch lets cuDNN use TF32 tensor cores for convolutions by default; --no-tf32 
 off for a full-FP32 comparison with our kernels (which are FP32).
 
   python3 scripts/bench-torch.py --batch-size 64 256 [--image-size 28] [--no-tf32] [--json]
+  python3 scripts/bench-torch.py --device cpu --threads 2 --batch-size 64
 """
 
 import argparse
@@ -104,7 +106,13 @@ def bench(args, batch):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(1)
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
+    cuda = args.device == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     netg, netd = build(torch, nn, args.image_size)
     netg, netd = netg.to(dev), netd.to(dev)
     optg = torch.optim.Adam(netg.parameters(), lr=2e-4, betas=(0.5, 0.999))
@@ -132,13 +140,13 @@ def bench(args, batch):
 
     for _ in range(args.warmup):
         step()
-    torch.cuda.synchronize()
+    sync()
     runs = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             ld, lg = step()
-        torch.cuda.synchronize()
+        sync()
         runs.append((time.perf_counter() - t0) * 1e3 / args.steps)
     if not (torch.isfinite(ld) and torch.isfinite(lg)):
         raise SystemExit("bench-torch: the losses are not finite")
@@ -147,11 +155,12 @@ def bench(args, batch):
     return {
         "impl": "pytorch-eager",
         "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version(),
-        "gpu": torch.cuda.get_device_name(),
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "device": torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "image_size": args.image_size,
         "batch": batch,
-        "tf32": not args.no_tf32,
+        "tf32": cuda and not args.no_tf32,
         "ms_per_step": round(ms, 4),
         "ms_per_step_runs": [round(r, 4) for r in runs],
         "images_per_s": round(batch / (ms / 1e3), 1),
@@ -167,6 +176,8 @@ def main():
     p.add_argument("--steps", type=int, default=50, help="timed steps per run")
     p.add_argument("--repeats", type=int, default=5, help="runs; the median is reported")
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--threads", type=int, help="with --device cpu: torch.set_num_threads")
     p.add_argument("--no-tf32", action="store_true", help="full FP32 convolutions in cuDNN")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--flops-only", action="store_true",
@@ -181,14 +192,16 @@ def main():
         import torch
     except ImportError:
         sys.exit("bench-torch: PyTorch is not installed (pip install torch)")
-    if not torch.cuda.is_available():
-        sys.exit("bench-torch: PyTorch sees no CUDA GPU")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench-torch: PyTorch sees no CUDA GPU (use --device cpu for the CPU)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for b in args.batch_size:
         r = bench(args, b)
         if args.json:
             print(json.dumps(r), flush=True)
         else:
-            print(f"{r['gpu']}  PyTorch {r['torch']} eager  {s_(r)}", flush=True)
+            print(f"{r['device']}  PyTorch {r['torch']} eager  {s_(r)}", flush=True)
 
 
 def s_(r):
