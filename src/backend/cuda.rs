@@ -181,14 +181,6 @@ impl Cuda {
         matches!(self.engine, Engine::Emulator(_))
     }
 
-    /// The device this runs on (None on the emulator).
-    pub fn device(&self) -> Option<&DeviceProbe> {
-        match &self.engine {
-            Engine::Driver(d) => Some(&d.probe),
-            Engine::Emulator(_) => None,
-        }
-    }
-
     /// Multiprocessors on the device: the launchers size grids and split-K by it.
     pub fn sm_count(&self) -> usize {
         self.sm_count
@@ -383,10 +375,10 @@ impl Cuda {
     }
 }
 
-/// Blocks for an elementwise kernel over `n` items: enough to fill the device, capped so
-/// that each thread loops over a few elements (grid-stride).
-pub(crate) fn elementwise_blocks(cu: &Cuda, n: usize) -> usize {
-    n.div_ceil(THREADS as usize).min(cu.sm_count * 16)
+/// The launch shape of an elementwise kernel over `n` items: enough blocks of `THREADS` to
+/// fill the device, capped so that each thread loops over a few elements (grid-stride).
+pub(crate) fn elementwise_dims(cu: &Cuda, n: usize) -> Dims {
+    Dims::linear(n.div_ceil(THREADS as usize).min(cu.sm_count * 16), THREADS)
 }
 
 /// Threads per block of every kernel (`THREADS` in common.cuh).

@@ -95,14 +95,6 @@ impl HostBuffer for Vec<f32> {
 /// thread waits on it before reading the bucket).
 pub type StageWaiter = Box<dyn FnOnce() + Send>;
 
-/// Shorthand used by layers: `v(&buf)` / `vm(&mut buf)` for whole-buffer views.
-pub fn v<B: Backend>(buf: &B::Buf) -> View<'_, B> {
-    View::whole(buf)
-}
-pub fn vm<B: Backend>(buf: &mut B::Buf) -> ViewMut<'_, B> {
-    ViewMut::whole(buf)
-}
-
 /// Everything the model does on a device. All ops are asynchronous with respect to the host
 /// on devices that can be (CUDA); `download` and `synchronize` wait.
 pub trait Backend: Sized + 'static {

@@ -97,7 +97,7 @@ fn encode_optimizer(
         for p in &layout.params {
             for (suffix, data) in [("exp_avg", &m.exp_avg), ("exp_avg_sq", &m.exp_avg_sq)] {
                 let mut info = p.clone();
-                info.name = format!("{net}.{}.{suffix}", p.name);
+                info.name = moment_name(net, &p.name, suffix);
                 infos.push((info, &data[p.range.clone()]));
             }
         }
@@ -117,11 +117,13 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) 
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let size = ck.progress.image_size.to_string();
+    // G's first weight is ConvTranspose2d [nz, C, k, k].
+    let nz = layouts.0.params.first().map_or(0, |p| p.shape[0]).to_string();
     for (net, layout, t) in [("G", layouts.0, &ck.g), ("D", layouts.1, &ck.d)] {
         let bytes = tensors::encode_net(
             layout,
             t,
-            meta(&[("net", net.into()), ("image_size", size.clone()), ("nz", "100".into())]),
+            meta(&[("net", net.into()), ("image_size", size.clone()), ("nz", nz.clone())]),
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
@@ -220,7 +222,7 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
         for p in &layout.params {
             for (suffix, out) in [("exp_avg", &mut mo.exp_avg), ("exp_avg_sq", &mut mo.exp_avg_sq)] {
                 let mut info = p.clone();
-                info.name = format!("{net}.{}.{suffix}", p.name);
+                info.name = moment_name(net, &p.name, suffix);
                 tensors::read_f32(&st, &info, &what, &mut out[p.range.clone()])?;
             }
         }
@@ -242,4 +244,10 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
         rank_states.push(pair);
     }
     Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states })
+}
+
+/// The optimizer file's name for one Adam moment (`exp_avg`, `exp_avg_sq`) of a parameter:
+/// saving and loading must agree on it.
+fn moment_name(net: &str, param: &str, moment: &str) -> String {
+    format!("{net}.{param}.{moment}")
 }

@@ -112,8 +112,8 @@ pub struct BenchAllreduceArgs {
     /// Algorithms to time, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "tree,rd,vhd,ring,mpi,auto")]
     pub algos: Vec<BenchAlgo>,
-    /// Timed calls per size and algorithm (default: from 1000 for small messages down to 10
-    /// for 64 MiB).
+    /// Timed calls per size and algorithm (default: about a quarter second per row, from
+    /// 10,000 for small messages down to 10 for 64 MiB).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub iters: Option<u64>,
     /// Untimed calls first (default: a tenth of the timed calls, at least 2).

@@ -9,7 +9,7 @@ use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_sizes};
 use crate::cli::size::format_bytes;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
-use crate::comm::engine::fragments;
+use crate::comm::engine::{first_fragment_bytes, fragments};
 use crate::comm::transport::{CommError, TAG_BENCH, Transport};
 use crate::comm::{CommConfig, WorldInfo, helpers, run_on_comm_thread, stall};
 use anyhow::Context;
@@ -85,7 +85,7 @@ impl Case {
             BenchAlgo::Ring => fixed(Algorithm::Ring),
             BenchAlgo::Mpi => fixed(Algorithm::Mpi),
             BenchAlgo::Auto => {
-                let frag = fragments(bytes / 4, fragment_bytes)[0].len() * 4;
+                let frag = first_fragment_bytes(bytes, fragment_bytes);
                 Case { name: "auto".into(), algorithm: table.pick(frag), fragment_bytes }
             }
         }

@@ -56,14 +56,7 @@ impl BucketRequest {
 
 /// Claim on a submitted bucket; `CommHandle::wait` turns it into the averaged data.
 pub struct Ticket {
-    id: u32,
     done: Receiver<anyhow::Result<BucketDone>>,
-}
-
-impl Ticket {
-    pub fn bucket_id(&self) -> u32 {
-        self.id
-    }
 }
 
 /// When one fragment's allreduce ran (comm thread clock).
@@ -141,9 +134,19 @@ pub(crate) enum Command {
 /// The elements of each fragment of an `n`-element bucket: equal parts of at most
 /// `fragment_bytes` (0 = one fragment). Always at least one fragment (empty for n = 0).
 pub fn fragments(n: usize, fragment_bytes: usize) -> Vec<Range<usize>> {
-    let per = (fragment_bytes / 4).max(1);
-    let k = if fragment_bytes == 0 { 1 } else { n.div_ceil(per).max(1) };
+    let k = fragment_count(n, fragment_bytes);
     (0..k).map(|j| crate::comm::allreduce::part(n, k, j)).collect()
+}
+
+fn fragment_count(n: usize, fragment_bytes: usize) -> usize {
+    if fragment_bytes == 0 { 1 } else { n.div_ceil((fragment_bytes / 4).max(1)).max(1) }
+}
+
+/// Bytes of the first (largest) fragment of a bucket of `bytes`: the message size that picks
+/// the bucket's algorithm.
+pub fn first_fragment_bytes(bytes: usize, fragment_bytes: usize) -> usize {
+    let n = bytes / 4;
+    crate::comm::allreduce::part(n, fragment_count(n, fragment_bytes), 0).len() * 4
 }
 
 /// How much longer than the stall timeout the training thread waits for a comm thread that
@@ -174,10 +177,9 @@ impl CommHandle {
     /// Queue a bucket; returns at once. Buckets are averaged in submission order.
     pub fn submit(&self, req: BucketRequest) -> Ticket {
         let (done, rx) = channel();
-        let id = req.id;
         // If the comm thread is gone the ticket's channel is closed and `wait` says so.
         let _ = self.tx.send(Command::Bucket { req, submitted: Instant::now(), done });
-        Ticket { id, done: rx }
+        Ticket { done: rx }
     }
 
     /// Block until the bucket is averaged.
@@ -247,8 +249,7 @@ impl CommHandle {
 
     /// The algorithm a bucket of `bytes` gets (chosen by its fragment size).
     pub fn algorithm_for(&self, bytes: usize) -> Algorithm {
-        let frag = fragments(bytes / 4, self.fragment_bytes)[0].len() * 4;
-        self.table.pick(frag)
+        self.table.pick(first_fragment_bytes(bytes, self.fragment_bytes))
     }
 
     /// (min_bytes, max_bytes inclusive, algorithm) by message (= fragment) size, for
@@ -261,11 +262,6 @@ impl CommHandle {
     /// `auto: rd below 8KiB, vhd (...) above [0B-8191B: rd, 8KiB-: vhd]`.
     pub fn selection_description(&self) -> String {
         format!("{} [{}]", self.policy_text, self.table.describe())
-    }
-
-    /// `--fragment-bytes` (0 = buckets are not cut).
-    pub fn fragment_bytes(&self) -> usize {
-        self.fragment_bytes
     }
 
     /// Time spent inside collectives, and their count, since start.

@@ -214,8 +214,3 @@ impl Drop for HostAlloc {
         unsafe { libc::munmap(self.map, self.map_len) };
     }
 }
-
-/// Where the emulator library is built (for the test that reports it).
-pub fn library_dir() -> PathBuf {
-    build_dir()
-}

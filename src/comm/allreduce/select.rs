@@ -166,8 +166,10 @@ impl RulesFile {
     pub fn ranges_for(&self, ranks: usize) -> anyhow::Result<Vec<(usize, usize, Algorithm)>> {
         let mut mine: Vec<&Rule> = self.rules.iter().filter(|r| r.ranks == ranks).collect();
         if mine.is_empty() {
-            let mut have: Vec<String> = self.rules.iter().map(|r| r.ranks.to_string()).collect();
-            have.dedup();
+            let mut counts: Vec<usize> = self.rules.iter().map(|r| r.ranks).collect();
+            counts.sort();
+            counts.dedup();
+            let have: Vec<String> = counts.iter().map(|c| c.to_string()).collect();
             bail!(
                 "{}: no rule for {ranks} ranks (the file has rules for {} ranks): run \
                  `tune-allreduce` with {ranks} ranks and add its lines",

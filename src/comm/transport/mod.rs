@@ -200,9 +200,3 @@ pub fn f32_bytes(x: &[f32]) -> &[u8] {
     // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
 }
-
-/// The bytes of a float slice, writable (every byte pattern is a valid f32).
-pub fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
-    // SAFETY: as above, and any 4 bytes form a valid f32, so writes cannot create bad values.
-    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), std::mem::size_of_val(x)) }
-}

@@ -1,8 +1,8 @@
 //! CUDA launchers for the pointwise activations (kernels/activation.cu).
 
 use super::Activation;
-use crate::backend::cuda::kernel_table::{DevPtr, Dims, cuda_kernels};
-use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_blocks};
+use crate::backend::cuda::kernel_table::{DevPtr, cuda_kernels};
+use crate::backend::cuda::{Cuda, Family, dptr, dptr_mut, elementwise_dims};
 use crate::backend::{View, ViewMut};
 
 cuda_kernels! {
@@ -16,7 +16,7 @@ pub fn forward(cu: &Cuda, act: Activation, x: ViewMut<Cuda>) {
     if act == Activation::None {
         return;
     }
-    let dims = Dims::linear(elementwise_blocks(cu, x.len), THREADS);
+    let dims = elementwise_dims(cu, x.len);
     launch::act_forward(cu, dims, dptr_mut(&x), x.len as i64, act.code());
 }
 
@@ -26,6 +26,6 @@ pub fn backward(cu: &Cuda, act: Activation, y: View<Cuda>, dy: ViewMut<Cuda>) {
     if act == Activation::None {
         return;
     }
-    let dims = Dims::linear(elementwise_blocks(cu, dy.len), THREADS);
+    let dims = elementwise_dims(cu, dy.len);
     launch::act_backward(cu, dims, dptr(y), dptr_mut(&dy), dy.len as i64, act.code());
 }

@@ -1,8 +1,8 @@
 //! CUDA launcher for the fused Adam step (kernels/adam.cu).
 
 use super::AdamStep;
-use crate::backend::cuda::kernel_table::{DevPtr, Dims, cuda_kernels};
-use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_blocks};
+use crate::backend::cuda::kernel_table::{DevPtr, cuda_kernels};
+use crate::backend::cuda::{Cuda, Family, dptr, dptr_mut, elementwise_dims};
 use crate::backend::{View, ViewMut};
 
 cuda_kernels! {
@@ -26,7 +26,7 @@ pub fn step(cu: &Cuda, h: &AdamStep, param: ViewMut<Cuda>, grad: View<Cuda>, m: 
     assert!(grad.len == n && m.len == n && v.len == n, "Adam lengths");
     launch::adam_step(
         cu,
-        Dims::linear(elementwise_blocks(cu, n), THREADS),
+        elementwise_dims(cu, n),
         dptr_mut(&param),
         dptr(grad),
         dptr_mut(&m),

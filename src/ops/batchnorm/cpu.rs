@@ -45,13 +45,9 @@ pub fn forward_apply(
         running[ch + c] = ((1.0 - m) * running[ch + c] as f64 + m * var * unbias) as f32;
     }
     let saved = &*saved;
-    y.par_chunks_mut(g.count.max(1)).zip(x.par_chunks(g.count.max(1))).enumerate().for_each(|(c, (yc, xc))| {
-        let (mean, invstd) = (saved[c], saved[ch + c]);
-        let scale = gamma[c] * invstd;
-        let shift = beta[c] - mean * scale;
-        for (o, &i) in yc.iter_mut().zip(xc) {
-            *o = act.apply(i * scale + shift);
-        }
+    normalize(g, x, act, y, |c| {
+        let scale = gamma[c] * saved[ch + c];
+        (scale, beta[c] - saved[c] * scale)
     });
 }
 
@@ -67,10 +63,17 @@ pub fn forward_eval(
     y: &mut [f32],
 ) {
     let ch = g.channels;
-    y.par_chunks_mut(g.count.max(1)).zip(x.par_chunks(g.count.max(1))).enumerate().for_each(|(c, (yc, xc))| {
+    normalize(g, x, act, y, |c| {
         let invstd = 1.0 / (running[ch + c] + g.eps).sqrt();
         let scale = gamma[c] * invstd;
-        let shift = beta[c] - running[c] * scale;
+        (scale, beta[c] - running[c] * scale)
+    });
+}
+
+/// y = act(x * scale + shift) per channel, with (scale, shift) = `affine(channel)`.
+fn normalize(g: &BnGeom, x: &[f32], act: Activation, y: &mut [f32], affine: impl Fn(usize) -> (f32, f32) + Sync) {
+    y.par_chunks_mut(g.count.max(1)).zip(x.par_chunks(g.count.max(1))).enumerate().for_each(|(c, (yc, xc))| {
+        let (scale, shift) = affine(c);
         for (o, &i) in yc.iter_mut().zip(xc) {
             *o = act.apply(i * scale + shift);
         }

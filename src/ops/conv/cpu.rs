@@ -146,15 +146,9 @@ fn col2im_add(g: &ConvGeom, taps: &[u32], col: &[f32], b0: usize, nb: usize, dx:
     });
 }
 
-fn check_lengths(g: &ConvGeom, x: usize, w: usize, y: usize) {
-    assert_eq!(x, g.x_len(), "conv input length for {g:?}");
-    assert_eq!(w, g.w_len(), "conv weight length for {g:?}");
-    assert_eq!(y, g.y_len(), "conv output length for {g:?}");
-}
-
 /// y [C_out, B, OH, OW] = conv(x [C_in, B, H, W], w [C_out, C_in, k, k]).
 pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
-    check_lengths(g, x.len(), w.len(), y.len());
+    g.check_lengths(x.len(), w.len(), y.len());
     let (rows, pix, y_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
     let taps = tap_table(g);
@@ -182,7 +176,7 @@ pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
 
 /// dx [C_in, B, H, W] = conv_transpose(dy [C_out, B, OH, OW], w): col = w^T dy, then col2im.
 pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
-    check_lengths(g, dx.len(), w.len(), dy.len());
+    g.check_lengths(dx.len(), w.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
     let taps = tap_table(g);
@@ -202,7 +196,7 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
 /// dw [C_out, C_in, k, k] (+)= dy [C_out, B*OH*OW] * im2col(x)^T, summed over the batch in
 /// chunk order.
 pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accumulate: bool) {
-    check_lengths(g, x.len(), dw.len(), dy.len());
+    g.check_lengths(x.len(), dw.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
     let taps = tap_table(g);

@@ -4,7 +4,7 @@
 
 use super::ConvGeom;
 use crate::backend::cuda::kernel_table::{DevPtr, Dims, FastDiv, cuda_kernels, device_struct};
-use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_blocks};
+use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_dims};
 use crate::backend::{View, ViewMut};
 
 device_struct! {
@@ -300,29 +300,15 @@ fn run(cu: &Cuda, g: &ConvGeom, p: &GemmPlan, a: DevPtr, b: DevPtr, c: DevPtr, a
         let ws = cu.workspace(p.workspace_floats());
         launch(cu, dims, params, a, b, ws);
         let mn = p.m * p.n;
-        launch::conv_splitk_reduce(
-            cu,
-            Dims::linear(elementwise_blocks(cu, mn), THREADS),
-            ws,
-            c,
-            mn as i64,
-            p.splits as i32,
-            accumulate as i32,
-        );
+        launch::conv_splitk_reduce(cu, elementwise_dims(cu, mn), ws, c, mn as i64, p.splits as i32, accumulate as i32);
     } else {
         launch(cu, dims, params, a, b, c);
     }
 }
 
-fn check_lengths(g: &ConvGeom, x: usize, w: usize, y: usize) {
-    assert_eq!(x, g.x_len(), "conv input length for {g:?}");
-    assert_eq!(w, g.w_len(), "conv weight length for {g:?}");
-    assert_eq!(y, g.y_len(), "conv output length for {g:?}");
-}
-
 /// y [C_out, B, OH, OW] = conv(x [C_in, B, H, W], w [C_out, C_in, k, k]).
 pub fn forward(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, w: View<Cuda>, y: ViewMut<Cuda>) {
-    check_lengths(g, x.len, w.len, y.len);
+    g.check_lengths(x.len, w.len, y.len);
     let p = plan(g, Direction::Forward, cu.sm_count());
     run(cu, g, &p, dptr(w), dptr(x), dptr_mut(&y), false);
 }
@@ -330,7 +316,7 @@ pub fn forward(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, w: View<Cuda>, y: ViewMut
 /// dx [C_in, B, H, W] = conv_transpose(dy [C_out, B, OH, OW], w): also ConvTranspose2d's
 /// forward.
 pub fn backward_data(cu: &Cuda, g: &ConvGeom, dy: View<Cuda>, w: View<Cuda>, dx: ViewMut<Cuda>) {
-    check_lengths(g, dx.len, w.len, dy.len);
+    g.check_lengths(dx.len, w.len, dy.len);
     let dir = if is_dense(g) { Direction::BackwardDataDense } else { Direction::BackwardData };
     let p = plan(g, dir, cu.sm_count());
     run(cu, g, &p, dptr(w), dptr(dy), dptr_mut(&dx), false);
@@ -338,7 +324,7 @@ pub fn backward_data(cu: &Cuda, g: &ConvGeom, dy: View<Cuda>, w: View<Cuda>, dx:
 
 /// dw [C_out, C_in, k, k] (+)= dy * im2col(x)^T summed over the batch.
 pub fn backward_weight(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, dy: View<Cuda>, dw: ViewMut<Cuda>, accumulate: bool) {
-    check_lengths(g, x.len, dw.len, dy.len);
+    g.check_lengths(x.len, dw.len, dy.len);
     let p = plan(g, Direction::BackwardWeight, cu.sm_count());
     run(cu, g, &p, dptr(dy), dptr(x), dptr_mut(&dw), accumulate);
 }

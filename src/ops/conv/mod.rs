@@ -104,9 +104,12 @@ impl ConvGeom {
     pub fn macs(&self) -> u64 {
         (self.c_out * self.col_rows() * self.batch * self.out_pixels()) as u64
     }
-    /// The same layer for another batch size.
-    pub fn with_batch(&self, batch: usize) -> Self {
-        ConvGeom { batch, ..*self }
+    /// Panics unless the input, weight and output lengths fit this geometry (the CPU and
+    /// CUDA sides both check before touching memory).
+    pub fn check_lengths(&self, x: usize, w: usize, y: usize) {
+        assert_eq!(x, self.x_len(), "conv input length for {self:?}");
+        assert_eq!(w, self.w_len(), "conv weight length for {self:?}");
+        assert_eq!(y, self.y_len(), "conv output length for {self:?}");
     }
 }
 
