@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the system packages dcgan-train needs, only those missing (Debian/Ubuntu, as root
 # or with sudo): Open MPI and libclang (the mpi crate's bindings), the Fashion-MNIST package,
-# pkg-config. Safe to run again: it does nothing when everything is there.
+# pkg-config, iproute2 (ip and tc, for the emulated cluster). Safe to run again: it does nothing when everything is there.
 set -euo pipefail
 
-packages=(openmpi-bin libopenmpi-dev libclang-dev pkg-config dataset-fashion-mnist)
+packages=(openmpi-bin libopenmpi-dev libclang-dev pkg-config dataset-fashion-mnist iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
