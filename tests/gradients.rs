@@ -29,10 +29,13 @@ fn vm(b: &mut Vec<f32>) -> ViewMut<'_, Cpu> {
     ViewMut::whole(b)
 }
 
-/// Geometries covering stride 1 and 2, padding 0 and 1, odd sizes, and several channels.
+/// Geometries covering stride 1, 2 and 3, padding 0, 1 and 2, odd and non-square sizes,
+/// several channels, and both layouts of the CPU column matrix (kernel wider than the output
+/// or not).
 fn geometries() -> Vec<ConvGeom> {
     vec![
         ConvGeom::conv(2, 3, 6, 6, 4, 3, 1, 1).unwrap(),
+        ConvGeom::conv(2, 2, 9, 8, 3, 3, 3, 2).unwrap(),
         ConvGeom::conv(3, 2, 7, 5, 3, 4, 2, 1).unwrap(),
         ConvGeom::conv(2, 4, 5, 5, 2, 5, 1, 0).unwrap(),
         ConvGeom::transposed(2, 3, 3, 3, 2, 4, 2, 1).unwrap(),
