@@ -15,8 +15,20 @@ impl Mpi {
         p.min(len).max(1)
     }
 
-    /// Post the sends of `buf[r]` cut as `piece_len` says. Every message is cut this way,
-    /// whatever the receiver does with it, so both sides agree on the pieces.
+    /// One request per piece of `r`, cut as `piece_len` says, each from `post(piece)`.
+    /// Sends and receives are both cut here, so both sides agree on the pieces whatever the
+    /// receiver does with them.
+    fn post_pieces(
+        &self,
+        r: &Range<usize>,
+        reqs: &mut Vec<ffi::MPI_Request>,
+        mut post: impl FnMut(Range<usize>) -> ffi::MPI_Request,
+    ) {
+        let step = self.piece_len(r.len());
+        reqs.extend((0..r.len().div_ceil(step)).map(|i| post(nth_piece(r, step, i))));
+    }
+
+    /// Post the sends of `buf[r]`, piece by piece.
     ///
     /// # Safety
     /// `base[r]` must stay valid and unmodified until the requests complete.
@@ -29,17 +41,11 @@ impl Mpi {
         reqs: &mut Vec<ffi::MPI_Request>,
     ) {
         let float = unsafe { ffi::RSMPI_FLOAT };
-        let step = self.piece_len(r.len());
-        let mut s = r.start;
-        while s < r.end {
-            let e = (s + step).min(r.end);
-            // SAFETY: inside base[r], which the caller keeps alive.
-            reqs.push(unsafe { self.isend_raw(base.add(s).cast(), e - s, float, to, tag) });
-            s = e;
-        }
+        // SAFETY: every piece lies inside base[r], which the caller keeps alive.
+        self.post_pieces(r, reqs, |p| unsafe { self.isend_raw(base.add(p.start).cast(), p.len(), float, to, tag) });
     }
 
-    /// Post receives straight into `buf[r]`, chunked as `post_sends` cuts the message.
+    /// Post receives straight into `buf[r]`, piece by piece.
     ///
     /// # Safety
     /// `base[r]` must stay valid and untouched until the requests complete.
@@ -52,14 +58,8 @@ impl Mpi {
         reqs: &mut Vec<ffi::MPI_Request>,
     ) {
         let float = unsafe { ffi::RSMPI_FLOAT };
-        let step = self.piece_len(r.len());
-        let mut s = r.start;
-        while s < r.end {
-            let e = (s + step).min(r.end);
-            // SAFETY: inside base[r], which the caller keeps alive.
-            reqs.push(unsafe { self.irecv_raw(base.add(s).cast(), e - s, float, from, tag) });
-            s = e;
-        }
+        // SAFETY: every piece lies inside base[r], which the caller keeps alive.
+        self.post_pieces(r, reqs, |p| unsafe { self.irecv_raw(base.add(p.start).cast(), p.len(), float, from, tag) });
     }
 
     /// The reduction case of `exchange`, pipelined in chunks through scratch slots.
@@ -90,10 +90,7 @@ impl Mpi {
         }
         let base = buf.as_mut_ptr();
         let slots = self.scratch.as_mut_ptr();
-        let piece = |i: usize| -> Range<usize> {
-            let s = rr.start + i * chunk;
-            s..(s + chunk).min(rr.end)
-        };
+        let piece = |i: usize| nth_piece(&rr, chunk, i);
         // Receives first (an expected message is cheaper to take), then every send.
         let mut recvs = std::mem::take(&mut self.recvs);
         recvs.clear();
@@ -199,4 +196,10 @@ impl Mpi {
             Some((from, rr, how)) => self.exchange_reduce(buf, send, from, rr, how, tag),
         }
     }
+}
+
+/// Piece i of `r` cut into pieces of `step` floats (the last one shorter).
+fn nth_piece(r: &Range<usize>, step: usize, i: usize) -> Range<usize> {
+    let s = r.start + i * step;
+    s..(s + step).min(r.end)
 }

@@ -106,15 +106,14 @@ impl Mpi {
         req
     }
 
-    /// Test `reqs` until all are complete, or the policy says stop.
-    pub(super) fn wait_all(&mut self, reqs: &mut [ffi::MPI_Request], peer: usize) -> Result<(), CommError> {
+    /// Call `test` until it returns a value, ticking the wait clock in between: status
+    /// requests are served while this rank waits on `peer`, and the policy's limit becomes
+    /// an error naming it. Every wait of this transport goes through here.
+    fn poll_until<T>(&mut self, peer: usize, mut test: impl FnMut() -> Option<T>) -> Result<T, CommError> {
         let mut clock = WaitClock::new();
         loop {
-            let mut flag: c_int = 0;
-            // SAFETY: valid request handles; completed ones become MPI_REQUEST_NULL.
-            unsafe { ffi::MPI_Testall(reqs.len() as c_int, reqs.as_mut_ptr(), &mut flag, ffi::RSMPI_STATUSES_IGNORE) };
-            if flag != 0 {
-                return Ok(());
+            if let Some(done) = test() {
+                return Ok(done);
             }
             match clock.tick(&self.policy, peer) {
                 Tick::Poll => {}
@@ -127,31 +126,30 @@ impl Mpi {
         }
     }
 
-    /// Test one request, returning its status.
+    /// Test `reqs` until all are complete, or the policy says stop.
+    pub(super) fn wait_all(&mut self, reqs: &mut [ffi::MPI_Request], peer: usize) -> Result<(), CommError> {
+        self.poll_until(peer, || {
+            let mut flag: c_int = 0;
+            // SAFETY: valid request handles; completed ones become MPI_REQUEST_NULL.
+            unsafe { ffi::MPI_Testall(reqs.len() as c_int, reqs.as_mut_ptr(), &mut flag, ffi::RSMPI_STATUSES_IGNORE) };
+            (flag != 0).then_some(())
+        })
+    }
+
+    /// Test one request until it completes, returning its status.
     pub(super) fn wait_status(
         &mut self,
         req: &mut ffi::MPI_Request,
         peer: usize,
     ) -> Result<ffi::MPI_Status, CommError> {
-        let mut clock = WaitClock::new();
-        loop {
+        self.poll_until(peer, || {
             let mut flag: c_int = 0;
             // SAFETY: an all-zero MPI_Status is a valid value to be overwritten.
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
             // SAFETY: valid request handle.
             unsafe { ffi::MPI_Test(req, &mut flag, &mut status) };
-            if flag != 0 {
-                return Ok(status);
-            }
-            match clock.tick(&self.policy, peer) {
-                Tick::Poll => {}
-                Tick::Serve => {
-                    self.activity.waiting_on = Some(peer);
-                    self.serve_status();
-                }
-                Tick::Fail(e) => return Err(e),
-            }
-        }
+            (flag != 0).then_some(status)
+        })
     }
 
     pub(super) fn received_bytes(status: &ffi::MPI_Status) -> usize {
@@ -198,24 +196,14 @@ impl Transport for Mpi {
 
     fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError> {
         let src = self.check_peer(from)?;
-        let mut clock = WaitClock::new();
-        let len = loop {
+        let comm = self.comm;
+        let len = self.poll_until(from, || {
             let mut flag: c_int = 0;
             // SAFETY: zeroed status is valid to overwrite; valid communicator.
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            unsafe { ffi::MPI_Iprobe(src, tag, self.comm, &mut flag, &mut status) };
-            if flag != 0 {
-                break Self::received_bytes(&status);
-            }
-            match clock.tick(&self.policy, from) {
-                Tick::Poll => {}
-                Tick::Serve => {
-                    self.activity.waiting_on = Some(from);
-                    self.serve_status();
-                }
-                Tick::Fail(e) => return Err(e),
-            }
-        };
+            unsafe { ffi::MPI_Iprobe(src, tag, comm, &mut flag, &mut status) };
+            (flag != 0).then(|| Self::received_bytes(&status))
+        })?;
         let mut buf = vec![0u8; len];
         self.recv(from, tag, &mut buf)?;
         Ok(buf)
