@@ -30,8 +30,7 @@ fn vm(b: &mut Vec<f32>) -> ViewMut<'_, Cpu> {
 }
 
 /// Geometries covering stride 1, 2 and 3, padding 0, 1 and 2, odd and non-square sizes,
-/// several channels, and both layouts of the CPU column matrix (kernel wider than the output
-/// or not).
+/// several channels, and kernels wider than their output.
 fn geometries() -> Vec<ConvGeom> {
     vec![
         ConvGeom::conv(2, 3, 6, 6, 4, 3, 1, 1).unwrap(),
