@@ -37,6 +37,8 @@ fn geometries() -> Vec<ConvGeom> {
         ConvGeom::conv(2, 2, 9, 8, 3, 3, 3, 2).unwrap(),
         ConvGeom::conv(3, 2, 7, 5, 3, 4, 2, 1).unwrap(),
         ConvGeom::conv(2, 4, 5, 5, 2, 5, 1, 0).unwrap(),
+        // Padding 2 > kernel 2 - 1: output rows and columns 0 and 5 see only the padding.
+        ConvGeom::conv(2, 2, 3, 3, 2, 2, 1, 2).unwrap(),
         ConvGeom::transposed(2, 3, 3, 3, 2, 4, 2, 1).unwrap(),
     ]
 }
