@@ -7,7 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn config(fragment_bytes: usize, stall: Duration) -> CommConfig {
-    CommConfig { policy: Policy::Threshold(1024), fragment_bytes, stall_timeout: stall, abort_on_failure: false }
+    CommConfig {
+        policy: Policy::Threshold(1024),
+        fragment_bytes,
+        stall_timeout: stall,
+        abort_on_failure: false,
+        wire: Default::default(),
+    }
 }
 
 /// Run `f(rank, handle)` on one thread per rank; returns the results in rank order.

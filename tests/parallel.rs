@@ -102,6 +102,32 @@ fn replicas_stay_identical_for_every_allreduce() {
             assert!(o.status.success(), "{ranks} ranks, --allreduce {algo}:\n{}", stderr(&o));
         }
     }
+    // --wire bf16 rounds what travels; the replicas must still hold the same bits (3 ranks:
+    // the folded rank counts of rd and vhd; 4: the power-of-two paths).
+    for ranks in [3, 4] {
+        for algo in ["tree", "rd", "vhd", "ring"] {
+            let out = tmp.path().join(format!("{ranks}-{algo}-bf16"));
+            let args = [
+                "--data",
+                "synthetic:256",
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "6",
+                "--check-consistency",
+                "3",
+                "--allreduce",
+                algo,
+                "--wire",
+                "bf16",
+                "--no-progress",
+                "--out",
+                path(&out),
+            ];
+            let o = mpirun(ranks, &args, 300);
+            assert!(o.status.success(), "{ranks} ranks, --allreduce {algo} --wire bf16:\n{}", stderr(&o));
+        }
+    }
     let out = tmp.path().join("drift");
     let args = [
         "--data",

@@ -41,6 +41,36 @@ impl AllreduceChoice {
     }
 }
 
+/// `--wire`: how gradient values travel between ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    /// Exact: 4 bytes per value.
+    #[default]
+    F32,
+    /// bfloat16, 2 bytes per value: half the bytes on slow links, each value rounded to 8
+    /// significant bits before it travels (sums stay f32; every rank keeps identical bits).
+    Bf16,
+}
+
+impl Wire {
+    /// Bytes one gradient value takes on the wire.
+    pub fn bytes_per_value(self) -> usize {
+        match self {
+            Wire::F32 => 4,
+            Wire::Bf16 => 2,
+        }
+    }
+
+    /// For commands that time or tune exact f32 messages: an error for anything else.
+    pub fn require_f32(self, command: &str) -> anyhow::Result<()> {
+        if self != Wire::F32 {
+            anyhow::bail!("{command} times exact f32 messages; --wire bf16 applies to train: drop --wire bf16");
+        }
+        Ok(())
+    }
+}
+
 /// Default of `--allreduce-threshold` (the rd/vhd crossover measured at N = 2, see README).
 pub const DEFAULT_THRESHOLD: &str = "8KiB";
 pub const DEFAULT_FRAGMENT: &str = "1MiB";
@@ -69,6 +99,10 @@ pub struct CommArgs {
     /// ranks have not arrived (e.g. 60s, 500ms, 5m; 0 = never).
     #[arg(long, value_parser = parse_duration, default_value = DEFAULT_STALL)]
     pub stall_timeout: Duration,
+    /// How gradients travel between ranks: f32 (exact) or bf16 (half the bytes, like
+    /// Horovod's fp16 compression; for slow links). Applies to the hand-written algorithms.
+    #[arg(long, value_enum, default_value_t = Wire::F32)]
+    pub wire: Wire,
 }
 
 impl Default for CommArgs {
@@ -79,6 +113,7 @@ impl Default for CommArgs {
             allreduce_tuning: None,
             fragment_bytes: parse_fragment_bytes(DEFAULT_FRAGMENT).expect("valid default"),
             stall_timeout: parse_duration(DEFAULT_STALL).expect("valid default"),
+            wire: Wire::F32,
         }
     }
 }

@@ -251,6 +251,7 @@ pub fn format_row(r: &Row) -> String {
 }
 
 pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
+    args.comm.wire.require_f32("bench-allreduce")?;
     if args.via_engine {
         let (rows, rank) = crate::comm::bench_engine::run(&args)?;
         return finish_rows(args.json.as_deref(), args.check, rows, rank == 0);

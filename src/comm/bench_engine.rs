@@ -48,6 +48,7 @@ pub fn run(args: &BenchAllreduceArgs) -> anyhow::Result<(Vec<Row>, usize)> {
                 data,
                 before_fragment: None,
                 after_fragment: None,
+                exact: true,
             };
             let t0 = Instant::now();
             let done = comm.wait(comm.submit(req))?;

@@ -45,12 +45,27 @@ pub struct BucketRequest {
     /// Called on the comm thread after fragment [range] is reduced (the CUDA path starts the
     /// host-to-device copy of that fragment there).
     pub after_fragment: Option<FragmentHook>,
+    /// Travels as f32 whatever `--wire` says (the per-step metrics: losses are reported, not
+    /// trained on, so they keep every bit).
+    pub exact: bool,
 }
 
 impl BucketRequest {
     /// A bucket with no fragment hooks.
     pub fn new(id: u32, label: impl Into<String>, data: impl HostData + 'static) -> Self {
-        BucketRequest { id, label: label.into(), data: Box::new(data), before_fragment: None, after_fragment: None }
+        BucketRequest {
+            id,
+            label: label.into(),
+            data: Box::new(data),
+            before_fragment: None,
+            after_fragment: None,
+            exact: false,
+        }
+    }
+
+    /// The same bucket, sent as f32 even under `--wire bf16`.
+    pub fn exact(self) -> Self {
+        BucketRequest { exact: true, ..self }
     }
 }
 

@@ -20,7 +20,7 @@ mod worker;
 pub use allreduce::Algorithm;
 pub use engine::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
 
-use crate::cli::comm::{AllreduceChoice, CommArgs};
+use crate::cli::comm::{AllreduceChoice, CommArgs, Wire};
 use allreduce::select::{Policy, RulesFile};
 use anyhow::{Context, anyhow};
 use engine::Shared;
@@ -93,6 +93,8 @@ pub struct CommConfig {
     /// End the job when a collective fails (true in the program; tests set false to see the
     /// error as a `Result`).
     pub abort_on_failure: bool,
+    /// How gradient buckets travel (bf16: through `transport::bf16_wire`).
+    pub wire: Wire,
 }
 
 impl Default for CommConfig {
@@ -112,11 +114,17 @@ impl CommConfig {
             ),
             (fixed, None) => Policy::Fixed(fixed.algorithm().expect("not auto")),
         };
+        if a.wire == Wire::Bf16 && a.allreduce == AllreduceChoice::Mpi {
+            anyhow::bail!(
+                "--wire bf16 compresses the hand-written algorithms, not MPI_Allreduce: drop --allreduce mpi or --wire bf16"
+            );
+        }
         Ok(CommConfig {
             policy,
             fragment_bytes: a.fragment_bytes,
             stall_timeout: a.stall_timeout,
             abort_on_failure: true,
+            wire: a.wire,
         })
     }
 }
@@ -208,6 +216,8 @@ fn spawn(
                 fragment_bytes: cfg.fragment_bytes,
                 stall_timeout: cfg.stall_timeout,
                 abort_on_failure: cfg.abort_on_failure,
+                wire: cfg.wire,
+                bf16_stage: Default::default(),
                 shared: thread_shared,
                 failed: None,
             }

@@ -51,6 +51,7 @@ pub fn rules_from_scores(sizes: &[usize], algos: &[Algorithm], scores: &[Vec<f64
 }
 
 pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
+    args.comm.wire.require_f32("tune-allreduce")?;
     let cfg = CommConfig::from_args(&args.comm)?;
     let mut sizes = if args.sizes.is_empty() { default_tune_sizes() } else { args.sizes.clone() };
     sizes.sort();

@@ -2,11 +2,13 @@
 //! fragment by fragment and the blocking helpers on the transport, answers status queries when
 //! idle, and ends the job when a collective fails or stalls.
 
+use crate::cli::comm::Wire;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean};
 use crate::comm::engine::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
 use crate::comm::helpers;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
+use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::{CommError, TAG_HELPER, TAG_RESERVED, Tag, Transport, f32_bytes};
 use anyhow::{anyhow, bail};
 use std::sync::Arc;
@@ -27,6 +29,9 @@ pub(crate) struct Worker {
     pub shared: Arc<Shared>,
     /// Set after a failure when not aborting: every later command fails with it.
     pub failed: Option<String>,
+    /// How gradient buckets travel; the helper collectives always go as f32.
+    pub wire: Wire,
+    pub bf16_stage: Bf16Stage,
 }
 
 impl Worker {
@@ -130,7 +135,13 @@ impl Worker {
                 hook(f.clone());
             }
             let start = Instant::now();
-            let r = allreduce_mean(&mut *self.t, algorithm, &mut data[f.clone()], tag);
+            let r = match if req.exact { Wire::F32 } else { self.wire } {
+                Wire::F32 => allreduce_mean(&mut *self.t, algorithm, &mut data[f.clone()], tag),
+                Wire::Bf16 => {
+                    let mut t = Bf16Wire::new(&mut *self.t, &mut self.bf16_stage);
+                    allreduce_mean(&mut t, algorithm, &mut data[f.clone()], tag)
+                }
+            };
             let end = Instant::now();
             if let Err(e) = r {
                 return Err(self.fail(e));
@@ -141,7 +152,7 @@ impl Worker {
                 hook(f.clone());
             }
         }
-        self.end(busy, n * 4);
+        self.end(busy, n * if req.exact { 4 } else { self.wire.bytes_per_value() });
         Ok(BucketDone {
             id: req.id,
             data: req.data,

@@ -106,6 +106,7 @@ impl<B: Backend> CommExchange<B> {
                 }
             })),
             after_fragment: None,
+            exact: false,
         });
         nb.in_flight.push((b, ticket, tl.step));
     }
@@ -180,7 +181,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn start_metrics(&mut self, values: &[f32]) {
-        self.metrics = Some(self.comm.submit(BucketRequest::new(METRICS_ID, "metrics", values.to_vec())));
+        self.metrics = Some(self.comm.submit(BucketRequest::new(METRICS_ID, "metrics", values.to_vec()).exact()));
     }
 
     fn finish_metrics(&mut self, out: &mut [f32]) {

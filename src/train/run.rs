@@ -205,6 +205,11 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         if p.no_exchange && world.size > 1 {
             eprintln!("--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart");
         }
+        if args.comm.wire == crate::cli::comm::Wire::Bf16 && world.size > 1 && !p.no_exchange {
+            eprintln!(
+                "--wire bf16: gradients travel as bfloat16 (half the bytes; each value rounded to 8 significant bits)"
+            );
+        }
     }
 
     let mut facts = RunFacts::default();

@@ -118,6 +118,8 @@ pub fn build_summary<B: Backend>(
             "exposed_comm_ms_per_step": exposed_ms,
             "hidden_comm_fraction": if comm_ms > 0.0 { 1.0 - exposed_ms / comm_ms } else { 0.0 },
             "bytes_per_step": ex.bytes as f64 / steps,
+            "wire": args.comm.wire,
+            "wire_bytes_per_step": (ex.bytes as f64 / steps) * args.comm.wire.bytes_per_value() as f64 / 4.0,
             "buckets": buckets,
             "algorithm_by_size": table,
             "sync_bn": args.parallel.sync_bn,

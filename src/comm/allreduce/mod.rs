@@ -94,14 +94,16 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
     }
     let s = inv_ranks(p);
     match algo {
-        Algorithm::Tree => tree::allreduce(t, data, tag, s),
-        Algorithm::Rd => recursive_doubling::allreduce(t, data, tag, s),
-        Algorithm::Vhd => vector_halving::allreduce(t, data, tag, s),
-        Algorithm::Ring => ring::allreduce(t, data, tag, s),
+        Algorithm::Tree => tree::allreduce(t, data, tag, s)?,
+        Algorithm::Rd => recursive_doubling::allreduce(t, data, tag, s)?,
+        Algorithm::Vhd => vector_halving::allreduce(t, data, tag, s)?,
+        Algorithm::Ring => ring::allreduce(t, data, tag, s)?,
         Algorithm::Mpi => {
             t.native_allreduce_sum(data)?;
             reduce::scale(data, s);
-            Ok(())
+            return Ok(());
         }
     }
+    t.settle(data);
+    Ok(())
 }

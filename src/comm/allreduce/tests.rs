@@ -137,3 +137,68 @@ fn back_to_back_collectives_with_different_tags_do_not_mix() {
         }
     }
 }
+
+/// `on_ranks` with every rank's transport sending bf16 (`--wire bf16`).
+fn on_bf16_ranks<R: Send>(n: usize, f: impl Fn(&mut dyn Transport) -> R + Sync) -> Vec<R> {
+    use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
+    on_ranks(n, |t| f(&mut Bf16Wire::new(t, &mut Bf16Stage::default())))
+}
+
+#[test]
+fn bf16_wire_keeps_ranks_identical_and_stays_within_its_rounding_bound() {
+    // Values with every mantissa bit in use, so that the rounding is real.
+    let x = |r: usize, i: usize| (i as f32 * 0.731 + r as f32 * 2.3).sin() * (1.0 + (i % 7) as f32);
+    for p in [2usize, 3, 4, 5, 8] {
+        for algo in [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring] {
+            for len in [1usize, 7, p + 1, 20_011] {
+                let got = on_bf16_ranks(p, |t| {
+                    let mut v: Vec<f32> = (0..len).map(|i| x(t.rank(), i)).collect();
+                    allreduce_mean(t, algo, &mut v, 3).expect("allreduce");
+                    v
+                });
+                for r in 1..p {
+                    assert!(
+                        got[r].iter().zip(&got[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{algo} p={p} len={len}: rank {r} differs from rank 0"
+                    );
+                }
+                // Each send rounds a partial sum of at most sum|x| by at most 2^-8 of it, and
+                // a value is sent at most p times on its way (ring: p-1, then the allgather).
+                let mut rounded = false;
+                for (i, &v) in got[0].iter().enumerate() {
+                    let exact: f64 = (0..p).map(|r| x(r, i) as f64).sum::<f64>() / p as f64;
+                    let scale: f64 = (0..p).map(|r| (x(r, i) as f64).abs()).sum::<f64>() / p as f64;
+                    let err = (v as f64 - exact).abs();
+                    assert!(err <= p as f64 * scale / 256.0 + 1e-6, "{algo} p={p} i={i}: {v} vs {exact}");
+                    rounded |= err > 1e-5 * scale;
+                }
+                assert!(rounded || len < 7, "{algo} p={p} len={len}: no value was rounded, so nothing went as bf16");
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_wire_sends_two_bytes_per_value_and_the_sender_keeps_what_it_sent() {
+    use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
+    let sent: Vec<f32> = (0..1001).map(|i| 1.0 + i as f32 * 1e-3).collect();
+    let [mut t0, mut t1]: [Local; 2] = Local::group(2).try_into().ok().unwrap();
+    let got: [Vec<f32>; 2] = std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            let mut v = sent.clone();
+            let n = v.len();
+            Bf16Wire::new(&mut t0, &mut Bf16Stage::default()).exchange(&mut v, Some((1, 0..n)), None, 4).unwrap();
+            v
+        });
+        // The raw message under the wrapper: bf16 bits, decoded here by hand.
+        let raw = t1.recv_vec(0, 4).unwrap();
+        let received =
+            raw.chunks_exact(2).map(|b| f32::from_bits((u16::from_ne_bytes([b[0], b[1]]) as u32) << 16)).collect();
+        [sender.join().unwrap(), received]
+    });
+    assert_eq!(got[1].len(), sent.len(), "the message holds 2 bytes per value");
+    assert_eq!(got[0], got[1], "the sender keeps exactly the values that travelled");
+    assert!(got[0].iter().zip(&sent).any(|(a, b)| a != b), "the values were rounded to bf16");
+    // Round to nearest: within half a bf16 unit (2^-8 relative) of the original.
+    assert!(got[0].iter().zip(&sent).all(|(a, b)| ((a - b) / b).abs() <= 1.0 / 256.0));
+}

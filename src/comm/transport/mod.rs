@@ -2,6 +2,7 @@
 //! algorithm is written against, with two implementations: `Mpi` (rsmpi, under mpiexec) and
 //! `Local` (threads and channels in one process, for tests at any rank count).
 
+pub mod bf16_wire;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -179,6 +180,11 @@ pub trait Transport {
         recv: Option<(usize, Range<usize>, Combine)>,
         tag: Tag,
     ) -> Result<(), CommError>;
+
+    /// Called by every hand-written allreduce on its averaged result: a wire format that
+    /// rounds what travels rounds the result here too, so that ranks whose copy travelled and
+    /// ranks whose copy did not hold the same bits. Exact transports leave it as it is.
+    fn settle(&mut self, _data: &mut [f32]) {}
 
     /// The library's own sum-allreduce (MPI_Allreduce), the baseline `mpi` algorithm.
     fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError>;
