@@ -127,6 +127,7 @@ impl Worker {
             n * 4,
             frags.len()
         ))?;
+        let wire = if req.exact { Wire::F32 } else { self.wire };
         let data = req.data.as_mut_slice();
         let mut fragment_times = Vec::with_capacity(frags.len());
         let mut busy = Duration::ZERO;
@@ -135,7 +136,7 @@ impl Worker {
                 hook(f.clone());
             }
             let start = Instant::now();
-            let r = match if req.exact { Wire::F32 } else { self.wire } {
+            let r = match wire {
                 Wire::F32 => allreduce_mean(&mut *self.t, algorithm, &mut data[f.clone()], tag),
                 Wire::Bf16 => {
                     let mut t = Bf16Wire::new(&mut *self.t, &mut self.bf16_stage);
@@ -152,7 +153,7 @@ impl Worker {
                 hook(f.clone());
             }
         }
-        self.end(busy, n * if req.exact { 4 } else { self.wire.bytes_per_value() });
+        self.end(busy, n * wire.bytes_per_value());
         Ok(BucketDone {
             id: req.id,
             data: req.data,

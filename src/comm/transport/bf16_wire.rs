@@ -11,6 +11,7 @@
 //! rounded (8 significant bits, relative error at most 2^-8 per send).
 
 use super::{Activity, Combine, CommError, StatusReply, Tag, Transport, WaitPolicy};
+use crate::comm::reduce::combine_values;
 use half::bf16;
 use std::ops::Range;
 use std::time::Duration;
@@ -36,7 +37,7 @@ impl<'a> Bf16Wire<'a> {
 }
 
 /// Round `x` to bf16 in place (to nearest, ties to even).
-pub fn round_in_place(x: &mut [f32]) {
+fn round_in_place(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32());
 }
 
@@ -52,13 +53,7 @@ fn round_and_encode(x: &mut [f32], out: &mut Vec<u16>) {
 
 /// `dst = combine(dst, decode(src))`.
 fn decode_combine(dst: &mut [f32], src: &[u16], how: Combine) {
-    assert_eq!(dst.len(), src.len(), "bf16 wire: length mismatch");
-    let vals = src.iter().map(|&b| bf16::from_bits(b).to_f32());
-    match how {
-        Combine::Copy => dst.iter_mut().zip(vals).for_each(|(d, v)| *d = v),
-        Combine::Add => dst.iter_mut().zip(vals).for_each(|(d, v)| *d += v),
-        Combine::AddScale(s) => dst.iter_mut().zip(vals).for_each(|(d, v)| *d = (*d + v) * s),
-    }
+    combine_values(dst, src.iter().map(|&b| bf16::from_bits(b).to_f32()), how);
 }
 
 fn bytes(x: &[u16]) -> &[u8] {
