@@ -47,6 +47,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) bn_finalize(const double* 
   out[channels + c] = (float)b;
 }
 
+// x * scale + shift rounded twice, as the CPU backend computes it, not as one fused
+// multiply-add: when a channel's variance is tiny (one element per channel) the two terms
+// cancel, and a fused and an unfused result then differ by far more than 1e-4 of y.
+__device__ __forceinline__ float affine_rn(float x, float scale, float shift) {
+  return __fadd_rn(__fmul_rn(x, scale), shift);
+}
+
 // Normalize with the batch statistics (sum, sum of squares over stats_count elements), apply
 // gamma/beta and the activation. Block (0, c) also writes saved [2C] = (mean, 1/std) and updates
 // running [2C] = (mean, var) with the unbiased variance, exactly as forward_apply on the CPU.
@@ -69,11 +76,11 @@ bn_apply(const float* __restrict__ x, const float* __restrict__ stats, double st
     running[channels + c] = (float)((1.0 - m) * (double)running[channels + c] + m * var * unbias);
   }
   const float scale = gamma[c] * invstd_f;
-  const float shift = beta[c] - mean_f * scale;
+  const float shift = __fsub_rn(beta[c], __fmul_rn(mean_f, scale));
   const long long base = (long long)c * count;
   const int end = imin(count, (blockIdx.x + 1) * chunk);
   for (int i = blockIdx.x * chunk + threadIdx.x; i < end; i += blockDim.x) {
-    y[base + i] = act_apply(act, x[base + i] * scale + shift);
+    y[base + i] = act_apply(act, affine_rn(x[base + i], scale, shift));
   }
 }
 
@@ -85,11 +92,11 @@ bn_eval(const float* __restrict__ x, const float* __restrict__ gamma,
   const int c = blockIdx.y;
   const float invstd = 1.0f / sqrtf(running[channels + c] + eps);
   const float scale = gamma[c] * invstd;
-  const float shift = beta[c] - running[c] * scale;
+  const float shift = __fsub_rn(beta[c], __fmul_rn(running[c], scale));
   const long long base = (long long)c * count;
   const int end = imin(count, (blockIdx.x + 1) * chunk);
   for (int i = blockIdx.x * chunk + threadIdx.x; i < end; i += blockDim.x) {
-    y[base + i] = act_apply(act, x[base + i] * scale + shift);
+    y[base + i] = act_apply(act, affine_rn(x[base + i], scale, shift));
   }
 }
 

@@ -128,6 +128,12 @@ inline unsigned int __umulhi(unsigned int a, unsigned int b) {
   return (unsigned int)(((unsigned long long)a * b) >> 32);
 }
 
+// Separately rounded arithmetic (never fused into a multiply-add). -O2 on x86-64 without
+// -mfma emits no FMA, so plain operators round each step here.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+
 // Run `tramp(args)` as a kernel over grid x block, one block at a time. Returns 0, or 1 with
 // a message in `err` when a block's threads wait at a barrier that not all of them reach.
 extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
