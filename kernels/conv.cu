@@ -384,6 +384,43 @@ CONV_KERNEL(conv_bwd_weight_64x64, MODE_BWD_WEIGHT, 64, 64, 4, 4)
 CONV_KERNEL(conv_bwd_weight_16x128, MODE_BWD_WEIGHT, 16, 128, 2, 4)
 CONV_KERNEL(conv_bwd_weight_4x256, MODE_BWD_WEIGHT, 4, 256, 1, 4)
 
+// Backward-data into a single input channel (C_in = 1: the image side of G's last
+// ConvTranspose and of D's first conv). As a GEMM this has one row, so a tile computes mostly
+// padding rows and gathers every dy element for one useful row; instead a thread owns one dx
+// pixel and walks its contributing taps, the weights ([C_out, 1, k, k], at most CIN1_MAX_W
+// floats) in shared memory. Neighbouring threads read neighbouring dy elements.
+#define CIN1_MAX_W 4096
+extern "C" __global__ void __launch_bounds__(THREADS)
+conv_bwd_data_cin1(ConvParams p, const float* __restrict__ w, const float* __restrict__ dy,
+                   float* __restrict__ dx) {
+  __shared__ float ws[CIN1_MAX_W];
+  const int kk = p.k * p.k;
+  for (int i = threadIdx.x; i < p.c_out * kk; i += blockDim.x) ws[i] = w[i];
+  __syncthreads();
+  const int H = p.h_in, W = p.w_in, OH = p.h_out, OW = p.w_out, s = p.stride;
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;  // (b, ih, iw) of dx [1, B, H, W]
+  if (n >= p.batch * H * W) return;
+  const int b = n / (H * W), ih = (n / W) % H, iw = n % W;
+  const long long plane_out = (long long)p.batch * OH * OW;
+  const float* dyb = dy + (long long)b * OH * OW;
+  float acc = 0.0f;
+  // Only taps with ki = ih + pad (mod s) meet an output row, oh = (ih + pad - ki) / s (an
+  // exact division, also when negative); the same for columns.
+  for (int ki = (ih + p.pad) % s; ki < p.k; ki += s) {
+    const int oh = (ih + p.pad - ki) / s;
+    if ((unsigned)oh >= (unsigned)OH) continue;
+    for (int kj = (iw + p.pad) % s; kj < p.k; kj += s) {
+      const int ow = (iw + p.pad - kj) / s;
+      if ((unsigned)ow >= (unsigned)OW) continue;
+      const float* d = dyb + oh * OW + ow;
+      const float* wt = ws + ki * p.k + kj;
+#pragma unroll 4
+      for (int co = 0; co < p.c_out; ++co) acc = fmaf(wt[co * kk], d[co * plane_out], acc);
+    }
+  }
+  dx[n] = acc;
+}
+
 // out[i] (+)= sum over the splits z = 0, 1, ... of ws[z * mn + i], in that order.
 extern "C" __global__ void __launch_bounds__(THREADS)
 conv_splitk_reduce(const float* __restrict__ ws, float* __restrict__ out, long long mn,

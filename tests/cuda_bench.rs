@@ -14,7 +14,7 @@ use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::batchnorm::BnGeom;
 use dcgan_train::ops::conv::ConvGeom;
-use dcgan_train::ops::conv::cuda::{Direction, is_dense, plan};
+use dcgan_train::ops::conv::cuda::{Direction, backward_data_direction, plan};
 
 fn time_us(cu: &Cuda, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
@@ -40,8 +40,7 @@ fn plan_summary(cu: &Cuda, g: &ConvGeom, op: &str) -> String {
     let dir = match op {
         "forward" => Direction::Forward,
         "backward-weight" => Direction::BackwardWeight,
-        _ if is_dense(g) => Direction::BackwardDataDense,
-        _ => Direction::BackwardData,
+        _ => backward_data_direction(g),
     };
     let p = plan(g, dir, cu.sm_count());
     format!("{:?} {:?} M={} N={} K={} z={} splits={}", p.dir, p.tile, p.m, p.n, p.k, p.z, p.splits)

@@ -293,7 +293,8 @@ fn batchnorm_forward_and_backward_match_the_cpu() {
 }
 
 /// Shapes that reach every kernel path: the four tile shapes, split-K, stride phases with
-/// padding (H or k not divisible by the stride), the dense backward-data, stride 3.
+/// padding (H or k not divisible by the stride), the dense and the single-input-channel
+/// backward-data, stride 3.
 fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
     let c = |b, ci, h, w, co, k, s, p| ConvGeom::conv(b, ci, h, w, co, k, s, p).unwrap();
     let t = |b, ci, h, w, co, k, s, p| ConvGeom::transposed(b, ci, h, w, co, k, s, p).unwrap();
@@ -316,6 +317,10 @@ fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
         c(2, 60, 6, 6, 130, 3, 1, 1),
         c(2, 130, 8, 8, 6, 4, 2, 1),
         c(3, 12, 7, 7, 5, 7, 1, 0),
+        // Single-input-channel backward-data at stride 3 with padding, and a C_in = 1 layer
+        // whose weights (300*16 floats) do not fit its shared memory: the phase GEMM instead.
+        c(2, 1, 10, 11, 4, 5, 3, 2),
+        c(2, 1, 10, 10, 300, 4, 2, 1),
     ];
     // The DCGAN's layers: on the emulator at batch 2, on a GPU at 64 and an odd batch.
     let batches: &[usize] = if small(cu) { &[2] } else { &[64, 5] };

@@ -63,6 +63,7 @@ cuda_kernels! {
     fn conv_bwd_weight_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_cin1(p: ConvParams, w: DevPtr, dy: DevPtr, dx: DevPtr);
     fn conv_splitk_reduce(ws: DevPtr, out: DevPtr, mn: i64, splits: i32, accumulate: i32);
 }
 
@@ -72,6 +73,8 @@ const BK: usize = 16;
 const MAX_SPLITS: usize = 64;
 /// Split-K partial tiles are capped at this many floats (64 MiB).
 const MAX_WORKSPACE_FLOATS: usize = 1 << 24;
+/// The most weights `conv_bwd_data_cin1` holds in shared memory (CIN1_MAX_W in conv.cu).
+const CIN1_MAX_W: usize = 4096;
 
 /// Which GEMM a launch computes (MODE_* in conv.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +84,9 @@ pub enum Direction {
     BackwardData,
     /// Backward-data of a conv that covers its whole input (OH = OW = 1, k = H = W, pad 0).
     BackwardDataDense,
+    /// Backward-data into one input channel (C_in = 1): not a tiled GEMM but one thread per
+    /// dx pixel (`conv_bwd_data_cin1`); a one-row GEMM would be mostly padding rows.
+    BackwardDataOneChannel,
     BackwardWeight,
 }
 
@@ -175,6 +181,18 @@ pub fn is_dense(g: &ConvGeom) -> bool {
     g.h_out == 1 && g.w_out == 1 && g.pad == 0 && g.k == g.h_in && g.k == g.w_in
 }
 
+/// How backward-data of `g` runs: one dense GEMM, one thread per pixel of a single input
+/// channel, or a GEMM per stride phase.
+pub fn backward_data_direction(g: &ConvGeom) -> Direction {
+    if is_dense(g) {
+        Direction::BackwardDataDense
+    } else if g.c_in == 1 && g.c_out * g.k * g.k <= CIN1_MAX_W {
+        Direction::BackwardDataOneChannel
+    } else {
+        Direction::BackwardData
+    }
+}
+
 /// Split a reduction of length k when the output tiles alone cannot fill the device twice.
 fn split_k(tile: Tile, m: usize, n: usize, k: usize, sm_count: usize) -> (usize, usize) {
     let tiles = m.div_ceil(tile.rows()) * n.div_ceil(tile.cols());
@@ -198,6 +216,7 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
             (g.c_in, g.batch * phase_pix, g.c_out * taps * taps)
         }
         Direction::BackwardDataDense => (g.c_in * kk, g.batch, g.c_out),
+        Direction::BackwardDataOneChannel => (1, g.batch * g.h_in * g.w_in, g.c_out * kk),
         Direction::BackwardWeight => (g.c_out, g.c_in * kk, g.batch * g.out_pixels()),
     };
     let phases = if dir == Direction::BackwardData { s * s } else { 1 };
@@ -208,7 +227,7 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
             (splits, splits, chunk)
         }
         Direction::BackwardData => (phases, 1, k.next_multiple_of(BK).max(BK)),
-        Direction::BackwardDataDense => (1, 1, k.next_multiple_of(BK).max(BK)),
+        Direction::BackwardDataDense | Direction::BackwardDataOneChannel => (1, 1, k.next_multiple_of(BK).max(BK)),
     };
     GemmPlan { dir, tile, m, n, k, z, splits, k_chunk }
 }
@@ -285,6 +304,7 @@ fn kernel(dir: Direction, tile: Tile) -> GemmKernel {
         (BackwardWeight, T64x64) => launch::conv_bwd_weight_64x64,
         (BackwardWeight, T16x128) => launch::conv_bwd_weight_16x128,
         (BackwardWeight, T4x256) => launch::conv_bwd_weight_4x256,
+        (BackwardDataOneChannel, _) => unreachable!("conv_bwd_data_cin1 is not a tiled GEMM"),
     }
 }
 
@@ -295,6 +315,10 @@ fn run(cu: &Cuda, g: &ConvGeom, p: &GemmPlan, a: DevPtr, b: DevPtr, c: DevPtr, a
     }
     let dims = Dims::grid3((p.n.div_ceil(p.tile.cols()), p.m.div_ceil(p.tile.rows()), p.z), THREADS);
     let params = params(g, p, accumulate);
+    if p.dir == Direction::BackwardDataOneChannel {
+        launch::conv_bwd_data_cin1(cu, Dims::linear(p.n.div_ceil(THREADS as usize), THREADS), params, a, b, c);
+        return;
+    }
     let launch = kernel(p.dir, p.tile);
     if p.splits > 1 {
         let ws = cu.workspace(p.workspace_floats());
@@ -317,8 +341,7 @@ pub fn forward(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, w: View<Cuda>, y: ViewMut
 /// forward.
 pub fn backward_data(cu: &Cuda, g: &ConvGeom, dy: View<Cuda>, w: View<Cuda>, dx: ViewMut<Cuda>) {
     g.check_lengths(dx.len, w.len, dy.len);
-    let dir = if is_dense(g) { Direction::BackwardDataDense } else { Direction::BackwardData };
-    let p = plan(g, dir, cu.sm_count());
+    let p = plan(g, backward_data_direction(g), cu.sm_count());
     run(cu, g, &p, dptr(w), dptr(dy), dptr_mut(&dx), false);
 }
 
