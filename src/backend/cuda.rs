@@ -242,8 +242,19 @@ impl Cuda {
         Ok(())
     }
 
-    /// Reserve the workspace the three convolution directions of `g` need.
+    /// Reserve the workspace the three convolution directions of `g` need, after checking
+    /// that its tensors fit the kernels' 32-bit indexing (an error here, not a panic at the
+    /// first launch).
     pub fn prepare_conv(&self, g: &ConvGeom) -> Result<()> {
+        for (what, len) in [("input", g.x_len()), ("output", g.y_len()), ("weight", g.w_len())] {
+            if len >= 1 << 31 {
+                bail!(
+                    "a convolution {what} of {len} floats at batch {} is beyond the 2^31 floats the \
+                     CUDA kernels index in 32 bits; use a smaller --batch-size",
+                    g.batch
+                );
+            }
+        }
         self.reserve_workspace(conv::cuda::workspace_floats(g, self.sm_count))
     }
 
