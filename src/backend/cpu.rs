@@ -52,7 +52,7 @@ impl Backend for Cpu {
     }
     fn stage_out(&self, src: View<Self>, host: &mut Vec<f32>) -> Result<StageWaiter> {
         host[..src.len].copy_from_slice(s(src));
-        Ok(Box::new(|| {}))
+        Ok(std::sync::Arc::new(|| {}))
     }
     fn stage_in(&self, host: &Vec<f32>, dst: ViewMut<Self>) -> Result<()> {
         let n = dst.len;

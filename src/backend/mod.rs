@@ -91,9 +91,10 @@ impl HostBuffer for Vec<f32> {
     }
 }
 
-/// Returns once a staged copy is complete; may be called on another thread (the comm
-/// thread waits on it before reading the bucket).
-pub type StageWaiter = Box<dyn FnOnce() + Send>;
+/// Returns once a staged copy is complete; may be called more than once and on any thread
+/// (the comm thread waits on it before reading the bucket; the compute thread waits on it
+/// first so that time spent waiting for the device is not counted as communication).
+pub type StageWaiter = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// Everything the model does on a device. All ops are asynchronous with respect to the host
 /// on devices that can be (CUDA); `download` and `synchronize` wait.

@@ -5,7 +5,7 @@
 use super::buckets::Bucket;
 use super::exchange::{Exchange, ExchangeStats, NetId};
 use super::timeline::{Timeline, Track};
-use crate::backend::{Backend, HostBuffer, View, ViewMut};
+use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
@@ -35,8 +35,8 @@ struct NetBuckets<H> {
     missing: Vec<usize>,
     /// Complete buckets not yet submitted (`--no-overlap`).
     held: Vec<usize>,
-    /// (bucket, ticket, the step that submitted it)
-    in_flight: Vec<(usize, Ticket, u64)>,
+    /// (bucket, ticket, the step that submitted it, its staged copy's waiter)
+    in_flight: Vec<(usize, Ticket, u64, StageWaiter)>,
     /// Host memory of each bucket ([bucket floats], pinned on CUDA), made once.
     host: Vec<H>,
 }
@@ -92,8 +92,8 @@ impl<B: Backend> CommExchange<B> {
         let bucket = &nb.plan[b];
         let t0 = Instant::now();
         let waiter = be.stage_out(View::range(&store.grad, bucket.range.clone()), &mut nb.host[b]);
-        let mut waiter =
-            Some(waiter.unwrap_or_else(|e| self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label))));
+        let waiter = waiter.unwrap_or_else(|e| self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)));
+        let mut for_comm = Some(waiter.clone());
         tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
         let (ptr, len) = nb.host[b].raw_parts();
         let ticket = self.comm.submit(BucketRequest {
@@ -101,14 +101,14 @@ impl<B: Backend> CommExchange<B> {
             label: bucket.label.to_string(),
             data: Box::new(Lent(ptr, len)),
             before_fragment: Some(Box::new(move |_| {
-                if let Some(w) = waiter.take() {
+                if let Some(w) = for_comm.take() {
                     w();
                 }
             })),
             after_fragment: None,
             exact: false,
         });
-        nb.in_flight.push((b, ticket, tl.step));
+        nb.in_flight.push((b, ticket, tl.step, waiter));
     }
 }
 
@@ -138,19 +138,25 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
         let in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
-        for (b, ticket, step) in in_flight {
+        for (b, ticket, step, staged) in in_flight {
+            // On an asynchronous device the bucket may still be computing or copying: that
+            // wait is the device's work, not communication, so it is timed apart.
             let t0 = Instant::now();
+            staged();
+            let t_ready = Instant::now();
             let done = match self.comm.wait(ticket) {
                 Ok(d) => d,
                 Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
             };
             let t1 = Instant::now();
-            self.stats.exposed += t1 - t0;
+            self.stats.device_wait += t_ready - t0;
+            self.stats.exposed += t1 - t_ready;
             self.stats.comm_busy += done.busy;
             self.stats.bytes += done.bytes as u64;
             let nb = &mut self.nets[net as usize];
             let bucket = &nb.plan[b];
-            tl.span(Track::Compute, "wait", bucket.label, t0, t1);
+            tl.span(Track::Compute, "wait-device", bucket.label, t0, t_ready);
+            tl.span(Track::Compute, "wait", bucket.label, t_ready, t1);
             let algo = done.algorithm.name();
             tl.span_of_step(
                 step,

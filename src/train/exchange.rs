@@ -14,8 +14,12 @@ use std::time::{Duration, Instant};
 pub struct ExchangeStats {
     /// Time the comm thread spent averaging buckets.
     pub comm_busy: Duration,
-    /// Time the training thread spent blocked waiting for buckets.
+    /// Time the training thread spent blocked waiting for buckets once their gradients were
+    /// on the host: communication that backward did not hide.
     pub exposed: Duration,
+    /// Time the training thread spent waiting for the device to finish a bucket's gradients
+    /// and their copy to the host (CUDA; zero on the CPU): compute, not communication.
+    pub device_wait: Duration,
     /// Gradient bytes averaged.
     pub bytes: u64,
     /// (bucket bytes, algorithm name) of every bucket, as last used.

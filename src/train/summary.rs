@@ -77,6 +77,7 @@ pub fn build_summary<B: Backend>(
     let ex = trainer.exchange_stats();
     let comm_ms = ex.comm_busy.as_secs_f64() * 1e3 / steps;
     let exposed_ms = ex.exposed.as_secs_f64() * 1e3 / steps;
+    let device_wait_ms = ex.device_wait.as_secs_f64() * 1e3 / steps;
     let buckets: Vec<Value> = [NetId::G, NetId::D]
         .iter()
         .flat_map(|&n| trainer.exchange.buckets(n).to_vec())
@@ -116,7 +117,10 @@ pub fn build_summary<B: Backend>(
             "exchange": if w.size == 1 { "none (one rank)" } else if args.parallel.no_exchange { "skipped (--no-exchange)" } else if args.parallel.no_overlap { "after backward (--no-overlap)" } else { "overlapped with backward" },
             "comm_ms_per_step": comm_ms,
             "exposed_comm_ms_per_step": exposed_ms,
-            "hidden_comm_fraction": if comm_ms > 0.0 { 1.0 - exposed_ms / comm_ms } else { 0.0 },
+            // Clamped: a wait can also include the comm thread's queue and hand-off, so the
+            // exposed time may exceed the time inside collectives (then nothing was hidden).
+            "hidden_comm_fraction": if comm_ms > 0.0 { (1.0 - exposed_ms / comm_ms).clamp(0.0, 1.0) } else { 0.0 },
+            "device_wait_ms_per_step": device_wait_ms,
             "bytes_per_step": ex.bytes as f64 / steps,
             "wire": args.comm.wire,
             "wire_bytes_per_step": (ex.bytes as f64 / steps) * args.comm.wire.bytes_per_value() as f64 / 4.0,

@@ -6,6 +6,7 @@ use super::{Cuda, Engine};
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use anyhow::{Result, anyhow};
 use cudarc::driver::PinnedHostSlice;
+use std::sync::Arc;
 
 pub enum CudaHost {
     /// The slice, and its start taken once while idle (cudarc's accessors wait for copies).
@@ -41,7 +42,7 @@ impl Cuda {
         match host {
             CudaHost::Pinned(p, _) => {
                 let ev = self.stage_to_host(src, p, 0)?;
-                Ok(Box::new(move || {
+                Ok(Arc::new(move || {
                     if let Err(e) = ev.synchronize() {
                         panic!("waiting for a gradient copy to the host: {e}");
                     }
@@ -49,7 +50,7 @@ impl Cuda {
             }
             CudaHost::Plain(v) => {
                 self.download(src, &mut v[..src.len]);
-                Ok(Box::new(|| {}))
+                Ok(Arc::new(|| {}))
             }
         }
     }
