@@ -6,15 +6,19 @@
 #
 #      bash scripts/gpu-check.sh --build
 #
-#    That is `cargo build --release --no-default-features --features cuda` (no MPI there) of
-#    the dcgan-train binary and of the CUDA test executables (`cargo test --no-run`), copied
-#    under stable names into target/gpu-bin, stripped of debug info (about 11 MiB).
-# 2. On the GPU machine, from the repository root, carrying target/gpu-bin:
+#    That is `cargo build --release --no-default-features --features cuda` of the dcgan-train
+#    binary and of the CUDA test executables (`cargo test --no-run`), and the default (MPI)
+#    build as dcgan-train-mpi, copied under stable names into target/gpu-bin, stripped of
+#    debug info (about 20 MiB). For the mpi stage, also `scripts/fetch-ompi-runtime.sh` once
+#    (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
+# 2. On the GPU machine, from the repository root, carrying target/gpu-bin (and .ompi):
 #
 #      bash scripts/gpu-check.sh [STAGE...]        (default: all stages but ncu)
 #
-#    Stages: env nvrtc tests sanitize bench torch binary ncu. Everything measured goes under
-#    $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark lines, summary.txt.
+#    Stages: env nvrtc tests sanitize bench torch binary mpi ncu. Everything measured goes
+#    under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark lines, summary.txt.
+#    The device tool returns at most 8 files: run it as
+#      OUT=/tmp/gc bash scripts/gpu-check.sh; tar czf "$DEVICE_OUT/gc.tgz" -C /tmp gc
 #    Each stage has a time limit; if one call is too short for all of them, run
 #    "env nvrtc tests sanitize" in one call and "nvrtc bench torch binary" in the next.
 #
@@ -23,12 +27,15 @@
 #    tests     every op, G/D gradients and 20 training steps against the CPU backend,
 #              staging through pinned memory, probe (DCGAN_TEST_ENGINES=gpu)
 #    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
-#              (small shapes) and the DCGAN gradient test
-#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines), the
-#              step also with DCGAN_CONV_TILE=64 (no 128x128 tiles) for comparison
+#              (small shapes), the DCGAN gradient test, and a short training run (memcheck)
+#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines, five
+#              runs each), the step also with DCGAN_CONV_TILE=64 (no 128x128 tiles)
 #    torch     scripts/bench-torch.py at batch 64 and 256, cuDNN with TF32 (PyTorch's
 #              default) and without
-#    binary    the release dcgan-train: --version, info, bench-step --device cuda
+#    binary    the release dcgan-train: --version, info, a training run, and the two
+#              batch-size errors (32-bit indexing, out of device memory)
+#    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
+#              the bf16 wire, ranks checked identical; and the same without the exchange
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 set -uo pipefail
 
@@ -60,6 +67,10 @@ for line in sys.stdin:
         print("gpu-bin:", name, file=sys.stderr)
 ' "$BIN"
   cp target/release/dcgan-train "$BIN/"
+  # The MPI variant for the "mpi" stage (that machine has no Open MPI: carry .ompi, see
+  # scripts/fetch-ompi-runtime.sh).
+  cargo build --release --bin dcgan-train
+  cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
   # Without debug info the set is ~11 MiB instead of ~110 (the carry limit is 64 MiB);
   # panics still name functions.
   for f in "$BIN"/*; do strip --strip-debug "$f"; done
@@ -91,6 +102,8 @@ run_step() {
   local verdict=PASS
   [[ $rc -ne 0 ]] && verdict="FAIL (exit $rc$([[ $rc -eq 124 ]] && echo ", timed out after ${limit}s"))"
   note "$(printf '%-34s %-6s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$log")"
+  # A failure's last lines go to stdout too: the device tool returns only the output's tail.
+  [[ $rc -ne 0 ]] && tail -n 25 "$log" | sed "s/^/    $name| /"
   return $rc
 }
 
@@ -160,7 +173,9 @@ stage_nvrtc() {
 ensure_nvrtc() {
   [[ -n "${NVRTC_PICKED:-}" ]] && return 0
   if [[ -s "$OUT/nvrtc-dir.txt" ]]; then
-    export LD_LIBRARY_PATH="$(cat "$OUT/nvrtc-dir.txt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local dir
+    dir=$(cat "$OUT/nvrtc-dir.txt")
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   else
     stage_nvrtc || true
   fi
@@ -185,6 +200,12 @@ stage_sanitize() {
   run_step sanitize-racecheck 300 "${cs[@]}" --tool racecheck --racecheck-report hazard "$BIN/cuda_ops" --test-threads=1 convolution batchnorm bce
   run_step sanitize-synccheck 240 "${cs[@]}" --tool synccheck "$BIN/cuda_ops" --test-threads=1 convolution batchnorm bce
   run_step sanitize-initcheck 240 "${cs[@]}" --tool initcheck "$BIN/cuda_ops" --test-threads=1
+  # The program itself, a short training run: data, staging, CUDA graph replay, samples.
+  if have_bin dcgan-train sanitize-memcheck-train; then
+    rm -rf /tmp/gpu-sanitize-run
+    run_step sanitize-memcheck-train 240 "${cs[@]}" --tool memcheck "$BIN/dcgan-train" --device cuda \
+      --data synthetic:512 --max-steps 6 --no-progress --out /tmp/gpu-sanitize-run
+  fi
   unset DCGAN_TEST_SMALL
 }
 
@@ -195,15 +216,19 @@ stage_bench() {
     grep '^{' "$OUT/bench-kernels.log" >"$OUT/bench-kernels.jsonl" || true
   fi
   if have_bin dcgan-train bench-step; then
-    # The training step of the program itself (D step + G step, Adam), as users run it.
-    for b in 64 256; do
-      run_step "bench-step-$b" 150 "$BIN/dcgan-train" bench-step --device cuda --batch-size "$b" --steps 30 --warmup 10 --json
-      # The same step with the 128x128 conv tile switched off: does it pay here?
-      DCGAN_CONV_TILE=64 run_step "bench-step-$b-tile64" 150 "$BIN/dcgan-train" bench-step --device cuda \
-        --batch-size "$b" --steps 30 --warmup 10 --json
+    # The training step of the program itself (D step + G step, Adam), as users run it: five
+    # runs per batch size (compare() quotes the median of their medians, as bench-torch.py
+    # does over its runs), alternating with the 128x128 conv tile switched off.
+    for rep in 1 2 3 4 5; do
+      for b in 64 256; do
+        run_step "bench-step-$b-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda --batch-size "$b" \
+          --steps 100 --warmup 20 --json
+        DCGAN_CONV_TILE=64 run_step "bench-step-$b-tile64-run$rep" 150 "$BIN/dcgan-train" bench-step \
+          --device cuda --batch-size "$b" --steps 100 --warmup 20 --json
+      done
     done
-    grep -h '^{' "$OUT"/bench-step-64.log "$OUT"/bench-step-256.log >"$OUT/bench-step.jsonl" || true
-    grep -h '^{' "$OUT"/bench-step-*-tile64.log >"$OUT/bench-step-tile64.jsonl" || true
+    grep -h '^{' "$OUT"/bench-step-{64,256}-run*.log >"$OUT/bench-step.jsonl" || true
+    grep -h '^{' "$OUT"/bench-step-*-tile64-run*.log >"$OUT/bench-step-tile64.jsonl" || true
   fi
 }
 
@@ -226,6 +251,56 @@ stage_binary() {
     --no-progress --out /tmp/gpu-train-run
   cp /tmp/gpu-train-run/summary.json "$OUT/train-summary.json" 2>/dev/null || true
   cp /tmp/gpu-train-run/samples/final.png "$OUT/train-final.png" 2>/dev/null || true
+  # Bad input: a batch beyond the kernels' 32-bit indexing, and one that does not fit in
+  # device memory: each must fail with one line that names --batch-size.
+  run_step binary-batch-too-large 60 bash -c 'expect_error "$@"' _ "32 bits; use a smaller --batch-size" \
+    "$BIN/dcgan-train" bench-step --device cuda --batch-size 1000000 --steps 1 --warmup 0
+  # (The 28x28 model at batch 80000 fits in an H100's 80 GB; the 64x64 one at 30000 does not,
+  # and its largest tensor, 64x32x32 per image, still fits 32-bit indexing.)
+  run_step binary-out-of-memory 120 bash -c 'expect_error "$@"' _ "out of GPU memory" \
+    "$BIN/dcgan-train" bench-step --device cuda --image-size 64 --batch-size 30000 --steps 1 --warmup 0
+}
+
+# expect_error PATTERN CMD...: CMD must exit non-zero with PATTERN in its output.
+expect_error() {
+  local pattern=$1 out rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  echo "$out"
+  echo "exit $rc"
+  [[ $rc -ne 0 ]] && grep -qF -- "$pattern" <<<"$out"
+}
+export -f expect_error
+
+# Two ranks on the one GPU through the carried Open MPI runtime (.ompi, scripts/gpu-mpi-env.sh):
+# the staged gradient path (copy stream, pinned memory, comm thread) with real MPI, ranks
+# checked bitwise identical every 10 steps, each allreduce family and the bf16 wire, and the
+# same run without the exchange for its cost.
+stage_mpi() {
+  ensure_nvrtc
+  have_bin dcgan-train-mpi mpi || return
+  if [[ ! -x "$ROOT/.ompi/root/usr/bin/orterun" ]]; then
+    note "$(printf '%-34s SKIP   no .ompi (scripts/fetch-ompi-runtime.sh here, then carry .ompi)' mpi)"
+    return
+  fi
+  (
+    # shellcheck source=gpu-mpi-env.sh
+    source "$ROOT/scripts/gpu-mpi-env.sh" || exit 1
+    run_step mpi-info 60 mpiexec -n 2 "$BIN/dcgan-train-mpi" info
+    for run in "auto" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
+      local name="mpi-train-${run// /}"
+      name=${name//--/-}
+      rm -rf "/tmp/$name"
+      # (--no-exchange lets the ranks drift apart: no consistency check there.)
+      local check=(--check-consistency 10)
+      [[ $run == *no-exchange* ]] && check=()
+      # shellcheck disable=SC2086
+      run_step "$name" 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" --device cuda --data synthetic:4096 \
+        --max-steps 60 "${check[@]}" --no-progress --out "/tmp/$name" --allreduce $run
+      cp "/tmp/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null || true
+    done
+  )
 }
 
 stage_ncu() {
@@ -246,9 +321,19 @@ out = sys.argv[1]
 def load(name):
     p = os.path.join(out, name)
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
-ours = {r["batch_size"]: dict(r, tflops=r["gflops"] / 1e3) for r in load("bench-step.jsonl")}
+import statistics
+runs = {}
+for r in load("bench-step.jsonl"):
+    runs.setdefault(r["batch_size"], []).append(r)
+ours = {}
+for b, rs in runs.items():
+    # The run whose median step time is the median of the runs'.
+    rs.sort(key=lambda r: r["ms_per_step"])
+    ours[b] = dict(rs[len(rs) // 2], tflops=rs[len(rs) // 2]["gflops"] / 1e3, runs=[r["ms_per_step"] for r in rs])
 torch = load("bench-torch.jsonl")
 print("\nstep time, 28x28 DCGAN (median ms/step; images/s; TFLOP/s)")
+for b, o in sorted(ours.items()):
+    print(f"ours at batch {b}: run medians " + ", ".join(f"{v:.3f}" for v in o["runs"]))
 for b in sorted(set(ours) | {r["batch"] for r in torch}):
     o = ours.get(b)
     line = f"batch {b:4d}: ours " + (f"{o['ms_per_step']:.3f} ms, {o['images_per_s']:.0f} img/s, {o['tflops']:.2f} TFLOP/s" if o else "-")
@@ -264,12 +349,12 @@ PY
 }
 
 STAGES=("$@")
-[[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary)
-[[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary ncu)
+[[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi)
+[[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi ncu)
 for s in "${STAGES[@]}"; do
   case $s in
-    env | nvrtc | tests | sanitize | bench | torch | binary | ncu) "stage_$s" ;;
-    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary ncu all)" >&2; exit 2 ;;
+    env | nvrtc | tests | sanitize | bench | torch | binary | mpi | ncu) "stage_$s" ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi ncu all)" >&2; exit 2 ;;
   esac
 done
 compare
