@@ -50,13 +50,13 @@ impl Backend for Cpu {
     fn alloc_host(&self, len: usize) -> Result<Vec<f32>> {
         Ok(vec![0.0; len])
     }
-    fn stage_out(&self, src: View<Self>, host: &mut Vec<f32>) -> Result<StageWaiter> {
-        host[..src.len].copy_from_slice(s(src));
+    fn stage_out(&self, src: View<Self>, host: &mut Vec<f32>, at: usize) -> Result<StageWaiter> {
+        host[at..at + src.len].copy_from_slice(s(src));
         Ok(std::sync::Arc::new(|| {}))
     }
-    fn stage_in(&self, host: &Vec<f32>, dst: ViewMut<Self>) -> Result<()> {
+    fn stage_in(&self, host: &Vec<f32>, at: usize, dst: ViewMut<Self>) -> Result<()> {
         let n = dst.len;
-        sm(dst).copy_from_slice(&host[..n]);
+        sm(dst).copy_from_slice(&host[at..at + n]);
         Ok(())
     }
 

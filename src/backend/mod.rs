@@ -115,12 +115,12 @@ pub trait Backend: Sized + 'static {
     // ---- the gradient path and memory ----
     /// Host memory for staging `len` floats (zeroed).
     fn alloc_host(&self, len: usize) -> Result<Self::Host>;
-    /// Copy `src` into `host[..src.len]` once the work issued so far is done, without
+    /// Copy `src` into `host[at..at + src.len]` once the work issued so far is done, without
     /// blocking this thread where the device allows it (CUDA: on the copy stream).
-    fn stage_out(&self, src: View<Self>, host: &mut Self::Host) -> Result<StageWaiter>;
-    /// Copy `host[..dst.len]` into `dst`; work issued afterwards sees it (CUDA: the compute
-    /// stream waits for the copy stream).
-    fn stage_in(&self, host: &Self::Host, dst: ViewMut<Self>) -> Result<()>;
+    fn stage_out(&self, src: View<Self>, host: &mut Self::Host, at: usize) -> Result<StageWaiter>;
+    /// Copy `host[at..at + dst.len]` into `dst`; work issued afterwards sees it (CUDA: the
+    /// compute stream waits for the copy stream).
+    fn stage_in(&self, host: &Self::Host, at: usize, dst: ViewMut<Self>) -> Result<()>;
     /// Reserve what the ops of a convolution need, so that the step loop never allocates.
     fn prepare_conv(&self, _g: &ConvGeom) -> Result<()> {
         Ok(())

@@ -189,6 +189,11 @@ impl CommHandle {
         &self.world
     }
 
+    /// The fragments the comm thread cuts an `n`-element bucket into (in this order).
+    pub fn fragments_of(&self, n: usize) -> Vec<Range<usize>> {
+        fragments(n, self.fragment_bytes)
+    }
+
     /// Queue a bucket; returns at once. Buckets are averaged in submission order.
     pub fn submit(&self, req: BucketRequest) -> Ticket {
         let (done, rx) = channel();

@@ -1,20 +1,27 @@
 //! The multi-rank `Exchange`: each bucket is copied to host memory as soon as backward
 //! completes it and handed to the comm thread; the step later waits for each bucket in
-//! submission order, copies the average back and runs that bucket's Adam at once.
+//! submission order, copies the average back and runs that bucket's Adam at once. Both
+//! copies go fragment by fragment (the comm thread's fragments), so that the device-to-host
+//! copy of fragment k+1, the allreduce of fragment k and the copy back of fragment k-1
+//! overlap.
 
 use super::buckets::Bucket;
 use super::exchange::{Exchange, ExchangeStats, NetId};
+use super::fragment_progress::FragmentProgress;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use anyhow::Result;
+use std::ops::Range;
 use std::rc::Rc;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A bucket's host memory lent to the comm thread while it is in flight. The exchange owns
-/// the memory and touches it again only after waiting for the bucket.
+/// the memory; while the bucket is in flight it only has the device copy back fragments the
+/// comm thread has reported averaged (and no longer touches).
 struct Lent(*mut f32, usize);
 
 // The comm thread is the only one using the memory while the bucket is in flight.
@@ -35,8 +42,7 @@ struct NetBuckets<H> {
     missing: Vec<usize>,
     /// Complete buckets not yet submitted (`--no-overlap`).
     held: Vec<usize>,
-    /// (bucket, ticket, the step that submitted it, its staged copy's waiter)
-    in_flight: Vec<(usize, Ticket, u64, StageWaiter)>,
+    in_flight: Vec<InFlight>,
     /// Host memory of each bucket ([bucket floats], pinned on CUDA), made once.
     host: Vec<H>,
 }
@@ -54,6 +60,38 @@ impl<H: HostBuffer> NetBuckets<H> {
         Ok(NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host })
     }
 }
+
+/// A submitted bucket.
+struct InFlight {
+    bucket: usize,
+    ticket: Ticket,
+    /// The step that submitted it.
+    step: u64,
+    /// Each fragment (elements of the bucket) and the waiter of its copy to the host.
+    staged: Vec<(Range<usize>, StageWaiter)>,
+    progress: Arc<FragmentProgress>,
+}
+
+/// Copy averaged `fragments` of `bucket` from its host memory back into the gradients.
+fn copy_back<B: Backend>(
+    be: &B,
+    host: &B::Host,
+    grad: &mut B::Buf,
+    bucket: &Bucket,
+    fragments: &[(Range<usize>, StageWaiter)],
+    comm: &CommHandle,
+) {
+    for (f, _) in fragments {
+        let dst = ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end);
+        if let Err(e) = be.stage_in(host, f.start, dst) {
+            comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
+        }
+    }
+}
+
+/// How long the training thread waits for the next fragment before it falls back to waiting
+/// for the whole bucket (where the stall watchdog lives).
+const FRAGMENT_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The bucket id of the per-step metrics (after every gradient bucket's).
 const METRICS_ID: u32 = 1000;
@@ -85,30 +123,40 @@ impl<B: Backend> CommExchange<B> {
         Ok(CommExchange { comm, nets, metrics: None, overlap, stats })
     }
 
-    /// Stage bucket `b` out of the gradient buffer and hand it to the comm thread, which
-    /// waits for the copy before its first fragment.
+    /// Stage bucket `b` out of the gradient buffer, one copy per fragment, and hand it to
+    /// the comm thread, which waits for each fragment's copy before averaging it and reports
+    /// each averaged fragment.
     fn submit(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
         let nb = &mut self.nets[net as usize];
         let bucket = &nb.plan[b];
         let t0 = Instant::now();
-        let waiter = be.stage_out(View::range(&store.grad, bucket.range.clone()), &mut nb.host[b]);
-        let waiter = waiter.unwrap_or_else(|e| self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)));
-        let mut for_comm = Some(waiter.clone());
+        let mut staged = Vec::new();
+        for f in self.comm.fragments_of(bucket.range.len()) {
+            let src = View::range(&store.grad, bucket.range.start + f.start..bucket.range.start + f.end);
+            match be.stage_out(src, &mut nb.host[b], f.start) {
+                Ok(w) => staged.push((f, w)),
+                Err(e) => self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)),
+            }
+        }
         tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
+        let for_comm = staged.clone();
+        let (progress, sender) = FragmentProgress::new();
         let (ptr, len) = nb.host[b].raw_parts();
         let ticket = self.comm.submit(BucketRequest {
             id: bucket.id,
             label: bucket.label.to_string(),
             data: Box::new(Lent(ptr, len)),
-            before_fragment: Some(Box::new(move |_| {
-                if let Some(w) = for_comm.take() {
-                    w();
+            before_fragment: Some(Box::new(move |f| {
+                for (r, w) in &for_comm {
+                    if r.start < f.end && f.start < r.end {
+                        w();
+                    }
                 }
             })),
-            after_fragment: None,
+            after_fragment: Some(Box::new(move |f| sender.averaged(f.end))),
             exact: false,
         });
-        nb.in_flight.push((b, ticket, tl.step, waiter));
+        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, staged, progress });
     }
 }
 
@@ -138,17 +186,32 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
         let in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
-        for (b, ticket, step, staged) in in_flight {
+        for InFlight { bucket: b, ticket, step, staged, progress } in in_flight {
             // On an asynchronous device the bucket may still be computing or copying: that
             // wait is the device's work, not communication, so it is timed apart.
             let t0 = Instant::now();
-            staged();
+            for (_, w) in &staged {
+                w();
+            }
             let t_ready = Instant::now();
+            // Each fragment goes back as soon as it is averaged, while the next is averaged.
+            let nb = &self.nets[net as usize];
+            let (host, bucket) = (&nb.host[b], &nb.plan[b]);
+            let back = |fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
+                copy_back(be, host, grad, bucket, fragments, &self.comm)
+            };
+            let t_first_back = Instant::now();
+            let mut returned = 0;
+            while returned < staged.len() && progress.wait_for(staged[returned].0.end, FRAGMENT_PATIENCE) {
+                back(&staged[returned..returned + 1], &mut store.grad);
+                returned += 1;
+            }
             let done = match self.comm.wait(ticket) {
                 Ok(d) => d,
                 Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
             };
             let t1 = Instant::now();
+            back(&staged[returned..], &mut store.grad);
             self.stats.device_wait += t_ready - t0;
             self.stats.exposed += t1 - t_ready;
             self.stats.comm_busy += done.busy;
@@ -168,11 +231,17 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
                 done.bytes,
                 algo,
             );
-            if let Err(e) = be.stage_in(&nb.host[b], ViewMut::range(&mut store.grad, bucket.range.clone())) {
-                self.comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
-            }
             let t2 = Instant::now();
-            tl.span_of_step(step, Track::CopyStream, "host-to-device", bucket.label, t1, t2, bucket.bytes(), "");
+            tl.span_of_step(
+                step,
+                Track::CopyStream,
+                "host-to-device",
+                bucket.label,
+                t_first_back,
+                t2,
+                bucket.bytes(),
+                "",
+            );
             store.adam(be, bucket.range.clone(), lr, t);
             tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
         }

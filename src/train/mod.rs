@@ -6,6 +6,7 @@ pub mod buckets;
 pub mod comm_exchange;
 pub mod config;
 pub mod exchange;
+pub mod fragment_progress;
 pub mod job;
 pub mod noise;
 pub mod outputs;

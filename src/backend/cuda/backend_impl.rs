@@ -64,11 +64,11 @@ impl Backend for Cuda {
     fn alloc_host(&self, len: usize) -> Result<Self::Host> {
         self.host_buffer(len)
     }
-    fn stage_out(&self, src: View<Self>, host: &mut Self::Host) -> Result<crate::backend::StageWaiter> {
-        self.stage_out_to(src, host)
+    fn stage_out(&self, src: View<Self>, host: &mut Self::Host, at: usize) -> Result<crate::backend::StageWaiter> {
+        self.stage_out_to(src, host, at)
     }
-    fn stage_in(&self, host: &Self::Host, dst: ViewMut<Self>) -> Result<()> {
-        self.stage_in_from(host, dst)
+    fn stage_in(&self, host: &Self::Host, at: usize, dst: ViewMut<Self>) -> Result<()> {
+        self.stage_in_from(host, at, dst)
     }
     fn prepare_conv(&self, g: &ConvGeom) -> Result<()> {
         Cuda::prepare_conv(self, g)

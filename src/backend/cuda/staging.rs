@@ -38,10 +38,10 @@ impl Cuda {
         }
     }
 
-    pub(super) fn stage_out_to(&self, src: View<Cuda>, host: &mut CudaHost) -> Result<StageWaiter> {
+    pub(super) fn stage_out_to(&self, src: View<Cuda>, host: &mut CudaHost, at: usize) -> Result<StageWaiter> {
         match host {
             CudaHost::Pinned(p, _) => {
-                let ev = self.stage_to_host(src, p, 0)?;
+                let ev = self.stage_to_host(src, p, at)?;
                 Ok(Arc::new(move || {
                     if let Err(e) = ev.synchronize() {
                         panic!("waiting for a gradient copy to the host: {e}");
@@ -49,21 +49,23 @@ impl Cuda {
                 }))
             }
             CudaHost::Plain(v) => {
-                self.download(src, &mut v[..src.len]);
+                let dst = v.get_mut(at..at + src.len).ok_or_else(|| anyhow!("staging {} floats at {at}", src.len))?;
+                self.download(src, dst);
                 Ok(Arc::new(|| {}))
             }
         }
     }
 
-    pub(super) fn stage_in_from(&self, host: &CudaHost, dst: ViewMut<Cuda>) -> Result<()> {
+    pub(super) fn stage_in_from(&self, host: &CudaHost, at: usize, dst: ViewMut<Cuda>) -> Result<()> {
         match host {
             CudaHost::Pinned(p, _) => {
-                let ev = self.stage_to_device(p, 0, dst)?;
+                let ev = self.stage_to_device(p, at, dst)?;
                 self.compute_wait(&ev)
             }
             CudaHost::Plain(v) => {
                 let n = dst.len;
-                self.upload(v.get(..n).ok_or_else(|| anyhow!("staging {n} floats from {}", v.len()))?, dst);
+                let src = v.get(at..at + n).ok_or_else(|| anyhow!("staging {n} floats at {at} from {}", v.len()))?;
+                self.upload(src, dst);
                 Ok(())
             }
         }
