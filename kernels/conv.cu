@@ -20,8 +20,8 @@
 // workspace and conv_splitk_reduce adds the splits in order (deterministic, no atomics).
 //
 // Tiles: BM x BN outputs per block of 256 threads, each thread TM x TN of them, K in steps of
-// BK = 16 through shared memory, with the next step's global loads in flight (in registers)
-// while the current step is multiplied.
+// BK = 16 through double-buffered shared memory, with the next step's global loads in flight
+// (in registers) while the current step is multiplied.
 #include "common.cuh"
 
 #define MODE_FWD 0
@@ -41,9 +41,10 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   constexpr bool B_ALONG_K = MODE == MODE_BWD_WEIGHT;      // coalesce B reads along k
 
   // Padded by 4 floats so that column-wise stores hit different banks; rows stay 16-byte
-  // aligned for vector loads.
-  __shared__ __align__(16) float As[BK][BM + 4];
-  __shared__ __align__(16) float Bs[BK][BN + 4];
+  // aligned for vector loads. Two of each: step t multiplies one while step t+1's tile is
+  // stored into the other, so each K step needs one barrier instead of two.
+  __shared__ __align__(16) float As[2][BK][BM + 4];
+  __shared__ __align__(16) float Bs[2][BK][BN + 4];
 
   const int tid = threadIdx.x;
   const int m0 = blockIdx.y * BM;
@@ -244,24 +245,24 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     }
   };
 
-  // Registers -> shared memory.
-  auto store_tile = [&]() {
+  // Registers -> shared memory buffer `buf`.
+  auto store_tile = [&](int buf) {
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
       if constexpr (A_ALONG_M) {
         const int kcol = a_k + i * (THREADS / BM);
-        if (kcol < BK) As[kcol][a_m] = a_reg[i];
+        if (kcol < BK) As[buf][kcol][a_m] = a_reg[i];
       } else {
         const int row = a_m + i * (THREADS / BK);
-        if (row < BM) As[a_k][row] = a_reg[i];
+        if (row < BM) As[buf][a_k][row] = a_reg[i];
       }
     }
 #pragma unroll
     for (int i = 0; i < B_LOADS; ++i) {
       if constexpr (B_ALONG_K)
-        Bs[b_k][b_n + i * (THREADS / BK)] = b_reg[i];
+        Bs[buf][b_k][b_n + i * (THREADS / BK)] = b_reg[i];
       else
-        Bs[b_k + i * (THREADS / BN)][b_n] = b_reg[i];
+        Bs[buf][b_k + i * (THREADS / BN)][b_n] = b_reg[i];
     }
   };
 
@@ -282,23 +283,29 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
   const int steps = kend > kbeg ? (kend - kbeg + BK - 1) / BK : 0;
-  if (steps > 0) load_tile(kbeg);
+  if (steps > 0) {
+    load_tile(kbeg);
+    store_tile(0);
+  }
+  __syncthreads();
   for (int t = 0; t < steps; ++t) {
-    store_tile();
-    __syncthreads();
+    const int cur = t & 1;
     if (t + 1 < steps) load_tile(kbeg + (t + 1) * BK);
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float av[TM], bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = As[kk][row_of(i)];
+      for (int i = 0; i < TM; ++i) av[i] = As[cur][kk][row_of(i)];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][col_of(j)];
+      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][kk][col_of(j)];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
+    // The other buffer was last read in step t-1, which every thread finished before the
+    // barrier that ended it.
+    if (t + 1 < steps) store_tile(cur ^ 1);
     __syncthreads();
   }
 
