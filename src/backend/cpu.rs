@@ -56,7 +56,11 @@ impl Backend for Cpu {
     }
     fn stage_in(&self, host: &Vec<f32>, at: usize, dst: ViewMut<Self>) -> Result<()> {
         let n = dst.len;
-        sm(dst).copy_from_slice(&host[at..at + n]);
+        assert!(at + n <= host.len(), "staging {n} floats at {at} from {}", host.len());
+        // Only host[at..at + n] may be referenced: the comm thread can still be writing the
+        // bucket's later fragments (`as_ptr` makes no reference to the whole buffer).
+        let src = unsafe { std::slice::from_raw_parts(host.as_ptr().add(at), n) };
+        sm(dst).copy_from_slice(src);
         Ok(())
     }
 

@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 /// backend, pinned memory for CUDA).
 pub trait HostData: Send {
     fn as_mut_slice(&mut self) -> &mut [f32];
+    /// Its elements `r` alone: what the comm thread works on while averaging one fragment,
+    /// so that the owner may read fragments already averaged meanwhile.
+    fn fragment_mut(&mut self, r: std::ops::Range<usize>) -> &mut [f32] {
+        &mut self.as_mut_slice()[r]
+    }
 }
 
 impl HostData for Vec<f32> {

@@ -128,7 +128,6 @@ impl Worker {
             frags.len()
         ))?;
         let wire = if req.exact { Wire::F32 } else { self.wire };
-        let data = req.data.as_mut_slice();
         let mut fragment_times = Vec::with_capacity(frags.len());
         let mut busy = Duration::ZERO;
         for f in &frags {
@@ -136,11 +135,13 @@ impl Worker {
                 hook(f.clone());
             }
             let start = Instant::now();
+            // One fragment at a time: the owner may be reading the ones already averaged.
+            let data = req.data.fragment_mut(f.clone());
             let r = match wire {
-                Wire::F32 => allreduce_mean(&mut *self.t, algorithm, &mut data[f.clone()], tag),
+                Wire::F32 => allreduce_mean(&mut *self.t, algorithm, data, tag),
                 Wire::Bf16 => {
                     let mut t = Bf16Wire::new(&mut *self.t, &mut self.bf16_stage);
-                    allreduce_mean(&mut t, algorithm, &mut data[f.clone()], tag)
+                    allreduce_mean(&mut t, algorithm, data, tag)
                 }
             };
             let end = Instant::now();

@@ -31,6 +31,11 @@ impl HostData for Lent {
     fn as_mut_slice(&mut self) -> &mut [f32] {
         unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
     }
+    // No reference to the whole bucket: the exchange reads averaged fragments meanwhile.
+    fn fragment_mut(&mut self, r: Range<usize>) -> &mut [f32] {
+        assert!(r.start <= r.end && r.end <= self.1, "fragment {r:?} of {}", self.1);
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
+    }
 }
 
 /// Buckets of one network: their plan, and where each one is this step.
