@@ -205,9 +205,10 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
             let back = |fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
                 copy_back(be, host, grad, bucket, fragments, &self.comm)
             };
-            let t_first_back = Instant::now();
+            let mut t_first_back = None;
             let mut returned = 0;
             while returned < staged.len() && progress.wait_for(staged[returned].0.end, FRAGMENT_PATIENCE) {
+                t_first_back.get_or_insert_with(Instant::now);
                 back(&staged[returned..returned + 1], &mut store.grad);
                 returned += 1;
             }
@@ -242,7 +243,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
                 Track::CopyStream,
                 "host-to-device",
                 bucket.label,
-                t_first_back,
+                t_first_back.unwrap_or(t1),
                 t2,
                 bucket.bytes(),
                 "",

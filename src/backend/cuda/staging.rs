@@ -64,7 +64,11 @@ impl Cuda {
             }
             CudaHost::Plain(v) => {
                 let n = dst.len;
-                let src = v.get(at..at + n).ok_or_else(|| anyhow!("staging {n} floats at {at} from {}", v.len()))?;
+                if at + n > v.len() {
+                    return Err(anyhow!("staging {n} floats at {at} from {}", v.len()));
+                }
+                // Only v[at..at + n]: the comm thread may still be averaging later fragments.
+                let src = unsafe { std::slice::from_raw_parts(v.as_ptr().add(at), n) };
                 self.upload(src, dst);
                 Ok(())
             }
