@@ -43,7 +43,9 @@ fn plan_summary(cu: &Cuda, g: &ConvGeom, op: &str) -> String {
         _ => backward_data_direction(g),
     };
     let p = plan(g, dir, cu.sm_count());
-    format!("{:?} {:?} M={} N={} K={} z={} splits={}", p.dir, p.tile, p.m, p.n, p.k, p.z, p.splits)
+    // The one-channel kernel is not tiled: its plan's tile means nothing.
+    let tile = if dir == Direction::BackwardDataOneChannel { "untiled".into() } else { format!("{:?}", p.tile) };
+    format!("{:?} {tile} M={} N={} K={} z={} splits={}", p.dir, p.m, p.n, p.k, p.z, p.splits)
 }
 
 fn layers(batch: usize) -> Vec<(&'static str, ConvGeom)> {

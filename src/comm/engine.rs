@@ -47,8 +47,8 @@ pub struct BucketRequest {
     /// Called on the comm thread before fragment [range] is reduced (the CUDA path waits there
     /// for the device-to-host copy of that fragment). None = ready now.
     pub before_fragment: Option<FragmentHook>,
-    /// Called on the comm thread after fragment [range] is reduced (the CUDA path starts the
-    /// host-to-device copy of that fragment there).
+    /// Called on the comm thread after fragment [range] is reduced (the exchange reports it
+    /// to the training thread, which copies that fragment back while the next is reduced).
     pub after_fragment: Option<FragmentHook>,
     /// Travels as f32 whatever `--wire` says (the per-step metrics: losses are reported, not
     /// trained on, so they keep every bit).

@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 /// comm thread has reported averaged (and no longer touches).
 struct Lent(*mut f32, usize);
 
-// The comm thread is the only one using the memory while the bucket is in flight.
+// While the bucket is in flight the comm thread alone writes the memory, one fragment at a
+// time; the exchange only reads fragments the comm thread reported done.
 unsafe impl Send for Lent {}
 
 impl HostData for Lent {
@@ -50,10 +51,12 @@ struct NetBuckets<H> {
     in_flight: Vec<InFlight>,
     /// Host memory of each bucket ([bucket floats], pinned on CUDA), made once.
     host: Vec<H>,
+    /// The comm thread's fragments of each bucket (element ranges within it), made once.
+    fragments: Vec<Vec<Range<usize>>>,
 }
 
 impl<H: HostBuffer> NetBuckets<H> {
-    fn new<B: Backend<Host = H>>(be: &B, plan: Vec<Bucket>, stages: usize) -> Result<Self> {
+    fn new<B: Backend<Host = H>>(be: &B, comm: &CommHandle, plan: Vec<Bucket>, stages: usize) -> Result<Self> {
         let mut bucket_of_stage = vec![usize::MAX; stages];
         for (b, bucket) in plan.iter().enumerate() {
             for &s in &bucket.stages {
@@ -62,7 +65,8 @@ impl<H: HostBuffer> NetBuckets<H> {
         }
         let missing = plan.iter().map(|b| b.stages.len()).collect();
         let host = plan.iter().map(|b| be.alloc_host(b.range.len())).collect::<Result<_>>()?;
-        Ok(NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host })
+        let fragments = plan.iter().map(|b| comm.fragments_of(b.range.len())).collect();
+        Ok(NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host, fragments })
     }
 }
 
@@ -124,7 +128,7 @@ impl<B: Backend> CommExchange<B> {
         for b in g.iter().chain(&d) {
             stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
         }
-        let nets = [NetBuckets::new(be, g, stages.0)?, NetBuckets::new(be, d, stages.1)?];
+        let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
         Ok(CommExchange { comm, nets, metrics: None, overlap, stats })
     }
 
@@ -136,10 +140,10 @@ impl<B: Backend> CommExchange<B> {
         let bucket = &nb.plan[b];
         let t0 = Instant::now();
         let mut staged = Vec::new();
-        for f in self.comm.fragments_of(bucket.range.len()) {
+        for f in &nb.fragments[b] {
             let src = View::range(&store.grad, bucket.range.start + f.start..bucket.range.start + f.end);
             match be.stage_out(src, &mut nb.host[b], f.start) {
-                Ok(w) => staged.push((f, w)),
+                Ok(w) => staged.push((f.clone(), w)),
                 Err(e) => self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)),
             }
         }

@@ -10,10 +10,9 @@
 //! and a copied result equals its source. Sums are still formed in f32; only what travels is
 //! rounded (8 significant bits, relative error at most 2^-8 per send).
 
-use super::{Activity, Combine, CommError, StatusReply, Tag, Transport, WaitPolicy};
+use super::{Activity, Combine, CommError, RecvEnd, SendEnd, StatusReply, Tag, Transport, WaitPolicy, skip_empty};
 use crate::comm::reduce::combine_values;
 use half::bf16;
-use std::ops::Range;
 use std::time::Duration;
 
 /// The encode and decode buffers, kept by the comm thread between collectives.
@@ -86,15 +85,8 @@ impl Transport for Bf16Wire<'_> {
         self.inner.sendrecv(to, data, from, buf, tag)
     }
 
-    fn exchange(
-        &mut self,
-        buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
-        recv: Option<(usize, Range<usize>, Combine)>,
-        tag: Tag,
-    ) -> Result<(), CommError> {
-        let send = send.filter(|(_, r)| !r.is_empty());
-        let recv = recv.filter(|(_, r, _)| !r.is_empty());
+    fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
+        let (send, recv) = skip_empty(send, recv);
         if let Some((_, sr)) = &send {
             round_and_encode(&mut buf[sr.clone()], &mut self.stage.out);
         }

@@ -3,11 +3,10 @@
 //! as MPI does. Used by the unit tests to run every algorithm at any rank count, and as the
 //! one-rank transport when there is no MPI.
 
-use super::{Combine, CommError, Tag, Transport, WaitPolicy, f32_bytes};
+use super::{Combine, CommError, RecvEnd, SendEnd, Tag, Transport, WaitPolicy, f32_bytes, skip_empty};
 use crate::comm::reduce::combine_bytes;
 use crate::comm::status::{Activity, StatusReply};
 use std::collections::VecDeque;
-use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
@@ -153,17 +152,12 @@ impl Transport for Local {
         self.recv(from, tag, buf)
     }
 
-    fn exchange(
-        &mut self,
-        buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
-        recv: Option<(usize, Range<usize>, Combine)>,
-        tag: Tag,
-    ) -> Result<(), CommError> {
-        if let Some((to, r)) = send.filter(|(_, r)| !r.is_empty()) {
+    fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
+        let (send, recv) = skip_empty(send, recv);
+        if let Some((to, r)) = send {
             self.send(to, tag, f32_bytes(&buf[r]))?;
         }
-        if let Some((from, r, how)) = recv.filter(|(_, r, _)| !r.is_empty()) {
+        if let Some((from, r, how)) = recv {
             let data = self.take(from, tag)?;
             if data.len() != r.len() * 4 {
                 return Err(length_error(from, tag, r.len() * 4, data.len()));

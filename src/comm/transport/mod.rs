@@ -173,13 +173,7 @@ pub trait Transport {
     /// `buf[recv.1]`. The two ranges are either disjoint or identical (recursive doubling
     /// sends the vector it reduces into). Empty ranges are skipped: both sides know the
     /// lengths. Large reductions are pipelined in chunks where the transport can.
-    fn exchange(
-        &mut self,
-        buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
-        recv: Option<(usize, Range<usize>, Combine)>,
-        tag: Tag,
-    ) -> Result<(), CommError>;
+    fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError>;
 
     /// Called by every hand-written allreduce on its averaged result: a wire format that
     /// rounds what travels rounds the result here too, so that ranks whose copy travelled and
@@ -199,6 +193,17 @@ pub trait Transport {
     fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>>;
     /// End the whole job with `code` (MPI_Abort; a plain exit in one process).
     fn abort(&mut self, code: i32) -> !;
+}
+
+/// One end of `Transport::exchange`: (peer, elements of the buffer).
+pub type SendEnd = Option<(usize, Range<usize>)>;
+/// The other end: (peer, elements, how the received values combine).
+pub type RecvEnd = Option<(usize, Range<usize>, Combine)>;
+
+/// `exchange`'s ends with the empty ranges dropped: both sides know the lengths, so nothing
+/// is sent for them (every transport skips them the same way).
+pub fn skip_empty(send: SendEnd, recv: RecvEnd) -> (SendEnd, RecvEnd) {
+    (send.filter(|(_, r)| !r.is_empty()), recv.filter(|(_, r, _)| !r.is_empty()))
 }
 
 /// The bytes of a float slice (for sending f32 data through the byte interface).

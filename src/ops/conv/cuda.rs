@@ -315,10 +315,6 @@ fn run(cu: &Cuda, g: &ConvGeom, p: &GemmPlan, a: DevPtr, b: DevPtr, c: DevPtr, a
     }
     let dims = Dims::grid3((p.n.div_ceil(p.tile.cols()), p.m.div_ceil(p.tile.rows()), p.z), THREADS);
     let params = params(g, p, accumulate);
-    if p.dir == Direction::BackwardDataOneChannel {
-        launch::conv_bwd_data_cin1(cu, Dims::linear(p.n.div_ceil(THREADS as usize), THREADS), params, a, b, c);
-        return;
-    }
     let launch = kernel(p.dir, p.tile);
     if p.splits > 1 {
         let ws = cu.workspace(p.workspace_floats());
@@ -342,6 +338,12 @@ pub fn forward(cu: &Cuda, g: &ConvGeom, x: View<Cuda>, w: View<Cuda>, y: ViewMut
 pub fn backward_data(cu: &Cuda, g: &ConvGeom, dy: View<Cuda>, w: View<Cuda>, dx: ViewMut<Cuda>) {
     g.check_lengths(dx.len, w.len, dy.len);
     let p = plan(g, backward_data_direction(g), cu.sm_count());
+    if p.dir == Direction::BackwardDataOneChannel {
+        // A thread per dx pixel (p.n of them), not a tiled GEMM.
+        let dims = Dims::linear(p.n.div_ceil(THREADS as usize), THREADS);
+        launch::conv_bwd_data_cin1(cu, dims, params(g, &p, false), dptr(w), dptr(dy), dptr_mut(&dx));
+        return;
+    }
     run(cu, g, &p, dptr(w), dptr(dy), dptr_mut(&dx), false);
 }
 

@@ -3,7 +3,7 @@
 
 use super::Mpi;
 use crate::comm::reduce::combine;
-use crate::comm::transport::{Combine, CommError, Tag};
+use crate::comm::transport::{Combine, CommError, RecvEnd, SendEnd, Tag, skip_empty};
 use mpi::ffi;
 use std::ops::Range;
 
@@ -66,7 +66,7 @@ impl Mpi {
     pub(super) fn exchange_reduce(
         &mut self,
         buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
+        send: SendEnd,
         from: usize,
         rr: Range<usize>,
         how: Combine,
@@ -151,12 +151,11 @@ impl Mpi {
     pub(super) fn exchange_impl(
         &mut self,
         buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
-        recv: Option<(usize, Range<usize>, Combine)>,
+        send: SendEnd,
+        recv: RecvEnd,
         tag: Tag,
     ) -> Result<(), CommError> {
-        let send = send.filter(|(_, r)| !r.is_empty());
-        let recv = recv.filter(|(_, r, _)| !r.is_empty());
+        let (send, recv) = skip_empty(send, recv);
         for peer in send.iter().map(|s| s.0).chain(recv.iter().map(|r| r.0)) {
             self.check_peer(peer)?;
         }

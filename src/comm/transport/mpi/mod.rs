@@ -13,12 +13,11 @@
 //!
 //! The knobs are read from the environment and must be the same on every rank.
 
-use super::{Combine, CommError, Tag, Tick, Transport, WaitClock, WaitPolicy};
+use super::{CommError, RecvEnd, SendEnd, Tag, Tick, Transport, WaitClock, WaitPolicy};
 use crate::comm::status::{Activity, StatusReply};
 use mpi::environment::Universe;
 use mpi::ffi;
 use std::ffi::{c_int, c_void};
-use std::ops::Range;
 use std::time::Duration;
 
 mod exchange;
@@ -223,13 +222,7 @@ impl Transport for Mpi {
         self.wait_all(&mut reqs, from)
     }
 
-    fn exchange(
-        &mut self,
-        buf: &mut [f32],
-        send: Option<(usize, Range<usize>)>,
-        recv: Option<(usize, Range<usize>, Combine)>,
-        tag: Tag,
-    ) -> Result<(), CommError> {
+    fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
         self.exchange_impl(buf, send, recv, tag)
     }
 
