@@ -3,6 +3,7 @@
 //! between threads and chunks are visited in order, so results do not depend on timing.
 
 use super::ConvGeom;
+use super::cpu_columns::Columns;
 use crate::ops::cpu_scratch::with_scratch;
 use rayon::prelude::*;
 
@@ -83,80 +84,18 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
     };
 }
 
-/// For each kernel tap (ki, kj) and output pixel (oh, ow): the input pixel it reads,
-/// ih * W + iw, or `PAD` where it falls in the zero padding. [k*k, OH*OW]
-fn tap_table(g: &ConvGeom) -> Vec<u32> {
-    let (k, s, p) = (g.k, g.stride as isize, g.pad as isize);
-    let mut t = Vec::with_capacity(k * k * g.out_pixels());
-    for ki in 0..k as isize {
-        for kj in 0..k as isize {
-            for oh in 0..g.h_out as isize {
-                for ow in 0..g.w_out as isize {
-                    let (ih, iw) = (oh * s - p + ki, ow * s - p + kj);
-                    let inside = ih >= 0 && iw >= 0 && ih < g.h_in as isize && iw < g.w_in as isize;
-                    t.push(if inside { (ih as usize * g.w_in + iw as usize) as u32 } else { PAD });
-                }
-            }
-        }
-    }
-    t
-}
-
-const PAD: u32 = u32::MAX;
-
-/// Rows of at least this many floats per rayon task: below it, scheduling costs more than
-/// copying.
-const MIN_TASK_FLOATS: usize = 1 << 14;
-
-/// col[r, j] for images [b0, b0+nb): r = (c, ki, kj), j = (b - b0)*OH*OW + oh*OW + ow.
-fn im2col(g: &ConvGeom, taps: &[u32], x: &[f32], b0: usize, nb: usize, col: &mut [f32]) {
-    let (kk, pix, hw) = (g.k * g.k, g.out_pixels(), g.in_pixels());
-    let row_len = nb * pix;
-    let rows_per_task = MIN_TASK_FLOATS.div_ceil(row_len.max(1));
-    col[..g.col_rows() * row_len].par_chunks_mut(row_len).with_min_len(rows_per_task).enumerate().for_each(
-        |(r, row)| {
-            let (c, tap) = (r / kk, &taps[(r % kk) * pix..][..pix]);
-            for (bi, out) in row.chunks_exact_mut(pix).enumerate() {
-                let img = &x[(c * g.batch + b0 + bi) * hw..][..hw];
-                for (o, &t) in out.iter_mut().zip(tap) {
-                    *o = if t == PAD { 0.0 } else { img[t as usize] };
-                }
-            }
-        },
-    );
-}
-
-/// dx[c, b0.., :, :] += col scattered back (the adjoint of `im2col`). Parallel over input
-/// channels, which own disjoint parts of dx; within a channel the order is fixed.
-fn col2im_add(g: &ConvGeom, taps: &[u32], col: &[f32], b0: usize, nb: usize, dx: &mut [f32]) {
-    let (kk, pix, hw) = (g.k * g.k, g.out_pixels(), g.in_pixels());
-    let row_len = nb * pix;
-    dx.par_chunks_mut(g.batch * hw).enumerate().for_each(|(c, dxc)| {
-        for t in 0..kk {
-            let (row, tap) = (&col[(c * kk + t) * row_len..][..row_len], &taps[t * pix..][..pix]);
-            for (bi, src) in row.chunks_exact(pix).enumerate() {
-                let img = &mut dxc[(b0 + bi) * hw..][..hw];
-                for (&v, &t) in src.iter().zip(tap) {
-                    if t != PAD {
-                        img[t as usize] += v;
-                    }
-                }
-            }
-        }
-    });
-}
-
 /// y [C_out, B, OH, OW] = conv(x [C_in, B, H, W], w [C_out, C_in, k, k]).
 pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
     g.check_lengths(x.len(), w.len(), y.len());
     let (rows, pix, y_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
-    let taps = tap_table(g);
-    with_scratch(rows * chunk * pix, |col| {
+    let columns = Columns::new(g);
+    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
+        let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
-            im2col(g, &taps, x, b0, nb, col);
+            columns.im2col(x, b0, nb, planes, col);
             // y[:, b0*pix ..] = w [C_out, rows] * col [rows, n]
             unsafe {
                 sgemm(
@@ -179,16 +118,17 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     g.check_lengths(dx.len(), w.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
-    let taps = tap_table(g);
+    let columns = Columns::new(g);
     dx.par_iter_mut().for_each(|v| *v = 0.0);
-    with_scratch(rows * chunk * pix, |col| {
+    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
+        let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
             // col [rows, n] = w^T [rows, C_out] * dy[:, b0*pix ..] [C_out, n]
             let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
             unsafe { sgemm(rows, n, g.c_out, Mat::transposed(w, rows), dy_chunk, col.as_mut_ptr(), n, false) };
-            col2im_add(g, &taps, col, b0, nb, dx);
+            columns.col2im(col, b0, nb, planes, dx);
         }
     });
 }
@@ -199,15 +139,16 @@ pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accu
     g.check_lengths(x.len(), dw.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
     let chunk = chunk_images(g);
-    let taps = tap_table(g);
+    let columns = Columns::new(g);
     if g.batch == 0 && !accumulate {
         dw.fill(0.0);
     }
-    with_scratch(rows * chunk * pix, |col| {
+    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
+        let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
             let n = nb * pix;
-            im2col(g, &taps, x, b0, nb, col);
+            columns.im2col(x, b0, nb, planes, col);
             let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
             // dw [C_out, rows] (+)= dy_chunk [C_out, n] * col^T [n, rows]
             unsafe {

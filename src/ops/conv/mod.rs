@@ -7,6 +7,7 @@
 //! weight [in,out,k,k] is exactly this conv's weight.
 
 pub mod cpu;
+mod cpu_columns;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
