@@ -25,9 +25,6 @@ pub struct Columns {
     lo: usize,
     hi_rows: usize,
     hi_cols: usize,
-    /// [k*k] in (ki, kj) order: where output (0, 0) of the tap reads in its plane set, the
-    /// plane's index times its padded size plus the padded offset of [di][dj].
-    taps: Vec<usize>,
     /// Stride 1 with no border: an image is its own (only) plane and needs no copy.
     direct: bool,
 }
@@ -38,27 +35,28 @@ const MIN_TASK_FLOATS: usize = 1 << 14;
 
 impl Columns {
     pub fn new(g: &ConvGeom) -> Columns {
-        let (s, p) = (g.stride as isize, g.pad as isize);
+        let (s, p, k) = (g.stride as isize, g.pad as isize, g.k as isize);
         let (hp, wp) = (g.h_in.div_ceil(g.stride), g.w_in.div_ceil(g.stride));
-        let shifts: Vec<(isize, isize, isize)> = (0..g.k as isize)
-            .flat_map(|ki| (0..g.k as isize).map(move |kj| (ki - p, kj - p)))
-            .map(|(a, b)| (a.rem_euclid(s) * s + b.rem_euclid(s), a.div_euclid(s), b.div_euclid(s)))
-            .collect();
-        let d_min = shifts.iter().map(|&(_, di, dj)| di.min(dj)).min().unwrap_or(0);
-        let (di_max, dj_max) = shifts.iter().fold((0, 0), |(a, b), &(_, di, dj)| (a.max(di), b.max(dj)));
+        // Taps 0 and k-1 shift the most: by (-p)/s and (k-1-p)/s plane cells (floored), the
+        // same along rows and columns.
+        let (d_min, d_max) = ((-p).div_euclid(s), (k - 1 - p).div_euclid(s));
         let lo = (-d_min).max(0) as usize;
-        // The last output row reads plane row OH-1 + di_max, which may lie past the plane.
-        let hi_rows = (g.h_out as isize - 1 + di_max - (hp as isize - 1)).max(0) as usize;
-        let hi_cols = (g.w_out as isize - 1 + dj_max - (wp as isize - 1)).max(0) as usize;
-        let (ph, pw) = (lo + hp + hi_rows, lo + wp + hi_cols);
-        let taps = shifts
-            .iter()
-            .map(|&(plane, di, dj)| {
-                plane as usize * ph * pw + ((di + lo as isize) * pw as isize + dj + lo as isize) as usize
-            })
-            .collect();
+        // The last output row reads plane row OH-1 + d_max, which may lie past the plane.
+        let hi_rows = (g.h_out as isize - 1 + d_max - (hp as isize - 1)).max(0) as usize;
+        let hi_cols = (g.w_out as isize - 1 + d_max - (wp as isize - 1)).max(0) as usize;
         let direct = g.stride == 1 && lo == 0 && hi_rows == 0 && hi_cols == 0;
-        Columns { g: *g, hp, wp, lo, hi_rows, hi_cols, taps, direct }
+        Columns { g: *g, hp, wp, lo, hi_rows, hi_cols, direct }
+    }
+
+    /// Where output (0, 0) of tap t = ki*k + kj reads in an image's plane set: the plane's
+    /// index times its padded size, plus the padded offset of [di][dj].
+    fn tap(&self, t: usize) -> usize {
+        let (s, p) = (self.g.stride as isize, self.g.pad as isize);
+        let (a, b) = ((t / self.g.k) as isize - p, (t % self.g.k) as isize - p);
+        let (ph, pw) = self.padded();
+        let plane = (a.rem_euclid(s) * s + b.rem_euclid(s)) as usize;
+        let (row, col) = (a.div_euclid(s) + self.lo as isize, b.div_euclid(s) + self.lo as isize);
+        plane * ph * pw + (row * pw as isize + col) as usize
     }
 
     /// Padded plane: [rows, columns].
@@ -100,7 +98,7 @@ impl Columns {
         let rows_per_task = MIN_TASK_FLOATS.div_ceil(row_len.max(1));
         col[..g.col_rows() * row_len].par_chunks_mut(row_len).with_min_len(rows_per_task).enumerate().for_each(
             |(r, row)| {
-                let at = first + (r / kk) * per_channel + self.taps[r % kk];
+                let at = first + (r / kk) * per_channel + self.tap(r % kk);
                 if pix == 1 {
                     // One output pixel (a kernel as large as the padded input): one value
                     // per image, a strided gather.
@@ -126,7 +124,8 @@ impl Columns {
         let row_len = nb * pix;
         let pw = self.padded().1;
         let add_channel = |c: usize, sets: &mut [f32], per_image: usize| {
-            for (t, &tap) in self.taps.iter().enumerate() {
+            for t in 0..kk {
+                let tap = self.tap(t);
                 let row = &col[(c * kk + t) * row_len..][..row_len];
                 if pix == 1 {
                     for (d, v) in sets[tap..].iter_mut().step_by(per_image).zip(row) {
