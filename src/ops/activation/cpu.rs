@@ -9,7 +9,7 @@ pub fn forward(act: Activation, x: &mut [f32]) {
     if act == Activation::None {
         return;
     }
-    x.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+    crate::per_activation!(act, ACT => x.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = ACT.apply(*v))));
 }
 
 pub fn backward(act: Activation, y: &[f32], dy: &mut [f32]) {
@@ -17,7 +17,8 @@ pub fn backward(act: Activation, y: &[f32], dy: &mut [f32]) {
     if act == Activation::None {
         return;
     }
-    dy.par_chunks_mut(CHUNK)
+    crate::per_activation!(act, ACT => dy
+        .par_chunks_mut(CHUNK)
         .zip(y.par_chunks(CHUNK))
-        .for_each(|(d, y)| d.iter_mut().zip(y).for_each(|(d, &y)| *d *= act.grad_from_output(y)));
+        .for_each(|(d, y)| d.iter_mut().zip(y).for_each(|(d, &y)| *d *= ACT.grad_from_output(y))));
 }

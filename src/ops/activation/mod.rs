@@ -18,6 +18,38 @@ pub enum Activation {
 
 pub const LEAKY_SLOPE: f32 = 0.2;
 
+/// `per_activation!(act, ACT => body)`: `body` compiled once per activation with `ACT` a
+/// constant, so an element loop calling `ACT.apply(v)` is a straight (vectorized) loop rather
+/// than a `match` per element and, for (Leaky)ReLU, a branch on the sign of the data.
+#[macro_export]
+macro_rules! per_activation {
+    ($act:expr, $a:ident => $body:expr) => {{
+        use $crate::ops::activation::Activation as A;
+        match $act {
+            A::None => {
+                const $a: A = A::None;
+                $body
+            }
+            A::Relu => {
+                const $a: A = A::Relu;
+                $body
+            }
+            A::LeakyRelu => {
+                const $a: A = A::LeakyRelu;
+                $body
+            }
+            A::Tanh => {
+                const $a: A = A::Tanh;
+                $body
+            }
+            A::Sigmoid => {
+                const $a: A = A::Sigmoid;
+                $body
+            }
+        }
+    }};
+}
+
 impl Activation {
     /// Integer code passed to CUDA kernels (kept in sync with kernels/common.cuh).
     pub fn code(self) -> i32 {
