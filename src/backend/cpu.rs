@@ -1,4 +1,5 @@
-//! The CPU backend: host vectors and the ops' CPU sides, threaded with rayon.
+//! The CPU backend: host vectors and the ops' CPU sides, threaded with rayon (whose helpers
+//! the ops keep spinning between them: see ops/cpu_helpers.rs).
 //! It is the reference every other backend is tested against.
 
 use super::{Backend, DeviceBuf, StageWaiter, View, ViewMut};
@@ -6,6 +7,7 @@ use crate::ops::activation::{self, Activation};
 use crate::ops::adam::{self, AdamStep};
 use crate::ops::batchnorm::{self, BnGeom};
 use crate::ops::conv::{self, ConvGeom};
+use crate::ops::cpu_helpers::keep_awake;
 use crate::ops::{elementwise, loss};
 use anyhow::Result;
 
@@ -75,16 +77,20 @@ impl Backend for Cpu {
     }
 
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
+        keep_awake();
         conv::cpu::forward(g, s(x), s(w), sm(y));
     }
     fn conv2d_backward_data(&self, g: &ConvGeom, dy: View<Self>, w: View<Self>, dx: ViewMut<Self>) {
+        keep_awake();
         conv::cpu::backward_data(g, s(dy), s(w), sm(dx));
     }
     fn conv2d_backward_weight(&self, g: &ConvGeom, x: View<Self>, dy: View<Self>, dw: ViewMut<Self>, accumulate: bool) {
+        keep_awake();
         conv::cpu::backward_weight(g, s(x), s(dy), sm(dw), accumulate);
     }
 
     fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>) {
+        keep_awake();
         batchnorm::cpu::forward_stats(g, s(x), sm(stats));
     }
     fn bn_forward_apply(
@@ -135,6 +141,7 @@ impl Backend for Cpu {
         dy: ViewMut<Self>,
         sums: ViewMut<Self>,
     ) {
+        keep_awake();
         batchnorm::cpu::backward_reduce(g, s(x), s(y), act, s(saved), sm(dy), sm(sums));
     }
     fn bn_backward_data(
@@ -152,9 +159,11 @@ impl Backend for Cpu {
     }
 
     fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
+        keep_awake();
         activation::cpu::forward(act, sm(x));
     }
     fn act_backward(&self, act: Activation, y: View<Self>, dy: ViewMut<Self>) {
+        keep_awake();
         activation::cpu::backward(act, s(y), sm(dy));
     }
 
@@ -163,6 +172,7 @@ impl Backend for Cpu {
     }
 
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
+        keep_awake();
         adam::cpu::step(h, sm(param), s(grad), sm(m), sm(v));
     }
 }

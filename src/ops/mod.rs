@@ -5,6 +5,7 @@ pub mod activation;
 pub mod adam;
 pub mod batchnorm;
 pub mod conv;
+pub mod cpu_helpers;
 pub mod cpu_scratch;
 pub mod elementwise;
 pub mod loss;
