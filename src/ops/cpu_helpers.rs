@@ -10,8 +10,15 @@
 //!
 //! A spinner is a job on each helper that polls the pool for work (`rayon::yield_now`) and
 //! runs it, and gives the thread back to rayon's own sleep after `IDLE_LIMIT` without any.
-//! The ops re-arm it, so it spins only while the step is computing: an idle rank, or one
-//! waiting for the exchange, costs at most `IDLE_LIMIT` of a core.
+//! The ops that start a layer's work (convolutions, batch-norm statistics and reductions,
+//! activations, Adam) re-arm it, so it spins only while the step is computing: an idle rank,
+//! or one waiting for the exchange, costs at most `IDLE_LIMIT` of each helper's core. Arming
+//! allocates one rayon broadcast job, which happens only after such an idle stretch, not per
+//! op.
+//!
+//! One counter covers all helpers: with more than one, a helper whose spinner timed out
+//! sleeps until the others' have too (they see the same ops, so they time out close
+//! together). The machines this project runs on give a rank one or two threads.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -24,16 +31,17 @@ const IDLE_LIMIT: Duration = Duration::from_millis(2);
 /// Spinners running (0 when the helpers sleep or were never armed).
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
-/// Arms a spinner on every helper unless they already spin. Only from worker 0 of the pool
-/// (the program's main thread, see `train::setup_threads`): a thread outside the pool, such as
-/// a test's, keeps rayon's plain behaviour, and no worker is ever left waiting on itself.
-pub fn keep_awake() {
+/// Arms a spinner on every helper unless they already spin; true when this call armed them.
+/// Only from worker 0 of the pool, which `train::setup_threads` makes the program's main
+/// thread: a thread outside the pool, such as a test's, keeps rayon's plain behaviour, and
+/// no worker is ever left waiting on itself.
+pub fn keep_awake() -> bool {
     let helpers = rayon::current_num_threads().saturating_sub(1);
     if helpers == 0 || rayon::current_thread_index() != Some(0) || SPINNING.load(Ordering::Acquire) != 0 {
-        return;
+        return false;
     }
     if SPINNING.compare_exchange(0, helpers, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return;
+        return false;
     }
     rayon::spawn_broadcast(|ctx| {
         // Worker 0 is the thread that armed us: it has its own work to do.
@@ -47,13 +55,15 @@ pub fn keep_awake() {
             } else if last_work.elapsed() > IDLE_LIMIT {
                 break;
             } else {
-                // Not a pause loop: a thread of another rank or the comm thread that wants
-                // this core gets it, while we stay runnable (no wake-up needed).
+                // Not a pause loop: the scheduler may run another thread of this core (the
+                // comm thread, another rank) in between, while we stay runnable (no wake-up
+                // needed).
                 std::thread::yield_now();
             }
         }
         SPINNING.fetch_sub(1, Ordering::AcqRel);
     });
+    true
 }
 
 #[cfg(test)]
@@ -61,25 +71,34 @@ mod tests {
     use super::*;
     use rayon::prelude::*;
 
-    /// On worker 0 of a pool, arming leaves a spinner on the helper, the work still gives the
-    /// right answer, and the spinner stops by itself once the work ends. (The only test that
+    /// On worker 0 of a pool, the first call arms the helper's spinner and later calls leave
+    /// it be while it runs; the work still gives the right answer; the spinner stops by
+    /// itself once the work ends, and a call after that arms it again. (The only test that
     /// arms: other tests' threads are not worker 0 of a pool.)
     #[test]
-    fn spinners_run_between_ops_and_stop_when_idle() {
+    fn spinners_arm_once_and_stop_when_idle() {
         std::thread::spawn(|| {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(2).use_current_thread().build().unwrap();
             assert_eq!(rayon::current_thread_index(), Some(0));
-            for round in 0..50u64 {
-                keep_awake();
-                assert_eq!(SPINNING.load(Ordering::Acquire), 1, "arming should leave one spinner");
+            let wait_until_stopped = || {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while SPINNING.load(Ordering::Acquire) != 0 {
+                    assert!(Instant::now() < deadline, "the spinner did not stop after {IDLE_LIMIT:?} idle");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            };
+            assert!(keep_awake(), "the first call should arm the spinner");
+            let mut armed = 1;
+            for round in 1..50u64 {
+                // Re-arms only if the spinner timed out meanwhile (a long preemption).
+                armed += keep_awake() as u32;
                 let sum: u64 = (0..10_000u64).into_par_iter().map(|i| i * round).sum();
                 assert_eq!(sum, round * (10_000 * 9_999 / 2));
             }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while SPINNING.load(Ordering::Acquire) != 0 {
-                assert!(Instant::now() < deadline, "the spinner did not stop after {IDLE_LIMIT:?} idle");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            assert!(armed < 50, "arming should not repeat while the spinner runs");
+            wait_until_stopped();
+            assert!(keep_awake(), "once stopped, the spinner should be armed again");
+            wait_until_stopped();
             drop(pool);
         })
         .join()

@@ -19,31 +19,31 @@ pub enum Activation {
 pub const LEAKY_SLOPE: f32 = 0.2;
 
 /// `per_activation!(act, ACT => body)`: `body` compiled once per activation with `ACT` a
-/// constant, so an element loop calling `ACT.apply(v)` is a straight (vectorized) loop rather
-/// than a `match` per element and, for (Leaky)ReLU, a branch on the sign of the data.
+/// constant, so an element loop calling `ACT.apply(v)` has no `match` per element and, for
+/// ReLU and LeakyReLU, no branch on the sign of the data: those loops (and None's) vectorize.
+/// Tanh and sigmoid still call the scalar `tanhf`/`expf` per element.
 #[macro_export]
 macro_rules! per_activation {
     ($act:expr, $a:ident => $body:expr) => {{
-        use $crate::ops::activation::Activation as A;
         match $act {
-            A::None => {
-                const $a: A = A::None;
+            $crate::ops::activation::Activation::None => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::None;
                 $body
             }
-            A::Relu => {
-                const $a: A = A::Relu;
+            $crate::ops::activation::Activation::Relu => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Relu;
                 $body
             }
-            A::LeakyRelu => {
-                const $a: A = A::LeakyRelu;
+            $crate::ops::activation::Activation::LeakyRelu => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::LeakyRelu;
                 $body
             }
-            A::Tanh => {
-                const $a: A = A::Tanh;
+            $crate::ops::activation::Activation::Tanh => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Tanh;
                 $body
             }
-            A::Sigmoid => {
-                const $a: A = A::Sigmoid;
+            $crate::ops::activation::Activation::Sigmoid => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Sigmoid;
                 $body
             }
         }
