@@ -20,7 +20,7 @@
 //! sleeps until the others' have too (they see the same ops, so they time out close
 //! together). The machines this project runs on give a rank one or two threads.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a helper spins without finding work before it sleeps. Longer than the serial
@@ -31,13 +31,27 @@ const IDLE_LIMIT: Duration = Duration::from_millis(2);
 /// Spinners running (0 when the helpers sleep or were never armed).
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether arming is allowed at all (see `set_enabled`).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Allows or forbids spinning. `train::setup_threads` forbids it when the ranks of a host
+/// ask for more compute threads than it has cores: a spinning helper would then take turns
+/// on a core with another rank's compute thread instead of with nothing.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Release);
+}
+
 /// Arms a spinner on every helper unless they already spin; true when this call armed them.
 /// Only from worker 0 of the pool, which `train::setup_threads` makes the program's main
 /// thread: a thread outside the pool, such as a test's, keeps rayon's plain behaviour, and
 /// no worker is ever left waiting on itself.
 pub fn keep_awake() -> bool {
     let helpers = rayon::current_num_threads().saturating_sub(1);
-    if helpers == 0 || rayon::current_thread_index() != Some(0) || SPINNING.load(Ordering::Acquire) != 0 {
+    if helpers == 0
+        || !ENABLED.load(Ordering::Acquire)
+        || rayon::current_thread_index() != Some(0)
+        || SPINNING.load(Ordering::Acquire) != 0
+    {
         return false;
     }
     if SPINNING.compare_exchange(0, helpers, Ordering::AcqRel, Ordering::Acquire).is_err() {
@@ -73,8 +87,8 @@ mod tests {
 
     /// On worker 0 of a pool, the first call arms the helper's spinner and later calls leave
     /// it be while it runs; the work still gives the right answer; the spinner stops by
-    /// itself once the work ends, and a call after that arms it again. (The only test that
-    /// arms: other tests' threads are not worker 0 of a pool.)
+    /// itself once the work ends, and a call after that arms it again, unless spinning is
+    /// disabled. (The only test that arms: other tests' threads are not worker 0 of a pool.)
     #[test]
     fn spinners_arm_once_and_stop_when_idle() {
         std::thread::spawn(|| {
@@ -99,6 +113,12 @@ mod tests {
             wait_until_stopped();
             assert!(keep_awake(), "once stopped, the spinner should be armed again");
             wait_until_stopped();
+            // Forbidden (an oversubscribed host), nothing is armed. In this test rather than
+            // its own, which would race with the arming above.
+            set_enabled(false);
+            assert!(!keep_awake(), "a disabled spinner should not be armed");
+            assert_eq!(SPINNING.load(Ordering::Acquire), 0);
+            set_enabled(true);
             drop(pool);
         })
         .join()
