@@ -4,9 +4,10 @@
 //! Rayon puts an idle worker to sleep after a few dozen yields (tens of microseconds), and a
 //! step runs hundreds of parallel regions (every GEMM block, im2col, batch norm...). On this
 //! project's kind of machine (a 2-vCPU KVM guest) waking a sleeping worker takes 60 us or
-//! more: a join of two 50 us halves then takes 110 us, longer than running both halves on one
-//! thread, while with the helper spinning it takes 49 us. PyTorch's OpenMP threads spin
-//! between regions for the same reason (GOMP_SPINCOUNT).
+//! more: in `benches/helper_wakeup.rs` a join of two 50 us halves after 1 ms idle took 143 us,
+//! longer than running both halves on one thread (102 us), while with the helper spinning it
+//! took 51 us. PyTorch's OpenMP threads spin between regions for the same reason
+//! (GOMP_SPINCOUNT).
 //!
 //! A spinner is a job on each helper that polls the pool for work (`rayon::yield_now`) and
 //! runs it, and gives the thread back to rayon's own sleep after `IDLE_LIMIT` without any.

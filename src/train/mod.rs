@@ -33,12 +33,10 @@ pub fn setup_threads(threads: Option<usize>, local_ranks: usize) -> Result<usize
     if std::thread::current().name() == Some("main") {
         pool = pool.use_current_thread();
     }
+    // A second call (tests, several commands in one process) keeps the first pool.
+    let n = if pool.build_global().is_ok() { n } else { rayon::current_num_threads() };
     // Idle helpers spin between ops (ops/cpu_helpers.rs) only while this host's ranks leave
     // them a core each: oversubscribed, they would take turns with another rank's compute.
     crate::ops::cpu_helpers::set_enabled(local_ranks.max(1) * n <= cores);
-    // A second call (tests, several commands in one process) keeps the first pool.
-    if pool.build_global().is_err() {
-        return Ok(rayon::current_num_threads());
-    }
     Ok(n)
 }

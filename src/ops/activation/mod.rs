@@ -24,30 +24,17 @@ pub const LEAKY_SLOPE: f32 = 0.2;
 /// Tanh and sigmoid still call the scalar `tanhf`/`expf` per element.
 #[macro_export]
 macro_rules! per_activation {
-    ($act:expr, $a:ident => $body:expr) => {{
+    ($act:expr, $a:ident => $body:expr) => {
+        $crate::per_activation!(@arms $act, $a, $body; None, Relu, LeakyRelu, Tanh, Sigmoid)
+    };
+    (@arms $act:expr, $a:ident, $body:expr; $($variant:ident),*) => {
         match $act {
-            $crate::ops::activation::Activation::None => {
-                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::None;
+            $($crate::ops::activation::Activation::$variant => {
+                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::$variant;
                 $body
-            }
-            $crate::ops::activation::Activation::Relu => {
-                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Relu;
-                $body
-            }
-            $crate::ops::activation::Activation::LeakyRelu => {
-                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::LeakyRelu;
-                $body
-            }
-            $crate::ops::activation::Activation::Tanh => {
-                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Tanh;
-                $body
-            }
-            $crate::ops::activation::Activation::Sigmoid => {
-                const $a: $crate::ops::activation::Activation = $crate::ops::activation::Activation::Sigmoid;
-                $body
-            }
+            })*
         }
-    }};
+    };
 }
 
 impl Activation {

@@ -84,32 +84,40 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
     };
 }
 
-/// y [C_out, B, OH, OW] = conv(x [C_in, B, H, W], w [C_out, C_in, k, k]).
-pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
-    g.check_lengths(x.len(), w.len(), y.len());
-    let (rows, pix, y_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
-    let chunk = chunk_images(g);
+/// Runs `f(columns, b0, nb, col, planes)` for the batch's chunks of images in order, with
+/// `col` [rows, nb * OH * OW] and the phase-plane scratch taken from this thread's scratch.
+fn for_each_chunk(g: &ConvGeom, mut f: impl FnMut(&Columns, usize, usize, &mut [f32], &mut [f32])) {
+    let (rows, pix, chunk) = (g.col_rows(), g.out_pixels(), chunk_images(g));
     let columns = Columns::new(g);
     with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
         let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);
-            let n = nb * pix;
-            columns.im2col(x, b0, nb, planes, col);
-            // y[:, b0*pix ..] = w [C_out, rows] * col [rows, n]
-            unsafe {
-                sgemm(
-                    g.c_out,
-                    n,
-                    rows,
-                    Mat::row_major(w, rows),
-                    Mat::row_major(col, n),
-                    y.as_mut_ptr().add(b0 * pix),
-                    y_rs,
-                    false,
-                )
-            };
+            f(&columns, b0, nb, &mut col[..rows * nb * pix], planes);
         }
+    });
+}
+
+/// y [C_out, B, OH, OW] = conv(x [C_in, B, H, W], w [C_out, C_in, k, k]).
+pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
+    g.check_lengths(x.len(), w.len(), y.len());
+    let (rows, pix, y_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
+    for_each_chunk(g, |columns, b0, nb, col, planes| {
+        let n = nb * pix;
+        columns.im2col(x, b0, nb, planes, col);
+        // y[:, b0*pix ..] = w [C_out, rows] * col [rows, n]
+        unsafe {
+            sgemm(
+                g.c_out,
+                n,
+                rows,
+                Mat::row_major(w, rows),
+                Mat::row_major(col, n),
+                y.as_mut_ptr().add(b0 * pix),
+                y_rs,
+                false,
+            )
+        };
     });
 }
 
@@ -117,19 +125,13 @@ pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
 pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     g.check_lengths(dx.len(), w.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
-    let chunk = chunk_images(g);
-    let columns = Columns::new(g);
     dx.par_iter_mut().for_each(|v| *v = 0.0);
-    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
-        let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
-        for b0 in (0..g.batch).step_by(chunk) {
-            let nb = chunk.min(g.batch - b0);
-            let n = nb * pix;
-            // col [rows, n] = w^T [rows, C_out] * dy[:, b0*pix ..] [C_out, n]
-            let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
-            unsafe { sgemm(rows, n, g.c_out, Mat::transposed(w, rows), dy_chunk, col.as_mut_ptr(), n, false) };
-            columns.col2im(col, b0, nb, planes, dx);
-        }
+    for_each_chunk(g, |columns, b0, nb, col, planes| {
+        let n = nb * pix;
+        // col [rows, n] = w^T [rows, C_out] * dy[:, b0*pix ..] [C_out, n]
+        let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
+        unsafe { sgemm(rows, n, g.c_out, Mat::transposed(w, rows), dy_chunk, col.as_mut_ptr(), n, false) };
+        columns.col2im(col, b0, nb, planes, dx);
     });
 }
 
@@ -138,22 +140,16 @@ pub fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
 pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accumulate: bool) {
     g.check_lengths(x.len(), dw.len(), dy.len());
     let (rows, pix, dy_rs) = (g.col_rows(), g.out_pixels(), g.batch * g.out_pixels());
-    let chunk = chunk_images(g);
-    let columns = Columns::new(g);
     if g.batch == 0 && !accumulate {
         dw.fill(0.0);
     }
-    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
-        let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
-        for b0 in (0..g.batch).step_by(chunk) {
-            let nb = chunk.min(g.batch - b0);
-            let n = nb * pix;
-            columns.im2col(x, b0, nb, planes, col);
-            let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
-            // dw [C_out, rows] (+)= dy_chunk [C_out, n] * col^T [n, rows]
-            unsafe {
-                sgemm(g.c_out, rows, n, dy_chunk, Mat::transposed(col, n), dw.as_mut_ptr(), rows, accumulate || b0 > 0)
-            };
-        }
+    for_each_chunk(g, |columns, b0, nb, col, planes| {
+        let n = nb * pix;
+        columns.im2col(x, b0, nb, planes, col);
+        let dy_chunk = Mat { ptr: dy[b0 * pix..].as_ptr(), rs: dy_rs as isize, cs: 1 };
+        // dw [C_out, rows] (+)= dy_chunk [C_out, n] * col^T [n, rows]
+        unsafe {
+            sgemm(g.c_out, rows, n, dy_chunk, Mat::transposed(col, n), dw.as_mut_ptr(), rows, accumulate || b0 > 0)
+        };
     });
 }

@@ -36,7 +36,7 @@ const MIN_TASK_FLOATS: usize = 1 << 14;
 impl Columns {
     pub fn new(g: &ConvGeom) -> Columns {
         let (s, p, k) = (g.stride as isize, g.pad as isize, g.k as isize);
-        let (hp, wp) = (g.h_in.div_ceil(g.stride), g.w_in.div_ceil(g.stride));
+        let (hp, wp) = g.phase_side();
         // Taps 0 and k-1 shift the most: by (-p)/s and (k-1-p)/s plane cells (floored), the
         // same along rows and columns.
         let (d_min, d_max) = ((-p).div_euclid(s), (k - 1 - p).div_euclid(s));

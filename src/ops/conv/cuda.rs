@@ -212,7 +212,8 @@ pub fn plan(g: &ConvGeom, dir: Direction, sm_count: usize) -> GemmPlan {
         Direction::Forward => (g.c_out, g.batch * g.out_pixels(), g.c_in * kk),
         Direction::BackwardData => {
             let taps = g.k.div_ceil(s);
-            let phase_pix = g.h_in.div_ceil(s) * g.w_in.div_ceil(s);
+            let (h_phase, w_phase) = g.phase_side();
+            let phase_pix = h_phase * w_phase;
             (g.c_in, g.batch * phase_pix, g.c_out * taps * taps)
         }
         Direction::BackwardDataDense => (g.c_in * kk, g.batch, g.c_out),
@@ -244,7 +245,7 @@ pub fn workspace_floats(g: &ConvGeom, sm_count: usize) -> usize {
 fn params(g: &ConvGeom, p: &GemmPlan, accumulate: bool) -> ConvParams {
     let s = g.stride;
     let taps = g.k.div_ceil(s);
-    let (h_phase, w_phase) = (g.h_in.div_ceil(s), g.w_in.div_ceil(s));
+    let (h_phase, w_phase) = g.phase_side();
     let i = |v: usize| -> i32 {
         assert!(v <= i32::MAX as usize, "convolution size {v} does not fit 32 bits: {g:?}");
         v as i32

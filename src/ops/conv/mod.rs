@@ -101,6 +101,12 @@ impl ConvGeom {
     pub fn in_pixels(&self) -> usize {
         self.h_in * self.w_in
     }
+    /// Side of one of the stride*stride phase planes of an input image, [ceil(H/s), ceil(W/s)]:
+    /// plane (py, px)[i][j] = x[i*s + py][j*s + px]. Backward-data runs per phase on the GPU,
+    /// and the CPU's columns are read from these planes.
+    pub fn phase_side(&self) -> (usize, usize) {
+        (self.h_in.div_ceil(self.stride), self.w_in.div_ceil(self.stride))
+    }
     /// Multiply-adds of one forward pass (the same for backward-data and backward-weight).
     pub fn macs(&self) -> u64 {
         (self.c_out * self.col_rows() * self.batch * self.out_pixels()) as u64
