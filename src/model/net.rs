@@ -55,6 +55,9 @@ pub trait Observer<B: Backend> {
     fn span(&mut self, _net: &'static str, _stage: &Stage<B>, _phase: Phase, _start: Instant, _end: Instant) {}
     /// Every gradient of stage `stage` (its group) is complete in `store.grad`.
     fn group_ready(&mut self, _be: &B, _store: &ParamStore<B>, _stage: usize) {}
+    /// Stage `stage` is about to run forward: the last moment its parameters may still change
+    /// (an update left in flight by the previous step lands here, stage by stage).
+    fn before_forward(&mut self, _be: &B, _store: &mut ParamStore<B>, _stage: usize) {}
 }
 
 /// An observer that ignores everything.
@@ -205,6 +208,7 @@ impl<B: Backend> Net<B> {
             self.store.bn_batches_tracked += 1;
         }
         for i in 0..self.stages.len() {
+            obs.before_forward(be, &mut self.store, i);
             let t0 = Instant::now();
             let (before, rest) = self.stages.split_at_mut(i);
             let x = if i == 0 { View::whole(&self.input) } else { View::whole(before[i - 1].output()) };

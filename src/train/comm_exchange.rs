@@ -167,6 +167,80 @@ impl<B: Backend> CommExchange<B> {
         });
         nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, staged, progress });
     }
+
+    /// Wait for one submitted bucket, copy its average back fragment by fragment and run
+    /// its Adam.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_one(
+        &mut self,
+        be: &B,
+        net: NetId,
+        store: &mut ParamStore<B>,
+        flight: InFlight,
+        lr: f32,
+        t: u64,
+        tl: &mut Timeline,
+    ) {
+        let InFlight { bucket: b, ticket, step, staged, progress } = flight;
+        // On an asynchronous device the bucket may still be computing or copying: that
+        // wait is the device's work, not communication, so it is timed apart.
+        let t0 = Instant::now();
+        for (_, w) in &staged {
+            w();
+        }
+        let t_ready = Instant::now();
+        // Each fragment goes back as soon as it is averaged, while the next is averaged.
+        let nb = &self.nets[net as usize];
+        let (host, bucket) = (&nb.host[b], &nb.plan[b]);
+        let back = |fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
+            copy_back(be, host, grad, bucket, fragments, &self.comm)
+        };
+        let mut t_first_back = None;
+        let mut returned = 0;
+        while returned < staged.len() && progress.wait_for(staged[returned].0.end, FRAGMENT_PATIENCE) {
+            t_first_back.get_or_insert_with(Instant::now);
+            back(&staged[returned..returned + 1], &mut store.grad);
+            returned += 1;
+        }
+        let done = match self.comm.wait(ticket) {
+            Ok(d) => d,
+            Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
+        };
+        let t1 = Instant::now();
+        back(&staged[returned..], &mut store.grad);
+        self.stats.device_wait += t_ready - t0;
+        self.stats.exposed += t1 - t_ready;
+        self.stats.comm_busy += done.busy;
+        self.stats.bytes += done.bytes as u64;
+        let nb = &mut self.nets[net as usize];
+        let bucket = &nb.plan[b];
+        tl.span(Track::Compute, "wait-device", bucket.label, t0, t_ready);
+        tl.span(Track::Compute, "wait", bucket.label, t_ready, t1);
+        let algo = done.algorithm.name();
+        tl.span_of_step(
+            step,
+            Track::CommThread,
+            "allreduce",
+            bucket.label,
+            done.started,
+            done.finished,
+            done.bytes,
+            algo,
+        );
+        let t2 = Instant::now();
+        tl.span_of_step(
+            step,
+            Track::CopyStream,
+            "host-to-device",
+            bucket.label,
+            t_first_back.unwrap_or(t1),
+            t2,
+            bucket.bytes(),
+            "",
+        );
+        store.adam(be, bucket.range.clone(), lr, t);
+        tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
+    }
 }
 
 impl<B: Backend> Exchange<B> for CommExchange<B> {
@@ -194,66 +268,27 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
-        let in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
-        for InFlight { bucket: b, ticket, step, staged, progress } in in_flight {
-            // On an asynchronous device the bucket may still be computing or copying: that
-            // wait is the device's work, not communication, so it is timed apart.
-            let t0 = Instant::now();
-            for (_, w) in &staged {
-                w();
-            }
-            let t_ready = Instant::now();
-            // Each fragment goes back as soon as it is averaged, while the next is averaged.
-            let nb = &self.nets[net as usize];
-            let (host, bucket) = (&nb.host[b], &nb.plan[b]);
-            let back = |fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
-                copy_back(be, host, grad, bucket, fragments, &self.comm)
-            };
-            let mut t_first_back = None;
-            let mut returned = 0;
-            while returned < staged.len() && progress.wait_for(staged[returned].0.end, FRAGMENT_PATIENCE) {
-                t_first_back.get_or_insert_with(Instant::now);
-                back(&staged[returned..returned + 1], &mut store.grad);
-                returned += 1;
-            }
-            let done = match self.comm.wait(ticket) {
-                Ok(d) => d,
-                Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
-            };
-            let t1 = Instant::now();
-            back(&staged[returned..], &mut store.grad);
-            self.stats.device_wait += t_ready - t0;
-            self.stats.exposed += t1 - t_ready;
-            self.stats.comm_busy += done.busy;
-            self.stats.bytes += done.bytes as u64;
-            let nb = &mut self.nets[net as usize];
-            let bucket = &nb.plan[b];
-            tl.span(Track::Compute, "wait-device", bucket.label, t0, t_ready);
-            tl.span(Track::Compute, "wait", bucket.label, t_ready, t1);
-            let algo = done.algorithm.name();
-            tl.span_of_step(
-                step,
-                Track::CommThread,
-                "allreduce",
-                bucket.label,
-                done.started,
-                done.finished,
-                done.bytes,
-                algo,
-            );
-            let t2 = Instant::now();
-            tl.span_of_step(
-                step,
-                Track::CopyStream,
-                "host-to-device",
-                bucket.label,
-                t_first_back.unwrap_or(t1),
-                t2,
-                bucket.bytes(),
-                "",
-            );
-            store.adam(be, bucket.range.clone(), lr, t);
-            tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
+        for flight in std::mem::take(&mut self.nets[net as usize].in_flight) {
+            self.finish_one(be, net, store, flight, lr, t, tl);
+        }
+    }
+
+    fn finish_stage(
+        &mut self,
+        be: &B,
+        net: NetId,
+        store: &mut ParamStore<B>,
+        stage: usize,
+        lr: f32,
+        t: u64,
+        tl: &mut Timeline,
+    ) {
+        let nb = &mut self.nets[net as usize];
+        let b = nb.bucket_of_stage[stage];
+        // Tickets answer in any order; the buckets before this one stay in flight.
+        if let Some(at) = nb.in_flight.iter().position(|f| f.bucket == b) {
+            let flight = nb.in_flight.remove(at);
+            self.finish_one(be, net, store, flight, lr, t, tl);
         }
     }
 

@@ -51,6 +51,21 @@ pub trait Exchange<B: Backend> {
     /// Wait for every bucket of `net` and apply Adam (step `t`, learning rate `lr`) to each
     /// one as soon as it is averaged.
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline);
+    /// The same for the bucket holding stage `stage` of `net` alone, if its Adam has not
+    /// run yet in this update: the next forward lands the update stage by stage, right before
+    /// each stage runs, while later buckets still travel (the MPI paper's "overtaking").
+    /// Only between the `flush` of an update and its `finish`, which completes the rest.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_stage(
+        &mut self,
+        be: &B,
+        net: NetId,
+        store: &mut ParamStore<B>,
+        stage: usize,
+        lr: f32,
+        t: u64,
+        tl: &mut Timeline,
+    );
     /// The buckets of `net`, in submission order.
     fn buckets(&self, net: NetId) -> &[Bucket];
     /// Start averaging this step's metrics over ranks (before G's buckets, so that they do
@@ -73,12 +88,37 @@ pub fn plan_buckets<B: Backend>(model: &Dcgan<B>, bucket_bytes: usize) -> [Vec<B
 /// One rank: nothing to average, so Adam runs per bucket when the step asks.
 pub struct SoloExchange {
     buckets: [Vec<Bucket>; 2],
+    /// Per network and bucket: Adam already ran in the update being finished.
+    applied: [Vec<bool>; 2],
     metrics: Vec<f32>,
 }
 
 impl SoloExchange {
     pub fn new(buckets: [Vec<Bucket>; 2]) -> Self {
-        SoloExchange { buckets, metrics: Vec::new() }
+        let applied = [vec![false; buckets[0].len()], vec![false; buckets[1].len()]];
+        SoloExchange { buckets, applied, metrics: Vec::new() }
+    }
+
+    /// Adam on bucket `k` of `net` unless it already ran in this update.
+    #[allow(clippy::too_many_arguments)]
+    fn apply<B: Backend>(
+        &mut self,
+        be: &B,
+        net: NetId,
+        k: usize,
+        store: &mut ParamStore<B>,
+        lr: f32,
+        t: u64,
+        tl: &mut Timeline,
+    ) {
+        let n = net as usize;
+        if std::mem::replace(&mut self.applied[n][k], true) {
+            return;
+        }
+        let b = &self.buckets[n][k];
+        let t0 = Instant::now();
+        store.adam(be, b.range.clone(), lr, t);
+        tl.span(Track::Compute, "adam", b.label, t0, Instant::now());
     }
 }
 
@@ -86,10 +126,23 @@ impl<B: Backend> Exchange<B> for SoloExchange {
     fn group_ready(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: usize, _: &mut Timeline) {}
     fn flush(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: &mut Timeline) {}
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
-        for b in &self.buckets[net as usize] {
-            let t0 = Instant::now();
-            store.adam(be, b.range.clone(), lr, t);
-            tl.span(Track::Compute, "adam", b.label, t0, Instant::now());
+        for k in 0..self.buckets[net as usize].len() {
+            self.apply(be, net, k, store, lr, t, tl);
+        }
+        self.applied[net as usize].fill(false);
+    }
+    fn finish_stage(
+        &mut self,
+        be: &B,
+        net: NetId,
+        store: &mut ParamStore<B>,
+        stage: usize,
+        lr: f32,
+        t: u64,
+        tl: &mut Timeline,
+    ) {
+        if let Some(k) = self.buckets[net as usize].iter().position(|b| b.stages.contains(&stage)) {
+            self.apply(be, net, k, store, lr, t, tl);
         }
     }
     fn buckets(&self, net: NetId) -> &[Bucket] {

@@ -2,13 +2,15 @@
 //!
 //! 1. D forward + backward on real images (label 1). It needs nothing from G, so it runs
 //!    while G's buckets from the previous step are still being averaged.
-//! 2. Finish G's previous update (wait for its buckets, Adam per bucket).
-//! 3. G forward on fresh noise; D forward + backward on the fakes (label 0), accumulating D's
-//!    gradients; each D bucket leaves as soon as backward completes it.
+//! 2. G forward on fresh noise, finishing G's previous update stage by stage: each stage
+//!    waits only for its own bucket (and runs its Adam) right before it runs, so G.1's forward
+//!    hides the tail of G's later buckets (the MPI paper's "overtaking").
+//! 3. D forward + backward on the fakes (label 0), accumulating D's gradients; each D bucket
+//!    leaves as soon as backward completes it.
 //! 4. D's update, bucket by bucket as each arrives.
 //! 5. D forward on the same fakes with the updated D (label 1), backward to the images only
 //!    (D's weight gradients are not computed), then G backward; G's buckets leave as they
-//!    complete and are waited for at step 2 of the next step (or at once with
+//!    complete and are waited for in step 2 of the next step (or at once with
 //!    `overlap_steps = false`).
 
 use super::exchange::{Exchange, NetId};
@@ -85,6 +87,9 @@ struct StepObserver<'a, B: Backend> {
     timeline: &'a mut Timeline,
     net: NetId,
     submit: bool,
+    /// (learning rate, Adam step) of this network's update still in flight, which its
+    /// forward lands stage by stage.
+    pending: Option<(f32, u64)>,
 }
 
 impl<B: Backend> Observer<B> for StepObserver<'_, B> {
@@ -100,6 +105,11 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
     fn group_ready(&mut self, be: &B, store: &ParamStore<B>, stage: usize) {
         if self.submit {
             self.exchange.group_ready(be, self.net, store, stage, self.timeline);
+        }
+    }
+    fn before_forward(&mut self, be: &B, store: &mut ParamStore<B>, stage: usize) {
+        if let Some((lr, t)) = self.pending {
+            self.exchange.finish_stage(be, self.net, store, stage, lr, t, self.timeline);
         }
     }
 }
@@ -156,8 +166,13 @@ impl<B: Backend> GanTrainer<B> {
     fn d_pass(&mut self, target: f32, weights: Option<bool>, submit: bool, which: usize) {
         let be = &self.be;
         let d: &mut Net<B> = &mut self.model.d;
-        let mut obs =
-            StepObserver { exchange: &mut *self.exchange, timeline: &mut self.timeline, net: NetId::D, submit };
+        let mut obs = StepObserver {
+            exchange: &mut *self.exchange,
+            timeline: &mut self.timeline,
+            net: NetId::D,
+            submit,
+            pending: None,
+        };
         let mut sync = sync_of(&mut self.bn_sync);
         d.forward(be, true, crate::nn::reborrow(&mut sync), &mut obs);
         let out = match which {
@@ -193,10 +208,13 @@ impl<B: Backend> GanTrainer<B> {
         self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
         self.d_pass(1.0, Some(false), false, 0);
 
-        // 2. G's weights must be current before G runs.
-        self.finish_pending();
-
-        // 3. G forward, then D on the fakes (detached: G gets nothing from this pass).
+        // 2. G forward, each stage's weights made current just before it runs; then D on the
+        //    fakes (detached: G gets nothing from this pass).
+        let pending = self.g_pending.take().map(|lr| {
+            let store = &mut self.model.g.store;
+            store.adam_steps += 1;
+            (lr, store.adam_steps)
+        });
         let t0 = Instant::now();
         step_noise(self.cfg.seed, self.step, rank, world, self.model.nz, &mut self.noise);
         self.be.upload(&self.noise, ViewMut::whole(self.model.g.input_mut()));
@@ -207,15 +225,21 @@ impl<B: Backend> GanTrainer<B> {
                 timeline: &mut self.timeline,
                 net: NetId::G,
                 submit: false,
+                pending,
             };
             self.model.g.forward(&self.be, true, sync_of(&mut self.bn_sync), &mut obs);
+        }
+        if let Some((lr, t)) = pending {
+            // Every stage has landed its bucket; this closes the update.
+            self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, lr, t, &mut self.timeline);
         }
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
         self.d_pass(0.0, Some(true), true, 1);
         self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
 
-        // 4. D's update.
+        // 4. D's update (one bucket by default, and D's next forward starts at D.1, whose
+        //    bucket leaves last, so D gains nothing from landing it stage by stage).
         let store = &mut self.model.d.store;
         store.adam_steps += 1;
         self.exchange.finish(&self.be, NetId::D, store, lr_d, store.adam_steps, &mut self.timeline);
@@ -233,6 +257,7 @@ impl<B: Backend> GanTrainer<B> {
                 timeline: &mut self.timeline,
                 net: NetId::G,
                 submit: true,
+                pending: None,
             };
             self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
         }
@@ -301,5 +326,82 @@ impl<B: Backend> GanTrainer<B> {
             images[start * pixels..(start + m) * pixels].copy_from_slice(&out[..m * pixels]);
         }
         images
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::Cpu;
+    use crate::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
+    use crate::model::net::StageSpec;
+    use crate::report::trace::Trace;
+    use crate::train::exchange::{SoloExchange, plan_buckets};
+
+    /// The 28x28 architecture with its inner widths divided by 8 (fast; the same stages).
+    fn narrow(specs: &[StageSpec]) -> Vec<StageSpec> {
+        let n = specs.len();
+        let w = |c: usize, edge: bool| if edge { c } else { c / 8 };
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StageSpec { c_in: w(s.c_in, i == 0 && s.c_in == 1), c_out: w(s.c_out, i == n - 1), ..*s })
+            .collect()
+    }
+
+    /// A trainer whose every stage is a bucket of its own (1-byte buckets), so G's update
+    /// lands in three pieces.
+    fn trainer(overlap_steps: bool, timeline: Timeline) -> GanTrainer<Cpu> {
+        let model = Dcgan::from_specs(&Cpu, &narrow(&GENERATOR_28), &narrow(&DISCRIMINATOR_28), 28, 4, 5).unwrap();
+        let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1)));
+        let cfg = StepConfig { seed: 5, rank: 0, world: 1, overlap_steps };
+        GanTrainer::new(Cpu, model, exchange, cfg, timeline).unwrap()
+    }
+
+    fn train(t: &mut GanTrainer<Cpu>, steps: u64) -> Vec<f32> {
+        for s in 0..steps {
+            let images: Vec<f32> =
+                (0..4 * 784).map(|i| ((i as u64 * 7919 + s * 31) % 200) as f32 / 100.0 - 1.0).collect();
+            t.step(&images, 2e-4, 2e-4, false).unwrap();
+        }
+        t.finish_pending();
+        let mut w = Vec::new();
+        for net in [&t.model.g, &t.model.d] {
+            let mut v = vec![0.0; net.store.value.len()];
+            t.be.download(View::whole(&net.store.value), &mut v);
+            w.extend(v);
+        }
+        w
+    }
+
+    /// Landing G's update stage by stage inside the next forward computes exactly what
+    /// finishing it at the end of its own step does; and it really is landed stage by stage:
+    /// G[2]'s Adam runs after G.1's forward.
+    #[test]
+    fn overtaking_lands_each_stage_before_it_runs_and_changes_no_result() {
+        let mut overtaking = trainer(true, Timeline::new(Trace::enabled(0, 1024), 4));
+        let mut at_step_end = trainer(false, Timeline::disabled());
+        let (a, b) = (train(&mut overtaking, 4), train(&mut at_step_end, 4));
+        let first_difference = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
+        assert_eq!(first_difference, None, "weights differ (of {})", a.len());
+        assert_ne!(a, train(&mut trainer(true, Timeline::disabled()), 3), "the steps must move the weights");
+
+        let events: serde_json::Value =
+            serde_json::from_slice(&[b"[".as_slice(), &overtaking.timeline.trace.to_json_events(), b"]"].concat())
+                .unwrap();
+        let order: Vec<(String, String)> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["args"]["step"] == 2)
+            .map(|e| (e["cat"].as_str().unwrap().to_string(), e["name"].as_str().unwrap().to_string()))
+            .collect();
+        let at = |cat: &str, name: &str| {
+            order.iter().position(|(c, n)| c == cat && n.starts_with(name)).unwrap_or_else(|| panic!("{cat} {name}"))
+        };
+        assert!(at("adam", "G[1]") < at("forward", "G.1 "));
+        assert!(at("forward", "G.1 ") < at("adam", "G[2]"));
+        assert!(at("adam", "G[2]") < at("forward", "G.2 "));
+        assert!(at("forward", "G.2 ") < at("adam", "G[3]"));
     }
 }
