@@ -208,8 +208,7 @@ impl<B: Backend> GanTrainer<B> {
         self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
         self.d_pass(1.0, Some(false), false, 0);
 
-        // 2. G forward, each stage's weights made current just before it runs; then D on the
-        //    fakes (detached: G gets nothing from this pass).
+        // 2. G forward, each stage's weights made current just before it runs.
         let pending = self.g_pending.take().map(|lr| {
             let store = &mut self.model.g.store;
             store.adam_steps += 1;
@@ -233,6 +232,7 @@ impl<B: Backend> GanTrainer<B> {
             // Every stage has landed its bucket; this closes the update.
             self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, lr, t, &mut self.timeline);
         }
+        // 3. D on the fakes (detached: G gets nothing from this pass).
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
         self.d_pass(0.0, Some(true), true, 1);
