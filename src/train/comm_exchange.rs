@@ -6,7 +6,7 @@
 //! overlap.
 
 use super::buckets::Bucket;
-use super::exchange::{Exchange, ExchangeStats, NetId};
+use super::exchange::{Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
@@ -170,15 +170,13 @@ impl<B: Backend> CommExchange<B> {
 
     /// Wait for one submitted bucket, copy its average back fragment by fragment and run
     /// its Adam.
-    #[allow(clippy::too_many_arguments)]
     fn finish_one(
         &mut self,
         be: &B,
         net: NetId,
         store: &mut ParamStore<B>,
         flight: InFlight,
-        lr: f32,
-        t: u64,
+        u: Update,
         tl: &mut Timeline,
     ) {
         let InFlight { bucket: b, ticket, step, staged, progress } = flight;
@@ -238,7 +236,7 @@ impl<B: Backend> CommExchange<B> {
             bucket.bytes(),
             "",
         );
-        store.adam(be, bucket.range.clone(), lr, t);
+        store.adam(be, bucket.range.clone(), u.lr, u.t);
         tl.span(Track::Compute, "adam", bucket.label, t2, Instant::now());
     }
 }
@@ -267,9 +265,9 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.nets[net as usize].held.clear();
     }
 
-    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, u: Update, tl: &mut Timeline) {
         for flight in std::mem::take(&mut self.nets[net as usize].in_flight) {
-            self.finish_one(be, net, store, flight, lr, t, tl);
+            self.finish_one(be, net, store, flight, u, tl);
         }
     }
 
@@ -279,8 +277,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         net: NetId,
         store: &mut ParamStore<B>,
         stage: usize,
-        lr: f32,
-        t: u64,
+        u: Update,
         tl: &mut Timeline,
     ) {
         let nb = &mut self.nets[net as usize];
@@ -288,7 +285,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         // Tickets answer in any order; the buckets before this one stay in flight.
         if let Some(at) = nb.in_flight.iter().position(|f| f.bucket == b) {
             let flight = nb.in_flight.remove(at);
-            self.finish_one(be, net, store, flight, lr, t, tl);
+            self.finish_one(be, net, store, flight, u, tl);
         }
     }
 

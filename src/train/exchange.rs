@@ -42,28 +42,33 @@ impl NetId {
     }
 }
 
+/// One Adam update of a network: its learning rate and its 1-based step number.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Update {
+    pub lr: f32,
+    pub t: u64,
+}
+
 pub trait Exchange<B: Backend> {
     /// Every gradient of stage `stage` of `net` is complete in `store.grad`.
     fn group_ready(&mut self, be: &B, net: NetId, store: &ParamStore<B>, stage: usize, tl: &mut Timeline);
     /// Submit whatever is complete but was held back (`--no-overlap` holds everything until
     /// backward is over).
     fn flush(&mut self, be: &B, net: NetId, store: &ParamStore<B>, tl: &mut Timeline);
-    /// Wait for every bucket of `net` and apply Adam (step `t`, learning rate `lr`) to each
-    /// one as soon as it is averaged.
-    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline);
+    /// Wait for every bucket of `net` and apply Adam (`update`) to each one as soon as it is
+    /// averaged.
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, update: Update, tl: &mut Timeline);
     /// The same for the bucket holding stage `stage` of `net` alone, if its Adam has not
     /// run yet in this update: the next forward lands the update stage by stage, right before
     /// each stage runs, while later buckets still travel (the MPI paper's "overtaking").
     /// Only between the `flush` of an update and its `finish`, which completes the rest.
-    #[allow(clippy::too_many_arguments)]
     fn finish_stage(
         &mut self,
         be: &B,
         net: NetId,
         store: &mut ParamStore<B>,
         stage: usize,
-        lr: f32,
-        t: u64,
+        u: Update,
         tl: &mut Timeline,
     );
     /// The buckets of `net`, in submission order.
@@ -100,15 +105,13 @@ impl SoloExchange {
     }
 
     /// Adam on bucket `k` of `net` unless it already ran in this update.
-    #[allow(clippy::too_many_arguments)]
     fn apply<B: Backend>(
         &mut self,
         be: &B,
         net: NetId,
         k: usize,
         store: &mut ParamStore<B>,
-        lr: f32,
-        t: u64,
+        u: Update,
         tl: &mut Timeline,
     ) {
         let n = net as usize;
@@ -117,7 +120,7 @@ impl SoloExchange {
         }
         let b = &self.buckets[n][k];
         let t0 = Instant::now();
-        store.adam(be, b.range.clone(), lr, t);
+        store.adam(be, b.range.clone(), u.lr, u.t);
         tl.span(Track::Compute, "adam", b.label, t0, Instant::now());
     }
 }
@@ -125,9 +128,9 @@ impl SoloExchange {
 impl<B: Backend> Exchange<B> for SoloExchange {
     fn group_ready(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: usize, _: &mut Timeline) {}
     fn flush(&mut self, _: &B, _: NetId, _: &ParamStore<B>, _: &mut Timeline) {}
-    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, lr: f32, t: u64, tl: &mut Timeline) {
+    fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, u: Update, tl: &mut Timeline) {
         for k in 0..self.buckets[net as usize].len() {
-            self.apply(be, net, k, store, lr, t, tl);
+            self.apply(be, net, k, store, u, tl);
         }
         self.applied[net as usize].fill(false);
     }
@@ -137,12 +140,11 @@ impl<B: Backend> Exchange<B> for SoloExchange {
         net: NetId,
         store: &mut ParamStore<B>,
         stage: usize,
-        lr: f32,
-        t: u64,
+        u: Update,
         tl: &mut Timeline,
     ) {
         if let Some(k) = self.buckets[net as usize].iter().position(|b| b.stages.contains(&stage)) {
-            self.apply(be, net, k, store, lr, t, tl);
+            self.apply(be, net, k, store, u, tl);
         }
     }
     fn buckets(&self, net: NetId) -> &[Bucket] {

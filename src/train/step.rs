@@ -13,7 +13,7 @@
 //!    complete and are waited for in step 2 of the next step (or at once with
 //!    `overlap_steps = false`).
 
-use super::exchange::{Exchange, NetId};
+use super::exchange::{Exchange, NetId, Update};
 use super::noise::step_noise;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
@@ -87,9 +87,8 @@ struct StepObserver<'a, B: Backend> {
     timeline: &'a mut Timeline,
     net: NetId,
     submit: bool,
-    /// (learning rate, Adam step) of this network's update still in flight, which its
-    /// forward lands stage by stage.
-    pending: Option<(f32, u64)>,
+    /// This network's update still in flight, which its forward lands stage by stage.
+    pending: Option<Update>,
 }
 
 impl<B: Backend> Observer<B> for StepObserver<'_, B> {
@@ -108,8 +107,8 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
         }
     }
     fn before_forward(&mut self, be: &B, store: &mut ParamStore<B>, stage: usize) {
-        if let Some((lr, t)) = self.pending {
-            self.exchange.finish_stage(be, self.net, store, stage, lr, t, self.timeline);
+        if let Some(u) = self.pending {
+            self.exchange.finish_stage(be, self.net, store, stage, u, self.timeline);
         }
     }
 }
@@ -192,7 +191,8 @@ impl<B: Backend> GanTrainer<B> {
         if let Some(lr) = self.g_pending.take() {
             let store = &mut self.model.g.store;
             store.adam_steps += 1;
-            self.exchange.finish(&self.be, NetId::G, store, lr, store.adam_steps, &mut self.timeline);
+            let u = Update { lr, t: store.adam_steps };
+            self.exchange.finish(&self.be, NetId::G, store, u, &mut self.timeline);
         }
     }
 
@@ -212,7 +212,7 @@ impl<B: Backend> GanTrainer<B> {
         let pending = self.g_pending.take().map(|lr| {
             let store = &mut self.model.g.store;
             store.adam_steps += 1;
-            (lr, store.adam_steps)
+            Update { lr, t: store.adam_steps }
         });
         let t0 = Instant::now();
         step_noise(self.cfg.seed, self.step, rank, world, self.model.nz, &mut self.noise);
@@ -228,9 +228,9 @@ impl<B: Backend> GanTrainer<B> {
             };
             self.model.g.forward(&self.be, true, sync_of(&mut self.bn_sync), &mut obs);
         }
-        if let Some((lr, t)) = pending {
+        if let Some(u) = pending {
             // Every stage has landed its bucket; this closes the update.
-            self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, lr, t, &mut self.timeline);
+            self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, u, &mut self.timeline);
         }
         // 3. D on the fakes (detached: G gets nothing from this pass).
         let Dcgan { g, d, .. } = &mut self.model;
@@ -242,7 +242,8 @@ impl<B: Backend> GanTrainer<B> {
         //    bucket leaves last, so D gains nothing from landing it stage by stage).
         let store = &mut self.model.d.store;
         store.adam_steps += 1;
-        self.exchange.finish(&self.be, NetId::D, store, lr_d, store.adam_steps, &mut self.timeline);
+        let u = Update { lr: lr_d, t: store.adam_steps };
+        self.exchange.finish(&self.be, NetId::D, store, u, &mut self.timeline);
 
         // 5. G's loss through the updated D, and G's backward. The metrics leave first so that
         //    they do not wait behind G's buckets.
