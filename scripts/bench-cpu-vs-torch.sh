@@ -8,13 +8,14 @@
 # target/release/dcgan-train bench-step, then BASELINE_BINARY bench-step when given (for
 # example an older build, to measure a change), each 20 steps after 3 of warm-up at batch 64.
 # The ratio quoted is the median over rounds of (ours / PyTorch) in the same round.
-# PYTHON picks the interpreter that has torch (default python3; `pip install torch`).
+# PYTHON picks the interpreter that has torch (default python3; `pip install torch`); OURS
+# another dcgan-train binary (for example the CUDA build's, on a machine without Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-8}
 baseline=${2:-}
 python=${PYTHON:-python3}
-ours=target/release/dcgan-train
+ours=${OURS:-target/release/dcgan-train}
 [[ -x $ours ]] || { echo "bench-cpu-vs-torch: $ours is missing; run cargo build --release first" >&2; exit 1; }
 "$python" -c 'import torch' 2>/dev/null || {
   echo "bench-cpu-vs-torch: $python has no torch; pip install torch, or set PYTHON" >&2

@@ -35,7 +35,8 @@
 #    binary    the release dcgan-train: --version, info, a training run, and the two
 #              batch-size errors (32-bit indexing, out of device memory)
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
-#              the bf16 wire, ranks checked identical; and the same without the exchange
+#              the bf16 wire, ranks checked identical; the same without the exchange; and
+#              overlap against --no-overlap, bitwise (scripts/same-weights.py)
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 set -uo pipefail
 
@@ -288,7 +289,7 @@ stage_mpi() {
     # shellcheck source=gpu-mpi-env.sh
     source "$ROOT/scripts/gpu-mpi-env.sh" || exit 1
     run_step mpi-info 60 mpiexec -n 2 "$BIN/dcgan-train-mpi" info
-    for run in "auto" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
+    for run in "auto" "auto --no-overlap" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
       local name="mpi-train-${run// /}"
       name=${name//--/-}
       rm -rf "/tmp/$name"
@@ -300,6 +301,11 @@ stage_mpi() {
         --max-steps 60 "${check[@]}" --no-progress --out "/tmp/$name" --allreduce $run
       cp "/tmp/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null || true
     done
+    # Overlap (buckets leave during backward, G's update lands stage by stage in the next
+    # forward) against none: the kernels have no atomics, so the weights must be bitwise
+    # equal; a missing stream dependency on the copy-back shows up here.
+    run_step mpi-overlap-bitwise 60 python3 "$ROOT/scripts/same-weights.py" \
+      /tmp/mpi-train-auto /tmp/mpi-train-auto-no-overlap
   )
 }
 
