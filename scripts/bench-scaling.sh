@@ -3,6 +3,7 @@
 # 1, 2 and 4 hosts, one rank per host, the same batch per rank, links shaped to --rate.
 #
 #   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
+#                            [--train-args "--wire bf16"]
 #
 # (default DIR: runs/scaling-DATE-TIME; about 12 minutes on a 2-core machine)
 #
@@ -12,7 +13,8 @@
 # 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
 #    --no-exchange (the same placement without the exchange), --repeats times, interleaved;
-#    --threads 1 (the machine this was written on has 2 cores).
+#    --threads 1 (the machine this was written on has 2 cores); --train-args adds options to
+#    every training run (for example --wire bf16 or --allreduce ring).
 # 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
 #    --no-exchange trace replayed at N to predict the N-host run (checked against it).
 # 6. results.md (tables, targets met or not) and speedup.png (speedup against hosts, measured
@@ -26,7 +28,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT=""
+RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS=""
 HOSTS=(1 2 4)
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --repeats) REPEATS="${2:?--repeats needs a value}"; shift 2 ;;
         --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
         --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+        --train-args) TRAIN_ARGS="${2?--train-args needs a value, e.g. \"--wire bf16\"}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
@@ -81,7 +84,7 @@ cleanup
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $(nproc) cores, $(uname -sr)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH, --threads 1 per rank"
+    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 
 log "1/6 link checks (unshaped, then $RATE)"
@@ -110,10 +113,11 @@ done
 log "4/6 training: ${HOSTS[*]} hosts x (overlap, no-overlap, no-exchange) x $REPEATS"
 train() { # hosts mode rep
     local n="$1" mode="$2" rep="$3" dir="$OUT/runs/$1-$2-$3" extra=()
+    read -ra extra <<<"$TRAIN_ARGS"
     case "$mode" in
         overlap) ;;
-        no-overlap) extra=(--no-overlap) ;;
-        no-exchange) extra=(--no-exchange) ;;
+        no-overlap) extra+=(--no-overlap) ;;
+        no-exchange) extra+=(--no-exchange) ;;
     esac
     [ "$n" = 1 ] || extra+=(--baseline-summary "$OUT/runs/1-overlap-$rep/summary.json")
     log "  $n host(s), $mode, repeat $rep"
