@@ -174,8 +174,8 @@ EOF
 # duplex. Eager sends up to 4 MiB (the default is 64 KiB): a larger message first sends a
 # request and waits for the receiver's answer, and with more than two ranks that answer
 # queues behind the receiver's own bulk traffic to its next peer (up to the links' 5 ms of
-# buffer) at every step of an algorithm; at 4 hosts this made rd, vhd and ring of 1-4 MiB
-# 1.3-1.9x slower than the cost model while two ranks matched it. --bind-to none: every
+# buffer) at every step of an algorithm; at 4 hosts (16 cores) this made rd, vhd and ring of
+# 256 KiB-4 MiB up to 1.87x slower than the cost model while two ranks matched it. --bind-to none: every
 # emulated host believes it owns all cores and would bind its rank to core 0.
 mpiexec_words() {
     local s; s="$(state)"

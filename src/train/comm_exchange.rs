@@ -266,9 +266,12 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, u: Update, tl: &mut Timeline) {
-        for flight in std::mem::take(&mut self.nets[net as usize].in_flight) {
+        // Taken and put back empty, as `held` is, so that its allocation serves every step.
+        let mut in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
+        for flight in in_flight.drain(..) {
             self.finish_one(be, net, store, flight, u, tl);
         }
+        self.nets[net as usize].in_flight = in_flight;
     }
 
     fn finish_stage(

@@ -49,6 +49,14 @@ pub struct Update {
     pub t: u64,
 }
 
+impl Update {
+    /// The next update of the network whose parameters are `store` (counts it there).
+    pub fn next<B: Backend>(store: &mut ParamStore<B>, lr: f32) -> Self {
+        store.adam_steps += 1;
+        Update { lr, t: store.adam_steps }
+    }
+}
+
 pub trait Exchange<B: Backend> {
     /// Every gradient of stage `stage` of `net` is complete in `store.grad`.
     fn group_ready(&mut self, be: &B, net: NetId, store: &ParamStore<B>, stage: usize, tl: &mut Timeline);

@@ -190,8 +190,7 @@ impl<B: Backend> GanTrainer<B> {
     pub fn finish_pending(&mut self) {
         if let Some(lr) = self.g_pending.take() {
             let store = &mut self.model.g.store;
-            store.adam_steps += 1;
-            let u = Update { lr, t: store.adam_steps };
+            let u = Update::next(store, lr);
             self.exchange.finish(&self.be, NetId::G, store, u, &mut self.timeline);
         }
     }
@@ -209,11 +208,7 @@ impl<B: Backend> GanTrainer<B> {
         self.d_pass(1.0, Some(false), false, 0);
 
         // 2. G forward, each stage's weights made current just before it runs.
-        let pending = self.g_pending.take().map(|lr| {
-            let store = &mut self.model.g.store;
-            store.adam_steps += 1;
-            Update { lr, t: store.adam_steps }
-        });
+        let pending = self.g_pending.take().map(|lr| Update::next(&mut self.model.g.store, lr));
         let t0 = Instant::now();
         step_noise(self.cfg.seed, self.step, rank, world, self.model.nz, &mut self.noise);
         self.be.upload(&self.noise, ViewMut::whole(self.model.g.input_mut()));
@@ -241,8 +236,7 @@ impl<B: Backend> GanTrainer<B> {
         // 4. D's update (one bucket by default, and D's next forward starts at D.1, whose
         //    bucket leaves last, so D gains nothing from landing it stage by stage).
         let store = &mut self.model.d.store;
-        store.adam_steps += 1;
-        let u = Update { lr: lr_d, t: store.adam_steps };
+        let u = Update::next(store, lr_d);
         self.exchange.finish(&self.be, NetId::D, store, u, &mut self.timeline);
 
         // 5. G's loss through the updated D, and G's backward. The metrics leave first so that
