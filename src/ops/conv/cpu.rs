@@ -1,6 +1,7 @@
 //! CPU convolution: im2col / col2im around the `gemm` crate, chunked over the batch so that
-//! the column matrix stays in cache. Deterministic: the GEMM splits only output blocks
-//! between threads and chunks are visited in order, so results do not depend on timing.
+//! the column matrix stays in cache. Deterministic: the GEMM splits only output tiles
+//! between threads (the sum over k keeps one order whoever computes a tile) and chunks are
+//! visited in order, so results do not depend on timing.
 
 use super::ConvGeom;
 use super::cpu_columns::Columns;
@@ -17,10 +18,18 @@ fn chunk_images(g: &ConvGeom) -> usize {
     (COL_CHUNK_FLOATS / per_image.max(1)).clamp(1, g.batch.max(1))
 }
 
-fn parallelism() -> gemm::Parallelism {
-    let threads = rayon::current_num_threads();
-    if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None }
-}
+/// Output tiles per thread. `gemm`'s own threading gives each thread an equal share, so a
+/// step goes at the pace of the slowest core; on this project's kind of machine (a 2-vCPU
+/// guest) one vCPU at a time runs 25-35% slower for stretches of a second or so (its host
+/// core's other hyper-thread busy, we think: no steal time is recorded), which made the
+/// 2-thread step up to 1.4x slower. Smaller tiles, taken by rayon's work stealing, let the
+/// fast thread do more of them. 2 per thread beat 1 and 4 (30 alternating rounds, step
+/// 0.927x of gemm's own split; docs/measurements/2026-11-23/gemm-tiles.txt).
+const TILES_PER_THREAD: usize = 2;
+
+/// Narrowest tile along the split dimension: each tile packs its own copy of the other
+/// operand's panel, which costs about 1/width of the tile's multiply-adds.
+const MIN_TILE: usize = 96;
 
 /// A strided matrix operand: element (i, j) at `ptr + i*rs + j*cs`.
 #[derive(Clone, Copy)]
@@ -29,6 +38,11 @@ pub struct Mat {
     pub rs: isize,
     pub cs: isize,
 }
+
+// SAFETY: a Mat only reads, and `sgemm`'s caller keeps what it addresses alive and unwritten
+// for the call, which is as long as any task holding it lives.
+unsafe impl Send for Mat {}
+unsafe impl Sync for Mat {}
 
 impl Mat {
     pub fn row_major(s: &[f32], cols: usize) -> Mat {
@@ -58,6 +72,61 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
         }
         return;
     }
+    // Split the longer side of c, so that the panel each tile packs again is the shorter.
+    let split_rows = m > n;
+    let (len, threads) = (if split_rows { m } else { n }, rayon::current_num_threads());
+    let tiles = (threads * TILES_PER_THREAD).min(len / MIN_TILE);
+    if threads == 1 || tiles < 2 {
+        let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+        return unsafe { sgemm_on_this_thread(m, n, k, a, b, c, c_rs, accumulate, parallelism) };
+    }
+    // Tile edges on multiples of 16 (a microkernel's width), so only the last tile has a
+    // ragged edge.
+    let tile = len.div_ceil(tiles).next_multiple_of(16);
+    let c = SendPtr(c);
+    (0..len.div_ceil(tile)).into_par_iter().with_max_len(1).for_each(|t| {
+        let (start, size) = (t * tile, tile.min(len - t * tile));
+        // SAFETY: the tiles are disjoint row or column ranges of c, inside the caller's.
+        unsafe {
+            if split_rows {
+                let a_tile = Mat { ptr: a.ptr.offset(start as isize * a.rs), ..a };
+                let c_tile = c.get().add(start * c_rs);
+                sgemm_on_this_thread(size, n, k, a_tile, b, c_tile, c_rs, accumulate, gemm::Parallelism::None)
+            } else {
+                let b_tile = Mat { ptr: b.ptr.offset(start as isize * b.cs), ..b };
+                let c_tile = c.get().add(start);
+                sgemm_on_this_thread(m, size, k, a, b_tile, c_tile, c_rs, accumulate, gemm::Parallelism::None)
+            }
+        }
+    });
+}
+
+/// c's base address, shared by the tasks that write disjoint tiles of it.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: every task writes its own tile (see `sgemm`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    /// A method, not field access, so closures capture the whole (Sync) wrapper.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// One `gemm::gemm` call: c[m,n] (+)= a[m,k] * b[k,n]. Safety as `sgemm`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn sgemm_on_this_thread(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: usize,
+    accumulate: bool,
+    parallelism: gemm::Parallelism,
+) {
     // gemm computes dst = alpha*dst + beta*lhs*rhs, reading dst only when asked to.
     unsafe {
         gemm::gemm(
@@ -79,7 +148,7 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
             false,
             false,
             false,
-            parallelism(),
+            parallelism,
         )
     };
 }
@@ -152,4 +221,66 @@ pub fn backward_weight(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], accu
             sgemm(g.c_out, rows, n, dy_chunk, Mat::transposed(col, n), dw.as_mut_ptr(), rows, accumulate || b0 > 0)
         };
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// c (+)= a * b by the definition, in f64; `a(i, p)` and `b(p, j)` read the operands.
+    fn reference(
+        dims: (usize, usize, usize),
+        a: impl Fn(usize, usize) -> f32,
+        b: impl Fn(usize, usize) -> f32,
+        c: &mut [f32],
+        acc: bool,
+    ) {
+        let (m, n, k) = dims;
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a(i, p) as f64 * b(p, j) as f64).sum();
+                c[i * n + j] = if acc { c[i * n + j] + dot as f32 } else { dot as f32 };
+            }
+        }
+    }
+
+    /// The tiled split (rows when m > n, columns otherwise, a ragged last tile), plain and
+    /// transposed operands, overwrite and accumulate, all give the product on a 2-thread pool,
+    /// and the same bits as one untiled gemm call (the sum over k keeps its order).
+    #[test]
+    fn tiled_sgemm_matches_the_definition_and_one_untiled_call() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut seed = 7u32;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &(m, n, k) in &[(1000, 37, 50), (33, 1001, 70), (500, 500, 9), (20, 90, 5)] {
+            for (a_t, b_t, acc) in
+                [(false, false, false), (true, false, true), (false, true, false), (true, true, true)]
+            {
+                let a: Vec<f32> = (0..m * k).map(|_| rand()).collect(); // [m, k] or [k, m]
+                let b: Vec<f32> = (0..k * n).map(|_| rand()).collect(); // [k, n] or [n, k]
+                let c0: Vec<f32> = (0..m * n).map(|_| rand()).collect(); // [m, n]
+                let am = if a_t { Mat::transposed(&a, m) } else { Mat::row_major(&a, k) };
+                let bm = if b_t { Mat::transposed(&b, k) } else { Mat::row_major(&b, n) };
+                let mut tiled = c0.clone();
+                pool.install(|| unsafe { sgemm(m, n, k, am, bm, tiled.as_mut_ptr(), n, acc) });
+                let mut untiled = c0.clone();
+                unsafe { sgemm_on_this_thread(m, n, k, am, bm, untiled.as_mut_ptr(), n, acc, gemm::Parallelism::None) };
+                let mut want = c0.clone();
+                let a_at = |i, p| if a_t { a[p * m + i] } else { a[i * k + p] };
+                let b_at = |p, j| if b_t { b[j * k + p] } else { b[p * n + j] };
+                reference((m, n, k), a_at, b_at, &mut want, acc);
+                let case = format!("m {m} n {n} k {k} a_t {a_t} b_t {b_t} acc {acc}");
+                for (i, (&got, &w)) in tiled.iter().zip(&want).enumerate() {
+                    assert!((got - w).abs() <= 1e-4 * (1.0 + w.abs()), "{case}: c[{i}] = {got}, want {w}");
+                }
+                assert!(
+                    tiled.iter().zip(&untiled).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{case}: tiles changed bits"
+                );
+            }
+        }
+    }
 }
