@@ -135,30 +135,52 @@ fn replicas_stay_identical_for_every_allreduce() {
     );
 }
 
-/// Sending buckets during backward or after it changes when the exchange happens, not what
-/// is computed.
-#[test]
-fn overlap_and_no_overlap_give_bitwise_identical_weights() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut weights = Vec::new();
-    for flag in [None, Some("--no-overlap")] {
-        let out = tmp.path().join(if flag.is_some() { "no-overlap" } else { "overlap" });
+/// Two 2-rank runs of `steps` steps on the same data, without and with `flag`; their run
+/// directories, in that order.
+fn two_ranks_without_and_with(tmp: &Path, flag: &str, steps: &str) -> [std::path::PathBuf; 2] {
+    [None, Some(flag)].map(|flag| {
+        let out = tmp.join(flag.unwrap_or("plain").trim_start_matches('-'));
         let mut args = vec![
             "--data",
             "synthetic:256",
             "--batch-size",
             "8",
             "--max-steps",
-            "6",
+            steps,
             "--no-progress",
             "--out",
             path(&out),
         ];
         args.extend(flag);
         ok(mpirun(2, &args, 300));
-        weights.push(final_weights(&out));
+        out
+    })
+}
+
+/// Sending buckets during backward or after it changes when the exchange happens, not what
+/// is computed.
+#[test]
+fn overlap_and_no_overlap_give_bitwise_identical_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [overlap, no_overlap] = two_ranks_without_and_with(tmp.path(), "--no-overlap", "6");
+    assert_eq!(final_weights(&overlap), final_weights(&no_overlap));
+}
+
+/// `--no-exchange` skips the gradients only: the logged losses are still the ranks' average,
+/// as in a run that exchanges. Step 1's D loss, D(x) and D(G(z)) come before any update, from
+/// the same weights, data and noise, so they must match the exchanging run's bit for bit
+/// (rank 0's own values would not: the ranks see different images); G's loss comes after D's
+/// update, which only the exchanging run averaged, so it must differ.
+#[test]
+fn no_exchange_still_averages_the_logged_losses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = two_ranks_without_and_with(tmp.path(), "--no-exchange", "1");
+    let first_steps = runs.map(|r| common::step_records(&r).remove(0));
+    let (exchange, alone) = (&first_steps[0], &first_steps[1]);
+    for key in ["loss_d", "d_x", "d_g_z"] {
+        assert_eq!(exchange[key], alone[key], "{key}: {exchange} against {alone}");
     }
-    assert_eq!(weights[0], weights[1]);
+    assert_ne!(exchange["loss_g"], alone["loss_g"], "the D update must differ: {exchange} against {alone}");
 }
 
 /// The trace is valid JSON with, for every rank and every step recorded, one allreduce per

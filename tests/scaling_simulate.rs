@@ -97,6 +97,22 @@ fn replay_of_a_real_trace() {
     assert!(r["hidden_comm_fraction"].as_f64().unwrap() < 0.5, "{r}");
     assert!(r["speedup_eq1"].as_f64().unwrap() < 2.0, "{r}");
 
+    // The same f32 run asked about --wire bf16: every bucket sends half the bytes, so with
+    // nothing but bandwidth in the model each takes half as long; the metrics stay exact f32.
+    assert_eq!(p["wire"], "f32");
+    let half = simulate(
+        &dir,
+        &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd", "--wire", "bf16"],
+    );
+    assert_eq!(half["wire"], "bf16");
+    let rh = &half["rows"][0];
+    for (b, h) in r["buckets"].as_array().unwrap().iter().zip(rh["buckets"].as_array().unwrap()) {
+        let want = b["ms"].as_f64().unwrap() / 2.0;
+        assert!((h["ms"].as_f64().unwrap() - want).abs() < 1e-6 * want, "{h} against {b}");
+    }
+    let comm_half = rh["comm_ms_per_step"].as_f64().unwrap();
+    assert!((comm_half - total / 2.0 - 1.5 * 24.0 * 1e-3).abs() < 1e-6 * comm_half, "{rh}");
+
     // auto on 3 nodes (not a power of two): the large-message algorithm is ring.
     let p = simulate(&dir, &["--alpha", "10", "--beta", "8", "--gamma", "0.1", "--nodes", "3", "--algorithms", "auto"]);
     let algos: Vec<&str> =

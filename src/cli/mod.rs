@@ -153,6 +153,7 @@ pub struct ParallelArgs {
     #[arg(long)]
     pub no_overlap: bool,
     /// Benchmarking only: skip the gradient exchange (ranks drift apart) to isolate its cost.
+    /// The per-step losses are still averaged, so the ranks stay in step as in a real run.
     #[arg(long)]
     pub no_exchange: bool,
     /// Write a Chrome trace (Perfetto, chrome://tracing) of every rank to FILE.

@@ -37,6 +37,10 @@ pub struct SimulateScalingArgs {
     /// --links).
     #[arg(long, value_name = "NS_PER_BYTE")]
     pub gamma: Option<f64>,
+    /// How gradient values travel in the prediction: f32, or bf16 (half the bytes). Default:
+    /// as the run travelled (its summary's `--wire`), so an f32 run can be asked about bf16.
+    #[arg(long, value_enum)]
+    pub wire: Option<crate::cli::comm::Wire>,
     /// Algorithms to predict, comma-separated: tree, rd, vhd, ring, auto.
     #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
     pub algorithms: Vec<String>,

@@ -4,6 +4,7 @@
 //! of the extra ranks when p is not a power of two, and a bucket cut into fragments as the
 //! comm thread cuts it.
 
+use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use crate::comm::allreduce::fold::pow2_floor;
 use crate::comm::allreduce::select::SelectionTable;
@@ -32,6 +33,12 @@ pub struct Terms {
 impl Terms {
     pub fn time(&self, l: &Link) -> f64 {
         self.messages * l.alpha + self.bytes_sent * l.beta + self.bytes_reduced * l.gamma
+    }
+
+    /// The same allreduce with `wire` on the links: `--wire bf16` sends half the bytes, while
+    /// the sums are still formed over the same f32 values.
+    pub fn on_wire(self, wire: Wire) -> Terms {
+        Terms { bytes_sent: self.bytes_sent * wire.bytes_per_value() as f64 / 4.0, ..self }
     }
 }
 
@@ -96,8 +103,16 @@ pub enum Choice {
     Auto(SelectionTable),
 }
 
-/// (algorithm, seconds) of averaging a bucket of `bytes` on `p` ranks.
-pub fn bucket_time(choice: &Choice, bytes: usize, fragment_bytes: usize, p: usize, link: &Link) -> (Algorithm, f64) {
+/// (algorithm, seconds) of averaging a bucket of `bytes` (as f32) on `p` ranks, its values
+/// travelling as `wire`. Fragments and the algorithm follow the f32 size, as on the comm thread.
+pub fn bucket_time(
+    choice: &Choice,
+    bytes: usize,
+    fragment_bytes: usize,
+    p: usize,
+    link: &Link,
+    wire: Wire,
+) -> (Algorithm, f64) {
     let frags = fragments(bytes / 4, fragment_bytes);
     let algo = match choice {
         Choice::Fixed(a) => *a,
@@ -105,7 +120,8 @@ pub fn bucket_time(choice: &Choice, bytes: usize, fragment_bytes: usize, p: usiz
     };
     // Mpi is not modelled: treat it as the power-of-two optimum, vhd (documented as such).
     let modelled = if algo == Algorithm::Mpi { Algorithm::Vhd } else { algo };
-    let secs = frags.iter().map(|f| allreduce_time(modelled, f.len() * 4, p, link).expect("not mpi")).sum();
+    let secs =
+        frags.iter().map(|f| terms(modelled, (f.len() * 4) as f64, p).expect("not mpi").on_wire(wire).time(link)).sum();
     (algo, secs)
 }
 
@@ -131,10 +147,22 @@ mod tests {
     fn one_rank_costs_nothing_and_fragments_add_up() {
         assert_eq!(allreduce_time(Algorithm::Ring, 1 << 20, 1, &L), Some(0.0));
         // 4 MiB in 1 MiB fragments = 4 allreduces of 1 MiB.
-        let (a, t4) = bucket_time(&Choice::Fixed(Algorithm::Vhd), 4 << 20, 1 << 20, 4, &L);
+        let (a, t4) = bucket_time(&Choice::Fixed(Algorithm::Vhd), 4 << 20, 1 << 20, 4, &L, Wire::F32);
         let t1 = allreduce_time(Algorithm::Vhd, 1 << 20, 4, &L).unwrap();
         assert_eq!(a, Algorithm::Vhd);
         assert!((t4 - 4.0 * t1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bf16_halves_only_the_bytes_on_the_wire() {
+        // vhd on 4 ranks, 1 MiB: 4 messages, 1.5 MiB sent, 0.75 MiB reduced; bf16 sends 0.75 MiB.
+        let n = (1 << 20) as f64;
+        let choice = Choice::Fixed(Algorithm::Vhd);
+        let (_, f32_s) = bucket_time(&choice, 1 << 20, 1 << 20, 4, &L, Wire::F32);
+        let (_, bf16_s) = bucket_time(&choice, 1 << 20, 1 << 20, 4, &L, Wire::Bf16);
+        let by_hand = |sent: f64| 4.0 * L.alpha + sent * L.beta + 0.75 * n * L.gamma;
+        assert!((f32_s - by_hand(1.5 * n)).abs() < 1e-12, "{f32_s}");
+        assert!((bf16_s - by_hand(0.75 * n)).abs() < 1e-12, "{bf16_s}");
     }
 
     #[test]

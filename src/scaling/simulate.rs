@@ -6,6 +6,7 @@ use super::cost::{Choice, Link, allreduce_time, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::{self, BucketSpec, StepProgram};
 use super::replay::{Outcome, WARM_STEPS, replay};
+use crate::cli::comm::Wire;
 use crate::cli::scaling::SimulateScalingArgs;
 use crate::cli::size::format_bytes;
 use crate::comm::Algorithm;
@@ -28,6 +29,9 @@ pub struct RunInfo {
     pub ranks: u64,
     pub ms_per_step: f64,
     pub trace: Option<PathBuf>,
+    /// How the run's gradients travelled (`options.comm.wire`; f32 in runs from before it),
+    /// or `--wire` to ask about the other.
+    pub wire: Wire,
 }
 
 impl RunInfo {
@@ -69,6 +73,11 @@ impl RunInfo {
             ranks: s["ranks"].as_u64().unwrap_or(1),
             ms_per_step: s["ms_per_step"].as_f64().unwrap_or(0.0),
             trace,
+            wire: match opt["comm"]["wire"].as_str() {
+                None | Some("f32") => Wire::F32,
+                Some("bf16") => Wire::Bf16,
+                Some(other) => bail!("--summary {}: unknown options.comm.wire '{other}'", path.display()),
+            },
         })
     }
 }
@@ -105,6 +114,8 @@ pub struct Prediction {
     pub alpha_us: f64,
     pub beta_ns_per_byte: f64,
     pub gamma_ns_per_byte: f64,
+    /// How gradient values travel in the prediction.
+    pub wire: Wire,
     pub rows: Vec<Row>,
 }
 
@@ -134,7 +145,7 @@ pub fn predict(
     let mut buckets = Vec::new();
     let mut secs = Vec::new();
     for b in &run.buckets {
-        let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, p as usize, link);
+        let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, p as usize, link, run.wire);
         buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
         secs.push(s);
     }
@@ -184,7 +195,8 @@ pub fn link_of(args: &SimulateScalingArgs) -> Result<Link> {
 }
 
 pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
-    let run = RunInfo::from_summary(summary)?;
+    let mut run = RunInfo::from_summary(summary)?;
+    run.wire = args.wire.unwrap_or(run.wire);
     for a in &args.algorithms {
         choice_of(a, run.threshold, 2)?;
     }
@@ -218,6 +230,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         alpha_us: link.alpha * 1e6,
         beta_ns_per_byte: link.beta * 1e9,
         gamma_ns_per_byte: link.gamma * 1e9,
+        wire: run.wire,
         rows,
     })
 }
@@ -237,7 +250,7 @@ fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
 pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
     let mut s = format!(
         "Replay of {} (rank's compute track, steps {:?}: {:.1} ms of compute per step; the run measured {:.1} ms/step on {} rank(s)) \
-         with alpha {:.2} us, beta {:.3} ns/B ({:.3} Gbit/s), gamma {:.3} ns/B, fragments of {}.\n\n",
+         with alpha {:.2} us, beta {:.3} ns/B ({:.3} Gbit/s), gamma {:.3} ns/B, fragments of {}, gradients on the wire as {}.\n\n",
         pred.trace,
         pred.replayed_steps,
         pred.compute_ms_per_step,
@@ -248,6 +261,10 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
         8.0 / pred.beta_ns_per_byte.max(1e-12),
         pred.gamma_ns_per_byte,
         format_bytes(fragment_bytes),
+        match pred.wire {
+            Wire::F32 => "f32",
+            Wire::Bf16 => "bf16 (half the bytes)",
+        },
     );
     s.push_str("| nodes | algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | hidden | algorithm per bucket |\n");
     s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---|\n");

@@ -105,10 +105,37 @@ const FRAGMENT_PATIENCE: Duration = Duration::from_secs(1);
 /// The bucket id of the per-step metrics (after every gradient bucket's).
 const METRICS_ID: u32 = 1000;
 
+/// The per-step metrics averaged over ranks: one exact (f32) allreduce through the comm
+/// thread. `--no-exchange` keeps it, so that its ranks stay in step and report the same
+/// losses (and the same stop and divergence decisions) as a run that exchanges gradients.
+pub struct MetricsOverRanks {
+    comm: Rc<CommHandle>,
+    in_flight: Option<Ticket>,
+}
+
+impl MetricsOverRanks {
+    pub fn new(comm: Rc<CommHandle>) -> Self {
+        MetricsOverRanks { comm, in_flight: None }
+    }
+
+    pub fn start(&mut self, values: &[f32]) {
+        let req = BucketRequest::new(METRICS_ID, "metrics", values.to_vec()).exact();
+        self.in_flight = Some(self.comm.submit(req));
+    }
+
+    pub fn finish(&mut self, out: &mut [f32]) {
+        let ticket = self.in_flight.take().expect("start_metrics first");
+        match self.comm.wait(ticket) {
+            Ok(mut done) => out.copy_from_slice(done.data.as_mut_slice()),
+            Err(e) => self.comm.abort(1, &format!("metrics exchange failed: {e:#}")),
+        }
+    }
+}
+
 pub struct CommExchange<B: Backend> {
     comm: Rc<CommHandle>,
     nets: [NetBuckets<B::Host>; 2],
-    metrics: Option<Ticket>,
+    metrics: MetricsOverRanks,
     /// Submit each bucket the moment it is complete (false: `--no-overlap`).
     overlap: bool,
     pub stats: ExchangeStats,
@@ -129,7 +156,7 @@ impl<B: Backend> CommExchange<B> {
             stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
-        Ok(CommExchange { comm, nets, metrics: None, overlap, stats })
+        Ok(CommExchange { metrics: MetricsOverRanks::new(comm.clone()), comm, nets, overlap, stats })
     }
 
     /// Stage bucket `b` out of the gradient buffer, one copy per fragment, and hand it to
@@ -301,15 +328,11 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn start_metrics(&mut self, values: &[f32]) {
-        self.metrics = Some(self.comm.submit(BucketRequest::new(METRICS_ID, "metrics", values.to_vec()).exact()));
+        self.metrics.start(values);
     }
 
     fn finish_metrics(&mut self, out: &mut [f32]) {
-        let ticket = self.metrics.take().expect("start_metrics first");
-        match self.comm.wait(ticket) {
-            Ok(mut done) => out.copy_from_slice(done.data.as_mut_slice()),
-            Err(e) => self.comm.abort(1, &format!("metrics exchange failed: {e:#}")),
-        }
+        self.metrics.finish(out);
     }
 }
 

@@ -3,6 +3,7 @@
 //! applies Adam per bucket as each one arrives.
 
 use super::buckets::{Bucket, plan_net};
+use super::comm_exchange::MetricsOverRanks;
 use super::timeline::{Timeline, Track};
 use crate::backend::Backend;
 use crate::model::dcgan::Dcgan;
@@ -98,18 +99,26 @@ pub fn plan_buckets<B: Backend>(model: &Dcgan<B>, bucket_bytes: usize) -> [Vec<B
     [g, d]
 }
 
-/// One rank: nothing to average, so Adam runs per bucket when the step asks.
+/// One rank, or `--no-exchange`: no gradient is averaged, so Adam runs per bucket when the
+/// step asks. The metrics are still averaged when `over_ranks` is given.
 pub struct SoloExchange {
     buckets: [Vec<Bucket>; 2],
     /// Per network and bucket: Adam already ran in the update being finished.
     applied: [Vec<bool>; 2],
     metrics: Vec<f32>,
+    over_ranks: Option<MetricsOverRanks>,
 }
 
 impl SoloExchange {
     pub fn new(buckets: [Vec<Bucket>; 2]) -> Self {
         let applied = [vec![false; buckets[0].len()], vec![false; buckets[1].len()]];
-        SoloExchange { buckets, applied, metrics: Vec::new() }
+        SoloExchange { buckets, applied, metrics: Vec::new(), over_ranks: None }
+    }
+
+    /// `--no-exchange` on several ranks: the gradients stay local, the metrics do not.
+    pub fn with_metrics_over_ranks(mut self, m: MetricsOverRanks) -> Self {
+        self.over_ranks = Some(m);
+        self
     }
 
     /// Adam on bucket `k` of `net` unless it already ran in this update.
@@ -159,10 +168,18 @@ impl<B: Backend> Exchange<B> for SoloExchange {
         &self.buckets[net as usize]
     }
     fn start_metrics(&mut self, values: &[f32]) {
-        self.metrics.clear();
-        self.metrics.extend_from_slice(values);
+        match &mut self.over_ranks {
+            Some(m) => m.start(values),
+            None => {
+                self.metrics.clear();
+                self.metrics.extend_from_slice(values);
+            }
+        }
     }
     fn finish_metrics(&mut self, out: &mut [f32]) {
-        out.copy_from_slice(&self.metrics);
+        match &mut self.over_ranks {
+            Some(m) => m.finish(out),
+            None => out.copy_from_slice(&self.metrics),
+        }
     }
 }

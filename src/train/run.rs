@@ -1,7 +1,7 @@
 //! `dcgan-train [train]` on every rank: set-up that all ranks agree on, the epoch loop,
 //! checkpoints, and what rank 0 writes.
 
-use super::comm_exchange::{CommBnSync, CommExchange};
+use super::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
 use super::config::{RESUMABLE, Settings, first_difference, training_config};
 use super::exchange::{Exchange, SoloExchange, plan_buckets};
 use super::job::{Job, PeerFailed};
@@ -143,8 +143,10 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     })?;
 
     let buckets = plan_buckets(&model, p.bucket_bytes);
-    let exchange: Box<dyn Exchange<B>> = if world.size == 1 || p.no_exchange {
+    let exchange: Box<dyn Exchange<B>> = if world.size == 1 {
         Box::new(SoloExchange::new(buckets))
+    } else if p.no_exchange {
+        Box::new(SoloExchange::new(buckets).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone())))
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
         Box::new(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap)?)
@@ -203,7 +205,9 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
             if resume { format!(", resuming at step {}", progress.step) } else { String::new() }
         );
         if p.no_exchange && world.size > 1 {
-            eprintln!("--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart");
+            eprintln!(
+                "--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart (the losses still are)"
+            );
         }
         if args.comm.wire == crate::cli::comm::Wire::Bf16 && world.size > 1 && !p.no_exchange {
             eprintln!(
