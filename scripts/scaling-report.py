@@ -9,6 +9,7 @@ s = t_1 / t_N * N. The targets of issue 7 are checked and printed with their num
 """
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -42,6 +43,24 @@ def buckets_text(s):
     if all(x["algorithm"] == "none" for x in b):
         return "-"
     return ", ".join(f'{x["bucket"]} {x["algorithm"]}' for x in b)
+
+
+def waits_section(out, hosts, w):
+    """The exposed time of each N-host overlap run's first repeat, split by wait-report.py
+    into waiting for the slowest rank and the exchange itself."""
+    spec = importlib.util.spec_from_file_location("wait_report", os.path.join(os.path.dirname(__file__), "wait-report.py"))
+    wait_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wait_report)
+    w("Where the exposed time goes (from each N-host overlap run's trace, first repeat; `scripts/wait-report.py`): "
+      "the part of a wait before the last rank handed the bucket over is waiting for the slowest rank, the rest is "
+      "the exchange itself.\n")
+    for h in hosts:
+        trace = os.path.join(out, "runs", f"{h}-overlap-1", "trace.json")
+        if h > 1 and os.path.exists(trace):
+            rows = wait_report.split_waits(load(trace))
+            if rows:
+                w(f"{h} hosts:\n")
+                w(wait_report.markdown(rows))
 
 
 def main():
@@ -101,6 +120,7 @@ def main():
             n = meas.get((h, "no-overlap"), {}).get("ms", float("nan"))
             w(f"| {h} | {o / base:.3f} | {n / base:.3f} |")
     w("")
+    waits_section(out, hosts, w)
 
     # The allreduce model check.
     model = load(os.path.join(out, "model-allreduce.json")).get("allreduce", [])

@@ -215,6 +215,19 @@ fn trace_has_one_allreduce_per_bucket_per_step_per_rank() {
         .map(|b| b["bucket"].as_str().unwrap().to_string())
         .collect();
     assert!(buckets.len() >= 2);
+    // Each bucket's share of the comm thread's time and of the waits: every bucket was
+    // averaged (so each has time of its own), and the shares add up to the totals.
+    let comm = &summary["comm"];
+    for (total, share) in
+        [("comm_ms_per_step", "comm_ms_per_step"), ("exposed_comm_ms_per_step", "exposed_ms_per_step")]
+    {
+        let shares: Vec<f64> = comm["buckets"].as_array().unwrap().iter().map(|b| b[share].as_f64().unwrap()).collect();
+        let whole = comm[total].as_f64().unwrap();
+        assert!((shares.iter().sum::<f64>() - whole).abs() <= 1e-9 * whole.max(1.0), "{total}: {comm:#}");
+        if share == "comm_ms_per_step" {
+            assert!(shares.iter().all(|&s| s > 0.0), "{comm:#}");
+        }
+    }
     let mut count: BTreeMap<(u64, u64, String), usize> = BTreeMap::new();
     let mut pids = std::collections::BTreeSet::new();
     for e in t["traceEvents"].as_array().unwrap() {

@@ -6,7 +6,7 @@
 //! overlap.
 
 use super::buckets::Bucket;
-use super::exchange::{Exchange, ExchangeStats, NetId, Update};
+use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
@@ -153,7 +153,13 @@ impl<B: Backend> CommExchange<B> {
         let [g, d] = buckets;
         let mut stats = ExchangeStats::default();
         for b in g.iter().chain(&d) {
-            stats.algorithms.push((b.label.to_string(), b.bytes(), comm.algorithm_for(b.bytes()).name()));
+            stats.buckets.push(BucketStats {
+                label: b.label,
+                bytes: b.bytes(),
+                algorithm: comm.algorithm_for(b.bytes()).name(),
+                comm_busy: Duration::ZERO,
+                exposed: Duration::ZERO,
+            });
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
         Ok(CommExchange { metrics: MetricsOverRanks::new(comm.clone()), comm, nets, overlap, stats })
@@ -237,6 +243,11 @@ impl<B: Backend> CommExchange<B> {
         self.stats.exposed += t1 - t_ready;
         self.stats.comm_busy += done.busy;
         self.stats.bytes += done.bytes as u64;
+        // The stats list G's buckets, then D's.
+        let first_of_net = if net == NetId::D { self.nets[0].plan.len() } else { 0 };
+        let per_bucket = &mut self.stats.buckets[first_of_net + b];
+        per_bucket.exposed += t1 - t_ready;
+        per_bucket.comm_busy += done.busy;
         let nb = &mut self.nets[net as usize];
         let bucket = &nb.plan[b];
         tl.span(Track::Compute, "wait-device", bucket.label, t0, t_ready);

@@ -23,8 +23,20 @@ pub struct ExchangeStats {
     pub device_wait: Duration,
     /// Gradient bytes averaged.
     pub bytes: u64,
-    /// (bucket bytes, algorithm name) of every bucket, as last used.
-    pub algorithms: Vec<(String, usize, &'static str)>,
+    /// Every bucket, G's then D's, in submission order.
+    pub buckets: Vec<BucketStats>,
+}
+
+/// One bucket's share of the exchange, summed over the run.
+#[derive(Clone, Debug)]
+pub struct BucketStats {
+    pub label: &'static str,
+    pub bytes: usize,
+    pub algorithm: &'static str,
+    /// Time the comm thread spent averaging it.
+    pub comm_busy: Duration,
+    /// Time the training thread waited for it (see `ExchangeStats::exposed`).
+    pub exposed: Duration,
 }
 
 /// Which network a call is about.

@@ -337,6 +337,9 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         facts.threads = threads;
         let summary = build_summary(args, job, &settings, &trainer, &data.description, &facts, &last, &final_grid)?;
         job.or_fail(out.summary(&summary));
+        if let Some(line) = super::summary::exchange_line(&summary) {
+            eprintln!("{line}");
+        }
         eprintln!(
             "done: {} steps in {:.1} s; samples in {}, metrics in {}",
             facts.steps_run,

@@ -2,7 +2,7 @@
 //! how much of it was hidden), with the MPI paper's weak-scaling speedup against a baseline.
 
 use super::config::Settings;
-use super::exchange::NetId;
+use super::exchange::{BucketStats, NetId};
 use super::job::Job;
 use super::step::{GanTrainer, StepMetrics};
 use crate::backend::Backend;
@@ -10,6 +10,7 @@ use crate::cli::TrainArgs;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use std::path::Path;
+use std::time::Duration;
 
 /// Measurements collected during the run.
 #[derive(Default)]
@@ -82,8 +83,15 @@ pub fn build_summary<B: Backend>(
         .iter()
         .flat_map(|&n| trainer.exchange.buckets(n).to_vec())
         .map(|b| {
-            let algo = ex.algorithms.iter().find(|(l, _, _)| l == b.label).map_or("none", |a| a.2);
-            json!({"bucket": b.label, "bytes": b.bytes(), "algorithm": algo})
+            let stats = ex.buckets.iter().find(|s| s.label == b.label);
+            let per_step = |d: fn(&BucketStats) -> Duration| stats.map_or(0.0, |s| d(s).as_secs_f64() * 1e3 / steps);
+            json!({
+                "bucket": b.label,
+                "bytes": b.bytes(),
+                "algorithm": stats.map_or("none", |s| s.algorithm),
+                "comm_ms_per_step": per_step(|s| s.comm_busy),
+                "exposed_ms_per_step": per_step(|s| s.exposed),
+            })
         })
         .collect();
     let table: Vec<Value> = job
@@ -139,6 +147,28 @@ pub fn build_summary<B: Backend>(
     Ok(s)
 }
 
+/// The end-of-run line on where the exchange's time went, from a summary (None without an
+/// exchange): what the comm thread spent, what the step waited for, and the buckets waited
+/// for longest, which are where overlap fell short.
+pub fn exchange_line(summary: &Value) -> Option<String> {
+    let c = &summary["comm"];
+    let comm = c["comm_ms_per_step"].as_f64().filter(|&v| v > 0.0)?;
+    let mut waits: Vec<(&str, f64)> = c["buckets"]
+        .as_array()?
+        .iter()
+        .filter_map(|b| Some((b["bucket"].as_str()?, b["exposed_ms_per_step"].as_f64()?)))
+        .filter(|&(_, ms)| ms >= 0.05)
+        .collect();
+    waits.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let most: Vec<String> = waits.iter().take(3).map(|(l, ms)| format!("{l} {ms:.1} ms")).collect();
+    Some(format!(
+        "exchange (rank 0, per step): {comm:.1} ms averaging on the comm thread, {:.1} ms of it waited for (hidden {:.2}){}",
+        c["exposed_comm_ms_per_step"].as_f64().unwrap_or(0.0),
+        c["hidden_comm_fraction"].as_f64().unwrap_or(0.0),
+        if most.is_empty() { String::new() } else { format!("; waited for most: {}", most.join(", ")) }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +180,23 @@ mod tests {
         assert!((s - 217.0).abs() < 1e-9);
         // Half the batch per rank at the same step time counts half.
         assert!((weak_scaling_speedup(100.0, 64.0, 100.0, 32.0, 2.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn exchange_line_names_the_buckets_waited_for_longest() {
+        let bucket = |l: &str, ms: f64| json!({"bucket": l, "exposed_ms_per_step": ms});
+        let s = json!({"comm": {
+            "comm_ms_per_step": 140.25,
+            "exposed_comm_ms_per_step": 22.5,
+            "hidden_comm_fraction": 0.8396,
+            "buckets": [bucket("G[1]", 1.3), bucket("G[2]", 0.01), bucket("G[3]", 0.2), bucket("D[3+2+1]", 21.0)],
+        }});
+        assert_eq!(
+            exchange_line(&s).unwrap(),
+            "exchange (rank 0, per step): 140.2 ms averaging on the comm thread, 22.5 ms of it waited for \
+             (hidden 0.84); waited for most: D[3+2+1] 21.0 ms, G[1] 1.3 ms, G[3] 0.2 ms"
+        );
+        // One rank, or --no-exchange: nothing to say.
+        assert_eq!(exchange_line(&json!({"comm": {"comm_ms_per_step": 0.0, "buckets": []}})), None);
     }
 }
