@@ -27,12 +27,11 @@ fn close(a: &Value, b: f64) -> bool {
 #[test]
 fn waits_before_the_last_hand_off_are_the_slowest_ranks() {
     let tmp = tempfile::tempdir().unwrap();
-    let events = vec![
-        // Step 1 is warm-up (--skip 2): a long wait that must not count.
-        span(1, "device-to-host", "D", 1, 0.0, 10.0),
-        span(2, "device-to-host", "D", 1, 0.0, 10.0),
-        span(1, "wait", "D", 1, 100.0, 50_000.0),
-        span(2, "wait", "D", 1, 100.0, 50_000.0),
+    // Step 1 is warm-up (--skip 2): a long wait on both ranks that must not count.
+    let warm_up =
+        [1, 2].map(|pid| [span(pid, "device-to-host", "D", 1, 0.0, 10.0), span(pid, "wait", "D", 1, 100.0, 50_000.0)]);
+    let mut events: Vec<Value> = warm_up.into_iter().flatten().collect();
+    events.extend([
         // Step 2: rank 2 hands D off 4 ms after rank 1. Rank 1 waits 1.5 -> 6 ms: 3.5 ms of
         // it for rank 2, 1 ms for the exchange; rank 2 waits 5.5 -> 6 ms, all exchange.
         span(1, "device-to-host", "D", 2, 1000.0, 10.0),
@@ -46,7 +45,7 @@ fn waits_before_the_last_hand_off_are_the_slowest_ranks() {
         span(2, "device-to-host", "G", 2, 7200.0, 10.0),
         span(1, "wait", "G", 3, 9000.0, 100.0),
         span(2, "wait", "G", 3, 9000.0, 300.0),
-    ];
+    ]);
     let rows = report(&json!({ "traceEvents": events }), tmp.path());
     let d = &rows["D"];
     assert_eq!(d["steps"], 1, "{rows:#}");

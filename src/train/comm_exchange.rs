@@ -155,7 +155,6 @@ impl<B: Backend> CommExchange<B> {
         for b in g.iter().chain(&d) {
             stats.buckets.push(BucketStats {
                 label: b.label,
-                bytes: b.bytes(),
                 algorithm: comm.algorithm_for(b.bytes()).name(),
                 comm_busy: Duration::ZERO,
                 exposed: Duration::ZERO,

@@ -31,7 +31,6 @@ pub struct ExchangeStats {
 #[derive(Clone, Debug)]
 pub struct BucketStats {
     pub label: &'static str,
-    pub bytes: usize,
     pub algorithm: &'static str,
     /// Time the comm thread spent averaging it.
     pub comm_busy: Duration,

@@ -186,7 +186,7 @@ mod tests {
     fn exchange_line_names_the_buckets_waited_for_longest() {
         let bucket = |l: &str, ms: f64| json!({"bucket": l, "exposed_ms_per_step": ms});
         let s = json!({"comm": {
-            "comm_ms_per_step": 140.25,
+            "comm_ms_per_step": 140.24,
             "exposed_comm_ms_per_step": 22.5,
             "hidden_comm_fraction": 0.8396,
             "buckets": [bucket("G[1]", 1.3), bucket("G[2]", 0.01), bucket("G[3]", 0.2), bucket("D[3+2+1]", 21.0)],
