@@ -91,8 +91,8 @@ def main():
     w("## Measured: step time and eq. (1) speedup\n")
     w(f"Batch {R[(1, 'overlap')][0]['batch_size_per_rank']} per rank, one rank per host, `--threads 1`; "
       f"medians over {len(R[(1, 'overlap')])} repeat(s); eq. (1) against the 1-host step time {t1:.1f} ms.\n")
-    w("| hosts | exchange | step ms | global images/s | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | hidden-comm fraction | algorithm per bucket |")
-    w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    w("| hosts | exchange | step ms | global images/s | speedup eq.(1) | efficiency | comm ms/step | comm CPU ms/step | exposed ms/step | hidden-comm fraction | algorithm per bucket |")
+    w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     meas = {}
     for h in hosts:
         for mode in MODES:
@@ -102,12 +102,14 @@ def main():
             ms = median([s["ms_per_step"] for s in ss])
             ips = median([s["global_images_per_s"] for s in ss])
             comm = median([s["comm"]["comm_ms_per_step"] for s in ss])
+            # Older summaries lack the comm thread's CPU time.
+            cpu = median([s["comm"].get("comm_thread_cpu_ms_per_step", float("nan")) for s in ss])
             exposed = median([s["comm"]["exposed_comm_ms_per_step"] for s in ss])
             hidden = median([s["comm"]["hidden_comm_fraction"] for s in ss])
             sp = t1 / ms * h
             meas[(h, mode)] = dict(ms=ms, speedup=sp, eff=sp / h, hidden=hidden, comm=comm)
             label = "none (1 rank)" if h == 1 else mode
-            w(f"| {h} | {label} | {ms:.1f} | {ips:.1f} | {sp:.2f} | {sp / h:.3f} | {comm:.1f} | {exposed:.1f} | "
+            w(f"| {h} | {label} | {ms:.1f} | {ips:.1f} | {sp:.2f} | {sp / h:.3f} | {comm:.1f} | {cpu:.1f} | {exposed:.1f} | "
               f"{hidden:.3f} | {buckets_text(ss[0]) if mode != 'no-exchange' else '-'} |")
     w("")
     w("What the exchange costs at the same placement (`--no-exchange` runs the same ranks on the same hosts without it):\n")

@@ -73,6 +73,12 @@ fn buckets_are_averaged_exactly_with_hooks_per_fragment() {
             // Fragments of at most 100 bytes: rd below the 1024-byte threshold.
             assert_eq!(d.algorithm, Algorithm::Rd);
             assert!(d.submitted <= d.started && d.started <= d.finished);
+            // The comm thread's own CPU clock: it cannot run longer than it was inside the
+            // bucket (a process clock, summing the other ranks' threads, could).
+            assert!(d.cpu <= d.busy, "bucket {b}: cpu {:?} over busy {:?}", d.cpu, d.busy);
+            if lens[b] >= 300 {
+                assert!(d.cpu > Duration::ZERO, "bucket {b}: averaging took no CPU");
+            }
         }
         // Hooks: before then after for each fragment, fragments in order, covering each bucket.
         for (b, &n) in lens.iter().enumerate() {

@@ -228,6 +228,9 @@ fn trace_has_one_allreduce_per_bucket_per_step_per_rank() {
             assert!(shares.iter().all(|&s| s > 0.0), "{comm:#}");
         }
     }
+    // The comm thread's CPU: some (it copied and summed), and never more than its wall time.
+    let cpu = comm["comm_thread_cpu_ms_per_step"].as_f64().unwrap();
+    assert!(cpu > 0.0 && cpu <= comm["comm_ms_per_step"].as_f64().unwrap(), "{comm:#}");
     let mut count: BTreeMap<(u64, u64, String), usize> = BTreeMap::new();
     let mut pids = std::collections::BTreeSet::new();
     for e in t["traceEvents"].as_array().unwrap() {

@@ -101,6 +101,9 @@ pub struct BucketDone {
     pub finished: Instant,
     /// Time inside the allreduce calls (excludes waiting in `before_fragment`).
     pub busy: Duration,
+    /// The comm thread's CPU time within `busy` (polling, copies, sums): what averaging
+    /// took from the cores, which matters where compute threads use them all.
+    pub cpu: Duration,
     pub fragment_times: Vec<FragmentTiming>,
 }
 

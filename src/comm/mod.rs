@@ -8,6 +8,7 @@
 pub mod allreduce;
 pub mod bench;
 mod bench_engine;
+pub mod cpu_clock;
 pub mod engine;
 pub mod helpers;
 pub mod reduce;

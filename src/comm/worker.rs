@@ -5,6 +5,7 @@
 use crate::cli::comm::Wire;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean};
+use crate::comm::cpu_clock::thread_cpu_time;
 use crate::comm::engine::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
 use crate::comm::helpers;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
@@ -129,12 +130,13 @@ impl Worker {
         ))?;
         let wire = if req.exact { Wire::F32 } else { self.wire };
         let mut fragment_times = Vec::with_capacity(frags.len());
-        let mut busy = Duration::ZERO;
+        let (mut busy, mut cpu) = (Duration::ZERO, Duration::ZERO);
         for f in &frags {
             if let Some(hook) = req.before_fragment.as_mut() {
                 hook(f.clone());
             }
             let start = Instant::now();
+            let cpu_start = thread_cpu_time();
             // One fragment at a time: the owner may be reading the ones already averaged.
             let data = req.data.fragment_mut(f.clone());
             let r = match wire {
@@ -144,6 +146,7 @@ impl Worker {
                     allreduce_mean(&mut t, algorithm, data, tag)
                 }
             };
+            cpu += thread_cpu_time().saturating_sub(cpu_start);
             let end = Instant::now();
             if let Err(e) = r {
                 return Err(self.fail(e));
@@ -165,6 +168,7 @@ impl Worker {
             started,
             finished: Instant::now(),
             busy,
+            cpu,
             fragment_times,
         })
     }

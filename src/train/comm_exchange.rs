@@ -241,6 +241,7 @@ impl<B: Backend> CommExchange<B> {
         self.stats.device_wait += t_ready - t0;
         self.stats.exposed += t1 - t_ready;
         self.stats.comm_busy += done.busy;
+        self.stats.comm_cpu += done.cpu;
         self.stats.bytes += done.bytes as u64;
         // The stats list G's buckets, then D's.
         let first_of_net = if net == NetId::D { self.nets[0].plan.len() } else { 0 };

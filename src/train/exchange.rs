@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 pub struct ExchangeStats {
     /// Time the comm thread spent averaging buckets.
     pub comm_busy: Duration,
+    /// The comm thread's CPU time within `comm_busy`: taken from the cores the compute
+    /// threads would otherwise have (see `BucketDone::cpu`).
+    pub comm_cpu: Duration,
     /// Time the training thread spent blocked waiting for buckets once their gradients were
     /// on the host: communication that backward did not hide.
     pub exposed: Duration,

@@ -77,6 +77,7 @@ pub fn build_summary<B: Backend>(
     let ms = median(&facts.step_ms);
     let ex = trainer.exchange_stats();
     let comm_ms = ex.comm_busy.as_secs_f64() * 1e3 / steps;
+    let comm_cpu_ms = ex.comm_cpu.as_secs_f64() * 1e3 / steps;
     let exposed_ms = ex.exposed.as_secs_f64() * 1e3 / steps;
     let device_wait_ms = ex.device_wait.as_secs_f64() * 1e3 / steps;
     let buckets: Vec<Value> = [NetId::G, NetId::D]
@@ -124,6 +125,7 @@ pub fn build_summary<B: Backend>(
         "comm": {
             "exchange": if w.size == 1 { "none (one rank)" } else if args.parallel.no_exchange { "skipped (--no-exchange)" } else if args.parallel.no_overlap { "after backward (--no-overlap)" } else { "overlapped with backward" },
             "comm_ms_per_step": comm_ms,
+            "comm_thread_cpu_ms_per_step": comm_cpu_ms,
             "exposed_comm_ms_per_step": exposed_ms,
             // Clamped: a wait can also include the comm thread's queue and hand-off, so the
             // exposed time may exceed the time inside collectives (then nothing was hidden).
@@ -162,7 +164,8 @@ pub fn exchange_line(summary: &Value) -> Option<String> {
     waits.sort_by(|a, b| b.1.total_cmp(&a.1));
     let most: Vec<String> = waits.iter().take(3).map(|(l, ms)| format!("{l} {ms:.1} ms")).collect();
     Some(format!(
-        "exchange (rank 0, per step): {comm:.1} ms averaging on the comm thread, {:.1} ms of it waited for (hidden {:.2}){}",
+        "exchange (rank 0, per step): {comm:.1} ms averaging on the comm thread ({:.1} ms of CPU), {:.1} ms of it waited for (hidden {:.2}){}",
+        c["comm_thread_cpu_ms_per_step"].as_f64().unwrap_or(0.0),
         c["exposed_comm_ms_per_step"].as_f64().unwrap_or(0.0),
         c["hidden_comm_fraction"].as_f64().unwrap_or(0.0),
         if most.is_empty() { String::new() } else { format!("; waited for most: {}", most.join(", ")) }
@@ -187,13 +190,14 @@ mod tests {
         let bucket = |l: &str, ms: f64| json!({"bucket": l, "exposed_ms_per_step": ms});
         let s = json!({"comm": {
             "comm_ms_per_step": 140.24,
+            "comm_thread_cpu_ms_per_step": 31.04,
             "exposed_comm_ms_per_step": 22.5,
             "hidden_comm_fraction": 0.8396,
             "buckets": [bucket("G[1]", 1.3), bucket("G[2]", 0.01), bucket("G[3]", 0.2), bucket("D[3+2+1]", 21.0)],
         }});
         assert_eq!(
             exchange_line(&s).unwrap(),
-            "exchange (rank 0, per step): 140.2 ms averaging on the comm thread, 22.5 ms of it waited for \
+            "exchange (rank 0, per step): 140.2 ms averaging on the comm thread (31.0 ms of CPU), 22.5 ms of it waited for \
              (hidden 0.84); waited for most: D[3+2+1] 21.0 ms, G[1] 1.3 ms, G[3] 0.2 ms"
         );
         // One rank, or --no-exchange: nothing to say.
