@@ -63,6 +63,38 @@ def waits_section(out, hosts, w):
                 w(wait_report.markdown(rows))
 
 
+def budget_section(R, hosts, w):
+    """The N-host step as the 1-host step plus parts that add up to it, from the summaries'
+    compute_ms_per_step (each step's wall time less its waits on other ranks); medians over
+    the repeats. Skipped for summaries from before that figure."""
+
+    def med(h, mode, key, comm=False):
+        vals = [(s["comm"] if comm else s).get(key) for s in R.get((h, mode), [])]
+        return median(vals) if vals and None not in vals else None
+
+    t1 = med(1, "overlap", "ms_per_step")
+    rows = [h for h in hosts if h > 1 and None not in (med(h, "no-exchange", "compute_ms_per_step"), med(h, "overlap", "compute_ms_per_step"))]
+    if not rows:
+        return
+    w("## Where the N-host step goes\n")
+    w("The N-host step with overlap as the 1-host step plus three parts that add up to it. *Placement*: the "
+      "`--no-exchange` run's compute against one host alone (here the emulated hosts share one machine's cores; on "
+      "a real cluster this is about zero). *Compute slowed by the exchange*: the same compute with the exchange running "
+      "beside it (the comm thread, Open MPI's progress and the kernel's TCP stack take cores and memory bandwidth from "
+      "it). *Waiting*: the time blocked on other ranks, for gradient buckets or for the metrics at each step's end. "
+      "Compute is each step's wall time less its waits; medians over steps, then over repeats. The last column splits "
+      "the waits (means per step) between gradient buckets and the metrics.\n")
+    w("| hosts | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks | = N-host step | waits: buckets + metrics |")
+    w("|---:|---:|---:|---:|---:|---:|---:|")
+    for h in rows:
+        cn, co = med(h, "no-exchange", "compute_ms_per_step"), med(h, "overlap", "compute_ms_per_step")
+        tn = med(h, "overlap", "ms_per_step")
+        buckets = med(h, "overlap", "exposed_comm_ms_per_step", comm=True)
+        metrics = med(h, "overlap", "metrics_wait_ms_per_step", comm=True)
+        w(f"| {h} | {t1:.1f} | {cn - t1:+.1f} | {co - cn:+.1f} | {tn - co:+.1f} | {tn:.1f} | {buckets:.1f} + {metrics:.1f} |")
+    w("")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -107,7 +139,7 @@ def main():
             exposed = median([s["comm"]["exposed_comm_ms_per_step"] for s in ss])
             hidden = median([s["comm"]["hidden_comm_fraction"] for s in ss])
             sp = t1 / ms * h
-            meas[(h, mode)] = dict(ms=ms, speedup=sp, eff=sp / h, hidden=hidden, comm=comm)
+            meas[(h, mode)] = dict(ms=ms, speedup=sp, eff=sp / h, hidden=hidden, comm=comm, exposed=exposed)
             label = "none (1 rank)" if h == 1 else mode
             w(f"| {h} | {label} | {ms:.1f} | {ips:.1f} | {sp:.2f} | {sp / h:.3f} | {comm:.1f} | {cpu:.1f} | {exposed:.1f} | "
               f"{hidden:.3f} | {buckets_text(ss[0]) if mode != 'no-exchange' else '-'} |")
@@ -122,6 +154,7 @@ def main():
             n = meas.get((h, "no-overlap"), {}).get("ms", float("nan"))
             w(f"| {h} | {o / base:.3f} | {n / base:.3f} |")
     w("")
+    budget_section(R, hosts, w)
     waits_section(out, hosts, w)
 
     # The allreduce model check.
@@ -148,9 +181,11 @@ def main():
     w("The last column says how representative the replayed steps were: the compute of the traced steps (the first "
       "few) against the step that same `--no-exchange` run measured over all its steps (medians over repeats). "
       "Where they differ, so does the prediction, whatever the model.\n")
+    w("The exposed columns compare the waits for gradient buckets: predicted (of it, waiting for the slowest rank, "
+      "from the ranks replaying the traced steps in orders of their own) against the run's summary.\n")
     w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error "
-      "| traced compute / its run's step ms |")
-    w("|---:|---:|---:|---:|---:|---:|")
+      "| predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|")
     sim = load(os.path.join(out, "simulated.json"))["prediction"]
     sim_auto = {r["nodes"]: r for r in sim["rows"] if r["algorithm"] == "auto"}
     errors = {}
@@ -165,7 +200,10 @@ def main():
         one = sim_auto.get(h, {}).get("step_ms", float("nan"))
         traced = median([p.get("compute_ms_per_step", float("nan")) for p in preds])
         own = median([p.get("measured_ms_per_step", float("nan")) for p in preds])
-        w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% | {traced:.1f} / {own:.1f} |")
+        exp = median([p["rows"][0]["exposed_comm_ms_per_step"] for p in preds])
+        slow = median([p["rows"][0].get("slowest_rank_ms_per_step", float("nan")) for p in preds])
+        w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% | {exp:.1f} ({slow:.1f}) | "
+          f"{meas[(h, 'overlap')]['exposed']:.1f} | {traced:.1f} / {own:.1f} |")
     w("")
     w("## Simulated: up to 1024 nodes\n")
     w(open(os.path.join(out, "simulated.md")).read())

@@ -183,6 +183,42 @@ fn no_exchange_still_averages_the_logged_losses() {
     assert_ne!(exchange["loss_g"], alone["loss_g"], "the D update must differ: {exchange} against {alone}");
 }
 
+/// A rank that starts every step late is waited for, and rank 0 counts that as waiting, not
+/// as computing: with the exchange the wait falls on a gradient bucket (D's, which a step needs
+/// at once), with `--no-exchange` on the metrics at the step's end. Both must show in the
+/// summary (waits, and compute = step less waits) and in each step's `wait_ms`.
+#[test]
+fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
+    const LATE_MS: f64 = 60.0;
+    let tmp = tempfile::tempdir().unwrap();
+    for flag in [None, Some("--no-exchange")] {
+        let out = tmp.path().join(flag.unwrap_or("exchange").trim_start_matches('-'));
+        let mut cmd = std::process::Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none", "-x", "DCGAN_TEST_SLOW_RANK", "-n", "2"])
+            .arg(env!("CARGO_BIN_EXE_dcgan-train"))
+            .args(["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "6", "--no-progress", "--out"])
+            .arg(&out)
+            .args(flag)
+            .env("DCGAN_TEST_SLOW_RANK", format!("1:{LATE_MS}"));
+        let o = ok(common::run_limited(cmd, 300));
+        assert!(stderr(&o).contains("without its waits on other ranks; mean waits per step"), "{}", stderr(&o));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let at = |k: &str| s.pointer(k).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("{k} in {s:#}"));
+        let (bucket_wait, metrics_wait) = (at("/comm/exposed_comm_ms_per_step"), at("/comm/metrics_wait_ms_per_step"));
+        let waited_where = if flag.is_some() { metrics_wait } else { bucket_wait };
+        assert!(waited_where > 0.5 * LATE_MS, "{flag:?}: buckets {bucket_wait} ms, metrics {metrics_wait} ms");
+        assert!(at("/compute_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
+        let steps = common::timed_step_records(&out);
+        let mut waits: Vec<f64> = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).collect();
+        for r in &steps {
+            let (w, ms) = (r["wait_ms"].as_f64().unwrap(), r["ms"].as_f64().unwrap());
+            assert!((0.0..=ms).contains(&w), "{r}");
+        }
+        waits.sort_by(f64::total_cmp);
+        assert!(waits[waits.len() / 2] > 0.5 * LATE_MS, "{flag:?}: {waits:?}");
+    }
+}
+
 /// The trace is valid JSON with, for every rank and every step recorded, one allreduce per
 /// bucket; the buckets are those the summary lists.
 #[test]

@@ -66,8 +66,10 @@ fn replay_of_a_real_trace() {
     traced_run(&dir);
     let mean = traced_mean_step_ms(&dir.join("trace.json"));
 
-    // Free links: every node count runs at the traced compute, speedup = N exactly.
-    let p = simulate(&dir, &["--alpha", "0", "--beta", "0", "--gamma", "0", "--nodes", "1,2,3,64"]);
+    // Free links, every rank running the same step at once: every node count runs at the
+    // traced compute, speedup = N exactly.
+    let free = ["--alpha", "0", "--beta", "0", "--gamma", "0", "--nodes", "1,2,3,64", "--algorithms", "auto"];
+    let p = simulate(&dir, &[&free[..], &["--identical-ranks"]].concat());
     assert_eq!(p["replayed_steps"], serde_json::json!([1, 2, 3, 4, 5, 6]));
     assert!((p["compute_ms_per_step"].as_f64().unwrap() - mean).abs() < 1e-6 * mean, "{p:#}");
     for r in p["rows"].as_array().unwrap() {
@@ -77,10 +79,31 @@ fn replay_of_a_real_trace() {
         assert_eq!(r["exposed_comm_ms_per_step"], 0.0);
     }
 
+    // Free links, each rank taking the traced steps in its own order: now a rank waits
+    // whenever another's step ran longer up to a hand-off. Links cost nothing, so every wait
+    // is for the slowest rank, each rank's compute averages the traced mean, and the step is
+    // that mean plus the waits. Ranks 0..N-1 are the same ranks at every N, so the step can
+    // only grow with N; with 64 ranks some rank is always in a longer step.
+    let p = simulate(&dir, &free);
+    let rows = p["rows"].as_array().unwrap();
+    let ms = |r: &Value, k: &str| r[k].as_f64().unwrap();
+    for w in rows.windows(2) {
+        assert!(ms(&w[1], "step_ms") >= ms(&w[0], "step_ms") - 1e-9 * mean, "{:#}", p["rows"]);
+    }
+    for r in rows {
+        let exposed = ms(r, "exposed_comm_ms_per_step");
+        assert!((ms(r, "slowest_rank_ms_per_step") - exposed).abs() <= 1e-9 * mean, "{r}");
+        assert!((ms(r, "step_ms") - mean - exposed).abs() < 1e-6 * mean, "{r}");
+    }
+    assert_eq!(ms(&rows[0], "exposed_comm_ms_per_step"), 0.0, "one node waits for nobody");
+    assert!(ms(&rows[3], "exposed_comm_ms_per_step") > 0.0, "{:#}", p["rows"]);
+
     // Slow links (1 us per byte), vhd on 4 nodes, no latency or reduction: each bucket takes
     // 2 (p-1)/p = 1.5 times its bytes in microseconds, however it is fragmented; the comm
     // thread is busy longer than the compute, so every step lasts at least the comm time.
-    let p = simulate(&dir, &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd"]);
+    let slow =
+        ["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd", "--identical-ranks"];
+    let p = simulate(&dir, &slow);
     let r = &p["rows"][0];
     let mut total = 0.0;
     for b in r["buckets"].as_array().unwrap() {
@@ -100,10 +123,7 @@ fn replay_of_a_real_trace() {
     // The same f32 run asked about --wire bf16: every bucket sends half the bytes, so with
     // nothing but bandwidth in the model each takes half as long; the metrics stay exact f32.
     assert_eq!(p["wire"], "f32");
-    let half = simulate(
-        &dir,
-        &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd", "--wire", "bf16"],
-    );
+    let half = simulate(&dir, &[&slow[..], &["--wire", "bf16"]].concat());
     assert_eq!(half["wire"], "bf16");
     let rh = &half["rows"][0];
     for (b, h) in r["buckets"].as_array().unwrap().iter().zip(rh["buckets"].as_array().unwrap()) {

@@ -45,12 +45,17 @@ pub struct SimulateScalingArgs {
     #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
     pub algorithms: Vec<String>,
     /// Steps replayed back to back (the first two are not counted: G's exchange runs into the
-    /// next step).
-    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(4..=10_000))]
+    /// next step), rounded up to whole passes over the recorded steps; more steps average
+    /// over more ways the ranks' steps fall together.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(4..=10_000))]
     pub steps: u64,
     /// The rank whose compute track is replayed.
     #[arg(long, default_value_t = 0)]
     pub trace_rank: usize,
+    /// Every rank replays the same recorded step at the same time, so that no rank ever waits
+    /// for another (by default each rank takes the recorded steps in an order of its own).
+    #[arg(long)]
+    pub identical_ranks: bool,
     /// Also write the predictions as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -11,6 +11,8 @@
 //! - The step waits for a bucket right before that bucket's `adam` span: D's in the same
 //!   step, G's in the next one (so the replay must run consecutive steps).
 //! - The per-step metrics (24 bytes) leave before G's backward and are waited for at the end.
+//!   A multi-rank trace records that wait as a `wait` span named `metrics`; like every wait,
+//!   the replay drops it and computes its own.
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -180,6 +182,35 @@ fn program_of_step(step: u64, spans: &[&Span], end_us: f64, buckets: &[BucketSpe
         items.push(Item::WaitMetrics);
     }
     StepProgram { step, items }
+}
+
+/// The collectives a program hands over, in order (bucket index; None for the metrics).
+fn handoffs(p: &StepProgram) -> Vec<Option<usize>> {
+    p.items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Submit(b) => Some(Some(*b)),
+            Item::SubmitMetrics => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The replay runs different recorded steps on different ranks at the same time, so every
+/// step must hand over the same collectives in the same order.
+pub fn check_same_handoffs(programs: &[StepProgram]) -> Result<()> {
+    let first = handoffs(&programs[0]);
+    for p in &programs[1..] {
+        if handoffs(p) != first {
+            bail!(
+                "the traced steps {} and {} hand gradient buckets over in different orders: \
+                 replay a trace of one run with one configuration (or pass --identical-ranks)",
+                programs[0].step,
+                p.step
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Read the trace file and build the programs of `rank`.

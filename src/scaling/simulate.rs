@@ -99,6 +99,8 @@ pub struct Row {
     pub efficiency: f64,
     pub comm_ms_per_step: f64,
     pub exposed_comm_ms_per_step: f64,
+    /// Of the exposed time, the part spent waiting for the slowest rank to hand a bucket over.
+    pub slowest_rank_ms_per_step: f64,
     pub hidden_comm_fraction: f64,
     pub buckets: Vec<BucketRow>,
 }
@@ -116,7 +118,38 @@ pub struct Prediction {
     pub gamma_ns_per_byte: f64,
     /// How gradient values travel in the prediction.
     pub wire: Wire,
+    /// Whether every rank replayed the same step at the same time (`--identical-ranks`).
+    pub identical_ranks: bool,
     pub rows: Vec<Row>,
+}
+
+/// Which recorded step each rank replays as its step k ([rank][k]). Rank 0 takes them in
+/// recorded order; every other rank takes each recorded step once per pass over them, in an
+/// order of its own (seeded by the rank), so that at any moment the ranks run different steps
+/// with the same mean compute, as the ranks of a real job do: a step whose compute ran long on
+/// one rank makes the others wait. `identical`: every rank as rank 0, so no rank ever waits
+/// for another.
+pub fn step_order(recorded: usize, ranks: usize, steps: usize, identical: bool) -> Vec<Vec<usize>> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    (0..ranks)
+        .map(|r| {
+            if r == 0 || identical {
+                return (0..steps).map(|k| k % recorded).collect();
+            }
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(r as u64);
+            // The passes start with the counted steps, so that each rank counts every
+            // recorded step equally often.
+            let mut order: Vec<usize> = (0..WARM_STEPS.min(steps)).map(|k| k % recorded).collect();
+            while order.len() < steps {
+                let mut pass: Vec<usize> = (0..recorded).collect();
+                pass.shuffle(&mut rng);
+                order.extend(pass);
+            }
+            order.truncate(steps);
+            order
+        })
+        .collect()
 }
 
 fn choice_of(name: &str, threshold: usize, p: usize) -> Result<Choice> {
@@ -131,16 +164,19 @@ fn choice_of(name: &str, threshold: usize, p: usize) -> Result<Choice> {
     })
 }
 
+/// The recorded steps and how they are replayed.
+pub struct Replay<'a> {
+    pub programs: &'a [StepProgram],
+    /// Steps per replay, warm-up included.
+    pub steps: usize,
+    /// Seconds per step of one rank alone (eq. (1)'s t_1).
+    pub t1: f64,
+    /// `--identical-ranks`.
+    pub identical: bool,
+}
+
 /// The prediction for one algorithm at `p` nodes.
-pub fn predict(
-    run: &RunInfo,
-    programs: &[StepProgram],
-    link: &Link,
-    algo: &str,
-    p: u64,
-    steps: usize,
-    t1: f64,
-) -> Result<Row> {
+pub fn predict(run: &RunInfo, rp: &Replay, link: &Link, algo: &str, p: u64) -> Result<Row> {
     let choice = choice_of(algo, run.threshold, p as usize)?;
     let mut buckets = Vec::new();
     let mut secs = Vec::new();
@@ -154,8 +190,9 @@ pub fn predict(
         Choice::Auto(t) => t.pick(METRICS_BYTES),
     };
     let metrics_s = allreduce_time(metrics_algo, METRICS_BYTES, p as usize, link).unwrap_or(0.0);
-    let o: Outcome = replay(programs, &secs, metrics_s, steps, p > 1);
-    let speedup = crate::train::summary::weak_scaling_speedup(t1, run.batch, o.step_s, run.batch, p as f64);
+    let order = step_order(rp.programs.len(), p as usize, rp.steps, rp.identical);
+    let o: Outcome = replay(rp.programs, &|r, k| order[r][k], p as usize, &secs, metrics_s, rp.steps, p > 1);
+    let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
         nodes: p,
         algorithm: algo.to_string(),
@@ -164,6 +201,7 @@ pub fn predict(
         efficiency: speedup / p as f64,
         comm_ms_per_step: o.comm_s * 1e3,
         exposed_comm_ms_per_step: o.exposed_s * 1e3,
+        slowest_rank_ms_per_step: o.slowest_rank_s * 1e3,
         hidden_comm_fraction: o.hidden_fraction(),
         buckets,
     })
@@ -210,14 +248,18 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     };
     let link = link_of(args)?;
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
+    if !args.identical_ranks {
+        program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
+    }
     // Whole passes over the recorded steps, so that each weighs the same.
     let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
     let steps = WARM_STEPS + passes * programs.len();
-    let t1 = replay(&programs, &vec![0.0; run.buckets.len()], 0.0, steps, false).step_s;
+    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &vec![0.0; run.buckets.len()], 0.0, steps, false).step_s;
+    let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks };
     let mut rows = Vec::new();
     for algo in &args.algorithms {
         for &p in &args.nodes {
-            rows.push(predict(&run, &programs, &link, algo, p, steps, t1)?);
+            rows.push(predict(&run, &rp, &link, algo, p)?);
         }
     }
     Ok(Prediction {
@@ -231,6 +273,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         beta_ns_per_byte: link.beta * 1e9,
         gamma_ns_per_byte: link.gamma * 1e9,
         wire: run.wire,
+        identical_ranks: args.identical_ranks,
         rows,
     })
 }
@@ -266,11 +309,17 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
             Wire::Bf16 => "bf16 (half the bytes)",
         },
     );
-    s.push_str("| nodes | algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | hidden | algorithm per bucket |\n");
-    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str(if pred.identical_ranks {
+        "Every rank replays the same recorded step at the same time (--identical-ranks): no rank waits for another.\n\n"
+    } else {
+        "Each rank replays the recorded steps in an order of its own, so a rank whose step ran long is waited for \
+         (column \"of it, slowest rank\"); --identical-ranks leaves that out.\n\n"
+    });
+    s.push_str("| nodes | algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | of it, slowest rank | hidden | algorithm per bucket |\n");
+    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in &pred.rows {
         s.push_str(&format!(
-            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.3} | {} |\n",
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.1} | {:.3} | {} |\n",
             r.nodes,
             r.algorithm,
             r.step_ms,
@@ -278,6 +327,7 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
             r.efficiency,
             r.comm_ms_per_step,
             r.exposed_comm_ms_per_step,
+            r.slowest_rank_ms_per_step,
             r.hidden_comm_fraction,
             if r.nodes > 1 { bucket_summary(r, fragment_bytes) } else { "-".into() }
         ));

@@ -20,6 +20,8 @@ pub struct StepRecord {
     pub metrics: StepMetrics,
     pub lr: f32,
     pub ms: f64,
+    /// Of `ms`, the time blocked on other ranks (gradient buckets and the metrics).
+    pub wait_ms: f64,
 }
 
 #[derive(Serialize, Clone, Debug)]

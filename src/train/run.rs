@@ -222,6 +222,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let mode = if root { ProgressMode::detect(args.no_progress) } else { ProgressMode::Off };
     let steps_per_epoch = shard.batches_per_epoch();
     let max_steps = args.max_steps.unwrap_or(u64::MAX);
+    let slow_rank = test_slow_rank(world.rank);
     let train_started = Instant::now();
     let steps_at_start = trainer.step;
     let mut last = StepMetrics::default();
@@ -238,6 +239,10 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 break;
             }
             let t0 = Instant::now();
+            let waited_before = trainer.waited();
+            if let Some(nap) = slow_rank {
+                std::thread::sleep(nap);
+            }
             data.fill_batch(order.batch(i), size, &mut images);
             let lr = settings.lr_at(trainer.step);
             // A diverging loss is the same on every rank (the metrics are averaged): rank 0 says so.
@@ -245,13 +250,15 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 .step(&images, lr, lr, stop.requested())
                 .map_err(|e| if root { e } else { PeerFailed.into() })?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let wait_ms = (trainer.waited() - waited_before).as_secs_f64() * 1e3;
             facts.step_ms.push(ms);
+            facts.compute_ms.push(ms - wait_ms);
             steps_in_epoch += 1;
             progress.epoch = epoch;
             progress.batch_in_epoch = i as u64 + 1;
             progress.step = trainer.step;
             if let Some(out) = outputs.as_mut() {
-                let rec = StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, lr, ms };
+                let rec = StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, lr, ms, wait_ms };
                 job.or_fail(out.step(&rec));
                 let ips =
                     (steps_in_epoch as usize * settings.global_batch) as f64 / epoch_start.elapsed().as_secs_f64();
@@ -337,7 +344,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         facts.threads = threads;
         let summary = build_summary(args, job, &settings, &trainer, &data.description, &facts, &last, &final_grid)?;
         job.or_fail(out.summary(&summary));
-        if let Some(line) = super::summary::exchange_line(&summary) {
+        for line in [super::summary::step_line(&summary), super::summary::exchange_line(&summary)].into_iter().flatten()
+        {
             eprintln!("{line}");
         }
         eprintln!(
@@ -349,6 +357,14 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// For the integration test of the wait accounting: `DCGAN_TEST_SLOW_RANK=r:ms` makes rank
+/// r start every step ms milliseconds late, so that the others wait for it.
+fn test_slow_rank(rank: usize) -> Option<std::time::Duration> {
+    let v = std::env::var("DCGAN_TEST_SLOW_RANK").ok()?;
+    let (r, ms) = v.split_once(':')?;
+    (r.parse::<usize>().ok()? == rank).then_some(std::time::Duration::from_millis(ms.parse().ok()?))
 }
 
 /// Rank 0 writes a checkpoint of the current state (every rank holds the same weights; the

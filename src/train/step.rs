@@ -23,7 +23,7 @@ use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::nn::stage::Stage;
 use anyhow::{Result, bail};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Losses and discriminator outputs of one step, averaged over ranks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -71,6 +71,9 @@ pub struct GanTrainer<B: Backend> {
     g_pending: Option<f32>,
     /// `--sync-bn`: batch-norm statistics over all ranks.
     pub bn_sync: Option<Box<dyn BnSync<B>>>,
+    /// Time blocked at the end of each step for the metrics averaged over ranks: the other
+    /// ranks finishing their step (the gradient waits are in the exchange's stats).
+    pub metrics_wait: Duration,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -136,11 +139,18 @@ impl<B: Backend> GanTrainer<B> {
             step: 0,
             g_pending: None,
             bn_sync: None,
+            metrics_wait: Duration::ZERO,
         })
     }
 
     pub fn exchange_stats(&self) -> super::exchange::ExchangeStats {
         self.exchange.stats()
+    }
+
+    /// Time blocked on other ranks so far: waiting for gradient buckets and for the metrics.
+    /// A step's wall time less what it adds here is the time the step computed.
+    pub fn waited(&self) -> Duration {
+        self.exchange.stats().exposed + self.metrics_wait
     }
 
     /// Wait for the device (timing).
@@ -262,7 +272,14 @@ impl<B: Backend> GanTrainer<B> {
             self.finish_pending();
         }
 
+        let t_wait = Instant::now();
         self.exchange.finish_metrics(&mut raw);
+        let t_done = Instant::now();
+        self.metrics_wait += t_done - t_wait;
+        if self.cfg.world > 1 {
+            // One rank copies its own metrics: nothing to wait for, nothing to draw.
+            self.timeline.span(Track::Compute, "wait", "metrics", t_wait, t_done);
+        }
         let metrics = StepMetrics {
             loss_d: raw[0],
             loss_g: raw[1],

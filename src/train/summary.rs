@@ -16,6 +16,8 @@ use std::time::Duration;
 #[derive(Default)]
 pub struct RunFacts {
     pub step_ms: Vec<f64>,
+    /// Per step: its wall time less the time it was blocked on other ranks.
+    pub compute_ms: Vec<f64>,
     pub epoch_seconds: Vec<f64>,
     pub steps_run: u64,
     pub train_seconds: f64,
@@ -80,6 +82,7 @@ pub fn build_summary<B: Backend>(
     let comm_cpu_ms = ex.comm_cpu.as_secs_f64() * 1e3 / steps;
     let exposed_ms = ex.exposed.as_secs_f64() * 1e3 / steps;
     let device_wait_ms = ex.device_wait.as_secs_f64() * 1e3 / steps;
+    let metrics_wait_ms = trainer.metrics_wait.as_secs_f64() * 1e3 / steps;
     let buckets: Vec<Value> = [NetId::G, NetId::D]
         .iter()
         .flat_map(|&n| trainer.exchange.buckets(n).to_vec())
@@ -121,6 +124,9 @@ pub fn build_summary<B: Backend>(
         "epoch_seconds": facts.epoch_seconds,
         "ms_per_step": ms,
         "ms_per_step_mean": facts.train_seconds * 1e3 / steps,
+        // What ms_per_step would be if no rank ever waited for another: the median over steps
+        // of each step's wall time less its waits (gradient buckets and the metrics).
+        "compute_ms_per_step": median(&facts.compute_ms),
         "global_images_per_s": settings.global_batch as f64 / (ms / 1e3),
         "comm": {
             "exchange": if w.size == 1 { "none (one rank)" } else if args.parallel.no_exchange { "skipped (--no-exchange)" } else if args.parallel.no_overlap { "after backward (--no-overlap)" } else { "overlapped with backward" },
@@ -131,6 +137,8 @@ pub fn build_summary<B: Backend>(
             // exposed time may exceed the time inside collectives (then nothing was hidden).
             "hidden_comm_fraction": if comm_ms > 0.0 { (1.0 - exposed_ms / comm_ms).clamp(0.0, 1.0) } else { 0.0 },
             "device_wait_ms_per_step": device_wait_ms,
+            // Blocked at each step's end until every rank's metrics arrived: the slowest rank.
+            "metrics_wait_ms_per_step": metrics_wait_ms,
             "bytes_per_step": ex.bytes as f64 / steps,
             "wire": args.comm.wire,
             "wire_bytes_per_step": (ex.bytes as f64 / steps) * args.comm.wire.bytes_per_value() as f64 / 4.0,
@@ -147,6 +155,23 @@ pub fn build_summary<B: Backend>(
         s["weak_scaling"] = baseline(path, ms, settings.per_rank_batch, w.size)?;
     }
     Ok(s)
+}
+
+/// The end-of-run line on what a step was made of on several ranks (None on one): its time,
+/// the part spent computing and the waits on the other ranks.
+pub fn step_line(summary: &Value) -> Option<String> {
+    if summary["ranks"].as_u64()? < 2 {
+        return None;
+    }
+    let c = &summary["comm"];
+    Some(format!(
+        "step (rank 0, medians): {:.1} ms, {:.1} ms without its waits on other ranks; mean waits per step: {:.1} ms \
+         for gradient buckets, {:.1} ms for the other ranks at the step's end",
+        summary["ms_per_step"].as_f64()?,
+        summary["compute_ms_per_step"].as_f64()?,
+        c["exposed_comm_ms_per_step"].as_f64().unwrap_or(0.0),
+        c["metrics_wait_ms_per_step"].as_f64().unwrap_or(0.0),
+    ))
 }
 
 /// The end-of-run line on where the exchange's time went, from a summary (None without an
@@ -202,5 +227,19 @@ mod tests {
         );
         // One rank, or --no-exchange: nothing to say.
         assert_eq!(exchange_line(&json!({"comm": {"comm_ms_per_step": 0.0, "buckets": []}})), None);
+    }
+
+    #[test]
+    fn step_line_says_what_the_step_waited_for_on_several_ranks_only() {
+        let s = |ranks: u64| {
+            json!({"ranks": ranks, "ms_per_step": 262.14, "compute_ms_per_step": 246.04,
+                   "comm": {"exposed_comm_ms_per_step": 14.06, "metrics_wait_ms_per_step": 2.96}})
+        };
+        assert_eq!(
+            step_line(&s(2)).unwrap(),
+            "step (rank 0, medians): 262.1 ms, 246.0 ms without its waits on other ranks; mean waits per step: \
+             14.1 ms for gradient buckets, 3.0 ms for the other ranks at the step's end"
+        );
+        assert_eq!(step_line(&s(1)), None);
     }
 }

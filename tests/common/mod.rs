@@ -107,15 +107,24 @@ pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process
     std::process::Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
 }
 
-/// The step records of a run's metrics.jsonl, without the wall-clock field.
-pub fn step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
+/// The step records of a run's metrics.jsonl, as written.
+pub fn timed_step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|v| v["type"] == "step")
+        .collect()
+}
+
+/// The step records of a run's metrics.jsonl, without the wall-clock fields.
+pub fn step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
+    timed_step_records(run)
+        .into_iter()
         .map(|mut v| {
-            v.as_object_mut().unwrap().remove("ms");
+            let o = v.as_object_mut().unwrap();
+            o.remove("ms");
+            o.remove("wait_ms");
             v
         })
         .collect()
