@@ -338,6 +338,10 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.stats.clone()
     }
 
+    fn exposed(&self) -> Duration {
+        self.stats.exposed
+    }
+
     fn start_metrics(&mut self, values: &[f32]) {
         self.metrics.start(values);
     }

@@ -104,6 +104,10 @@ pub trait Exchange<B: Backend> {
     fn stats(&self) -> ExchangeStats {
         ExchangeStats::default()
     }
+    /// `stats().exposed` without copying the per-bucket list: read every step.
+    fn exposed(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// The buckets of both networks (ids: G's first, then D's).

@@ -150,7 +150,7 @@ impl<B: Backend> GanTrainer<B> {
     /// Time blocked on other ranks so far: waiting for gradient buckets and for the metrics.
     /// A step's wall time less what it adds here is the time the step computed.
     pub fn waited(&self) -> Duration {
-        self.exchange.stats().exposed + self.metrics_wait
+        self.exchange.exposed() + self.metrics_wait
     }
 
     /// Wait for the device (timing).
