@@ -3,16 +3,22 @@
 # 1, 2 and 4 hosts, one rank per host, the same batch per rank, links shaped to --rate.
 #
 #   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
-#                            [--train-args "--wire bf16"]
+#                            [--train-args "--wire bf16"] [--hosts 1,2,4]
+#                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #
 # (default DIR: runs/scaling-DATE-TIME; about 12 minutes on a 2-core machine)
+#
+# To judge one figure on a noisy machine, run fewer things more often, for example the
+# 2-host efficiency over eight paired repeats (about 7 minutes):
+#   scripts/bench-scaling.sh --hosts 1,2 --modes overlap,no-exchange --repeats 8 --skip-allreduce-bench
 #
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
 #    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate).
 # 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
 # 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
-#    --no-exchange (the same placement without the exchange), --repeats times, interleaved;
+#    --no-exchange (the same placement without the exchange), --repeats times, interleaved
+#    (each repeat runs 1 host, then every N and mode, so the report can pair them by repeat);
 #    --threads 1 (the machine this was written on has 2 cores); --train-args adds options to
 #    every training run (for example --wire bf16 or --allreduce ring).
 # 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
@@ -28,8 +34,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS=""
-HOSTS=(1 2 4)
+RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
+MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
 log() { echo "bench-scaling: $*" >&2; }
@@ -42,6 +48,9 @@ while [ $# -gt 0 ]; do
         --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
         --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
         --train-args) TRAIN_ARGS="${2?--train-args needs a value, e.g. \"--wire bf16\"}"; shift 2 ;;
+        --hosts) HOSTS_ARG="${2:?--hosts needs a list, e.g. 1,2,4}"; shift 2 ;;
+        --modes) MODES_ARG="${2:?--modes needs a list, e.g. overlap,no-exchange}"; shift 2 ;;
+        --skip-allreduce-bench) ALLREDUCE_BENCH=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
@@ -50,6 +59,20 @@ for v in STEPS REPEATS BATCH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v,,} '${!v}' is not a positive whole number"
 done
 [ "$STEPS" -ge 12 ] || die "--steps $STEPS: use at least 12 (the trace needs steps past the warm-up)"
+IFS=, read -ra HOSTS <<<"$HOSTS_ARG"
+prev=0
+for n in "${HOSTS[@]}"; do
+    [[ "$n" =~ ^[1-9][0-9]*$ && "$n" -gt "$prev" ]] \
+        || die "--hosts '$HOSTS_ARG': give host counts in rising order, separated by commas, starting at 1 (e.g. 1,2,4)"
+    prev="$n"
+done
+[ "${HOSTS[0]}" = 1 ] && [ "${#HOSTS[@]}" -ge 2 ] \
+    || die "--hosts '$HOSTS_ARG': start at 1 (the eq. (1) reference) and add at least one larger count (e.g. 1,2)"
+IFS=, read -ra MODES <<<"$MODES_ARG"
+for m in "${MODES[@]}"; do
+    case "$m" in overlap | no-overlap | no-exchange) ;; *) die "--modes: unknown mode '$m': use overlap, no-overlap or no-exchange" ;; esac
+done
+[[ ",$MODES_ARG," == *,overlap,* ]] || die "--modes '$MODES_ARG': include overlap (the runs the speedup is measured on)"
 
 # Fail before anything long runs.
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces): run it as root"
@@ -84,7 +107,7 @@ cleanup
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $(nproc) cores, $(uname -sr)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
+    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 
 log "1/6 link checks (unshaped, then $RATE)"
@@ -97,10 +120,10 @@ run() { "$CLUSTER" run --name "$NAME" "$@"; }
 log "2/6 ping-pong: alpha, beta, gamma"
 run -n 2 -- "$BIN" ping-pong --json "$OUT/links.json" | tee "$OUT/ping-pong.txt"
 
-log "3/6 bench-allreduce at 2 and ${HOSTS[-1]} hosts"
 ALLREDUCE_FILES=()
+if [ "$ALLREDUCE_BENCH" = 1 ]; then log "3/6 bench-allreduce at ${HOSTS[*]:1} hosts"; else log "3/6 bench-allreduce skipped"; fi
 for n in "${HOSTS[@]}"; do
-    [ "$n" -ge 2 ] || continue
+    [ "$n" -ge 2 ] && [ "$ALLREDUCE_BENCH" = 1 ] || continue
     # Fixed call counts: the default (by size, for fast links) would take minutes per size here.
     for group in "small 8B,1KiB,16KiB 300" "large 64KiB,256KiB,1MiB,4MiB 30"; do
         read -r label sizes iters <<<"$group"
@@ -110,7 +133,7 @@ for n in "${HOSTS[@]}"; do
     done
 done
 
-log "4/6 training: ${HOSTS[*]} hosts x (overlap, no-overlap, no-exchange) x $REPEATS"
+log "4/6 training: ${HOSTS[*]} hosts x (${MODES[*]}) x $REPEATS"
 train() { # hosts mode rep
     local n="$1" mode="$2" rep="$3" dir="$OUT/runs/$1-$2-$3" extra=()
     read -ra extra <<<"$TRAIN_ARGS"
@@ -130,7 +153,7 @@ for rep in $(seq 1 "$REPEATS"); do
         if [ "$n" = 1 ]; then
             train 1 overlap "$rep"
         else
-            for mode in overlap no-overlap no-exchange; do train "$n" "$mode" "$rep"; done
+            for mode in "${MODES[@]}"; do train "$n" "$mode" "$rep"; done
         fi
     done
 done
@@ -138,13 +161,15 @@ done
 echo "load average after the training runs: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/environment.txt"
 
 log "5/6 simulate-scaling"
-files=$(IFS=,; echo "${ALLREDUCE_FILES[*]}")
-"$BIN" simulate-scaling --bench-allreduce "$files" --links "$OUT/links.json" \
-    --json "$OUT/model-allreduce.json" >"$OUT/model-allreduce.md"
+if [ "${#ALLREDUCE_FILES[@]}" -gt 0 ]; then
+    files=$(IFS=,; echo "${ALLREDUCE_FILES[*]}")
+    "$BIN" simulate-scaling --bench-allreduce "$files" --links "$OUT/links.json" \
+        --json "$OUT/model-allreduce.json" >"$OUT/model-allreduce.md"
+fi
 "$BIN" simulate-scaling --summary "$OUT/runs/1-overlap-1/summary.json" --links "$OUT/links.json" \
     --json "$OUT/simulated.json" >"$OUT/simulated.md"
 for n in "${HOSTS[@]}"; do
-    [ "$n" -ge 2 ] || continue
+    [ "$n" -ge 2 ] && [[ ",$MODES_ARG," == *,no-exchange,* ]] || continue
     for rep in $(seq 1 "$REPEATS"); do
         "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
             --nodes "$n" --algorithms auto --json "$OUT/predict-$n-$rep.json" >/dev/null
