@@ -106,6 +106,7 @@ cleanup
     echo "binary: $BIN"
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $(nproc) cores, $(uname -sr)"
+    "$HERE/cpu-info.sh"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
