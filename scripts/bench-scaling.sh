@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The weak-scaling measurement of the MPI paper on an emulated cluster (scripts/cluster-emulate.sh):
-# 1, 2 and 4 hosts, one rank per host, the same batch per rank, links shaped to --rate.
+# 1, 2 and 4 hosts (or --hosts), one rank per host, the same batch per rank, links shaped to --rate.
 #
 #   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
 #                            [--train-args "--wire bf16"] [--hosts 1,2,4]
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #
-# (default DIR: runs/scaling-DATE-TIME; about 12 minutes on a 2-core machine)
+# (default DIR: runs/scaling-DATE-TIME; about 15 minutes on a 2-core machine)
 #
 # To judge one figure on a noisy machine, run fewer things more often, for example the
 # 2-host efficiency over eight paired repeats (about 7 minutes):
@@ -72,6 +72,7 @@ IFS=, read -ra MODES <<<"$MODES_ARG"
 for m in "${MODES[@]}"; do
     case "$m" in overlap | no-overlap | no-exchange) ;; *) die "--modes: unknown mode '$m': use overlap, no-overlap or no-exchange" ;; esac
 done
+[ "$(printf '%s\n' "${MODES[@]}" | sort -u | wc -l)" = "${#MODES[@]}" ] || die "--modes '$MODES_ARG': name each mode once"
 [[ ",$MODES_ARG," == *,overlap,* ]] || die "--modes '$MODES_ARG': include overlap (the runs the speedup is measured on)"
 
 # Fail before anything long runs.

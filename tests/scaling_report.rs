@@ -32,6 +32,12 @@ fn write_run(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64) {
     std::fs::write(dir.join("summary.json"), summary(hosts, mode, ms).to_string()).unwrap();
 }
 
+fn write_links(out: &Path) {
+    let links =
+        json!({"alpha_us": 10.0, "beta_ns_per_byte": 8.4, "bandwidth_gbit_per_s": 0.952, "gamma_ns_per_byte": 0.02});
+    std::fs::write(out.join("links.json"), links.to_string()).unwrap();
+}
+
 fn report(out: &Path) -> (String, Value) {
     let o = Command::new("python3").arg("scripts/scaling-report.py").arg(out).arg("--no-plot").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -57,18 +63,18 @@ fn close(a: f64, b: f64) -> bool {
 fn targets_are_judged_on_ratios_paired_by_repeat() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path();
-    let links =
-        json!({"alpha_us": 10.0, "beta_ns_per_byte": 8.4, "bandwidth_gbit_per_s": 0.952, "gamma_ns_per_byte": 0.02});
-    std::fs::write(out.join("links.json"), links.to_string()).unwrap();
+    write_links(out);
     // Repeat 2 ran in a slow stretch of the machine on both sides. Paired, the 2-host
     // efficiency is 200/210, 250/290, 400/420: median 0.952 (met).
     for (repeat, one, two) in [(1, 200.0, 210.0), (2, 250.0, 290.0), (3, 400.0, 420.0)] {
         write_run(out, 1, "overlap", repeat, one);
         write_run(out, 2, "overlap", repeat, two);
     }
-    // A 2-host run whose repeat has no 1-host run pairs with nothing, but counts in the
-    // medians of the runs: 250 / median(210, 290, 420, 1000) = 250/355 = 0.704 (not met).
+    // Runs whose repeat has no partner pair with nothing (pairing by position would match
+    // these two), but count in the medians of the runs: median(200, 250, 400, 300) = 275
+    // over median(210, 290, 420, 1000) = 355 gives 0.775 (not met).
     write_run(out, 2, "overlap", 4, 1000.0);
+    write_run(out, 1, "overlap", 5, 300.0);
     // 4 hosts against --no-exchange, paired: 500/480, 600/520, 700/690, median 1.042 (+4.2%,
     // met); the medians give 600/520 = 1.154 (+15.4%, not met).
     for (repeat, over, none) in [(1, 500.0, 480.0), (2, 600.0, 520.0), (3, 700.0, 690.0)] {
@@ -96,8 +102,29 @@ fn targets_are_judged_on_ratios_paired_by_repeat() {
     let four = target(&results, "4-host exchange");
     assert!(close(four["value"].as_f64().unwrap(), 500.0 / 480.0 - 1.0) && four["met"] == true, "{four}");
     // The medians of the runs are still reported beside the paired figure.
-    assert!(md.contains("medians of the runs give 0.704"), "{md}");
+    assert!(md.contains("medians of the runs give 0.775"), "{md}");
     assert!(md.contains("medians of the runs give +15.4%"), "{md}");
     // Parts this run left out are left out of the report, not failed on.
     assert!(md.contains("## Paired by repeat") && !md.contains("## Allreduce"), "{md}");
+}
+
+#[test]
+fn a_paired_median_below_the_target_is_not_met() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path();
+    write_links(out);
+    // Paired: 300/310, 200/260, 300/340, median 0.882 (not met), though the medians of the
+    // runs give 300/310 = 0.968.
+    for (repeat, one, two) in [(1, 300.0, 310.0), (2, 200.0, 260.0), (3, 300.0, 340.0)] {
+        write_run(out, 1, "overlap", repeat, one);
+        write_run(out, 2, "overlap", repeat, two);
+    }
+    let (md, results) = report(out);
+    let two = target(&results, "2-host efficiency");
+    assert!(close(two["value"].as_f64().unwrap(), 300.0 / 340.0) && two["met"] == false, "{two}");
+    assert!(md.contains("medians of the runs give 0.968"), "{md}");
+    // A target this run has no runs for is listed as not measured, neither met nor missed.
+    let four = target(&results, "4-host exchange");
+    assert!(four["met"].is_null() && four["value"].is_null(), "{four}");
+    assert!(md.contains("4-host exchange <= 10% over --no-exchange: not measured in this run"), "{md}");
 }
