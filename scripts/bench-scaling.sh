@@ -6,10 +6,10 @@
 #                            [--train-args "--wire bf16"] [--hosts 1,2,4]
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #
-# (default DIR: runs/scaling-DATE-TIME; about 15 minutes on a 2-core machine)
+# (default DIR: runs/scaling-DATE-TIME; --steps 30 --repeats 3 took 7 minutes on a 2-core Zen 3)
 #
 # To judge one figure on a noisy machine, run fewer things more often, for example the
-# 2-host efficiency over eight paired repeats (about 7 minutes):
+# 2-host efficiency over eight paired repeats (4.5 minutes there):
 #   scripts/bench-scaling.sh --hosts 1,2 --modes overlap,no-exchange --repeats 8 --skip-allreduce-bench
 #
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter

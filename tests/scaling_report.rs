@@ -32,10 +32,21 @@ fn write_run(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64) {
     std::fs::write(dir.join("summary.json"), summary(hosts, mode, ms).to_string()).unwrap();
 }
 
-fn write_links(out: &Path) {
+/// Per (repeat, ms of a, ms of b): one run of `a` and one of `b`, each (hosts, mode).
+fn write_repeats(out: &Path, a: (u32, &str), b: (u32, &str), rows: &[(u32, f64, f64)]) {
+    for &(repeat, ms_a, ms_b) in rows {
+        write_run(out, a.0, a.1, repeat, ms_a);
+        write_run(out, b.0, b.1, repeat, ms_b);
+    }
+}
+
+/// An empty bench-scaling.sh output folder with its links.json.
+fn bench_folder() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
     let links =
         json!({"alpha_us": 10.0, "beta_ns_per_byte": 8.4, "bandwidth_gbit_per_s": 0.952, "gamma_ns_per_byte": 0.02});
-    std::fs::write(out.join("links.json"), links.to_string()).unwrap();
+    std::fs::write(tmp.path().join("links.json"), links.to_string()).unwrap();
+    tmp
 }
 
 fn report(out: &Path) -> (String, Value) {
@@ -50,26 +61,28 @@ fn target<'a>(results: &'a Value, name: &str) -> &'a Value {
     results["targets"].as_array().unwrap().iter().find(|t| t["target"].as_str().unwrap().starts_with(name)).unwrap()
 }
 
-fn ratios(results: &Value, hosts: &str, key: &str) -> Vec<(u64, f64)> {
-    let pairs = results["paired"][hosts][key].as_array().unwrap();
-    pairs.iter().map(|p| (p["repeat"].as_u64().unwrap(), p["ratio"].as_f64().unwrap())).collect()
-}
-
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
 
+/// The report's per-repeat ratios for `hosts` under `key` are exactly `expected`.
+fn assert_ratios(results: &Value, hosts: &str, key: &str, expected: &[(u64, f64)]) {
+    let pairs = results["paired"][hosts][key].as_array().unwrap();
+    let got: Vec<(u64, f64)> =
+        pairs.iter().map(|p| (p["repeat"].as_u64().unwrap(), p["ratio"].as_f64().unwrap())).collect();
+    assert_eq!(got.len(), expected.len(), "{hosts} hosts, {key}: {got:?}");
+    for ((r, v), (er, ev)) in got.iter().zip(expected) {
+        assert!(r == er && close(*v, *ev), "{hosts} hosts, {key}: {got:?}");
+    }
+}
+
 #[test]
 fn targets_are_judged_on_ratios_paired_by_repeat() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = bench_folder();
     let out = tmp.path();
-    write_links(out);
     // Repeat 2 ran in a slow stretch of the machine on both sides. Paired, the 2-host
     // efficiency is 200/210, 250/290, 400/420: median 0.952 (met).
-    for (repeat, one, two) in [(1, 200.0, 210.0), (2, 250.0, 290.0), (3, 400.0, 420.0)] {
-        write_run(out, 1, "overlap", repeat, one);
-        write_run(out, 2, "overlap", repeat, two);
-    }
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &[(1, 200.0, 210.0), (2, 250.0, 290.0), (3, 400.0, 420.0)]);
     // Runs whose repeat has no partner pair with nothing (pairing by position would match
     // these two), but count in the medians of the runs: median(200, 250, 400, 300) = 275
     // over median(210, 290, 420, 1000) = 355 gives 0.775 (not met).
@@ -77,26 +90,13 @@ fn targets_are_judged_on_ratios_paired_by_repeat() {
     write_run(out, 1, "overlap", 5, 300.0);
     // 4 hosts against --no-exchange, paired: 500/480, 600/520, 700/690, median 1.042 (+4.2%,
     // met); the medians give 600/520 = 1.154 (+15.4%, not met).
-    for (repeat, over, none) in [(1, 500.0, 480.0), (2, 600.0, 520.0), (3, 700.0, 690.0)] {
-        write_run(out, 4, "overlap", repeat, over);
-        write_run(out, 4, "no-exchange", repeat, none);
-    }
+    write_repeats(out, (4, "overlap"), (4, "no-exchange"), &[(1, 500.0, 480.0), (2, 600.0, 520.0), (3, 700.0, 690.0)]);
     let (md, results) = report(out);
 
-    let eff = ratios(&results, "2", "efficiency");
-    let expected = [(1, 200.0 / 210.0), (2, 250.0 / 290.0), (3, 400.0 / 420.0)];
-    assert_eq!(eff.len(), 3, "{results:#}");
-    for ((r, v), (er, ev)) in eff.iter().zip(expected) {
-        assert!(*r == er && close(*v, ev), "{eff:?}");
-    }
+    assert_ratios(&results, "2", "efficiency", &[(1, 200.0 / 210.0), (2, 250.0 / 290.0), (3, 400.0 / 420.0)]);
     // What the placement alone allows: t_1 over the --no-exchange step of the same repeat.
-    let placement = ratios(&results, "4", "placement");
-    let expected = [(1, 200.0 / 480.0), (2, 250.0 / 520.0), (3, 400.0 / 690.0)];
-    assert_eq!(placement.len(), 3, "{results:#}");
-    for ((r, v), (er, ev)) in placement.iter().zip(expected) {
-        assert!(*r == er && close(*v, ev), "{placement:?}");
-    }
-    assert!(ratios(&results, "2", "placement").is_empty(), "{results:#}");
+    assert_ratios(&results, "4", "placement", &[(1, 200.0 / 480.0), (2, 250.0 / 520.0), (3, 400.0 / 690.0)]);
+    assert_ratios(&results, "2", "placement", &[]);
     let two = target(&results, "2-host efficiency");
     assert!(close(two["value"].as_f64().unwrap(), 200.0 / 210.0) && two["met"] == true, "{two}");
     let four = target(&results, "4-host exchange");
@@ -110,15 +110,11 @@ fn targets_are_judged_on_ratios_paired_by_repeat() {
 
 #[test]
 fn a_paired_median_below_the_target_is_not_met() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = bench_folder();
     let out = tmp.path();
-    write_links(out);
     // Paired: 300/310, 200/260, 300/340, median 0.882 (not met), though the medians of the
     // runs give 300/310 = 0.968.
-    for (repeat, one, two) in [(1, 300.0, 310.0), (2, 200.0, 260.0), (3, 300.0, 340.0)] {
-        write_run(out, 1, "overlap", repeat, one);
-        write_run(out, 2, "overlap", repeat, two);
-    }
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &[(1, 300.0, 310.0), (2, 200.0, 260.0), (3, 300.0, 340.0)]);
     let (md, results) = report(out);
     let two = target(&results, "2-host efficiency");
     assert!(close(two["value"].as_f64().unwrap(), 300.0 / 340.0) && two["met"] == false, "{two}");
