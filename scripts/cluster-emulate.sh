@@ -20,8 +20,10 @@
 # all of it, and ends what still runs inside the namespaces; it is safe to call twice and
 # after a failed `up` or `run`.
 #
-# Links: tc tbf sets the rate; this kind of machine's kernel has no netem, so no delay is
-# added and a link keeps the veth's own latency (tens of microseconds through the TCP stack).
+# Links: tc tbf sets the rate, with a token bucket of one 16 KiB segment (see burst_bytes), so
+# that a link that has idled does not pass a burst at memory speed; this kind of machine's
+# kernel has no netem, so no delay is added and a link keeps the veth's own latency (tens of
+# microseconds through the TCP stack).
 # Without --rate the links are unshaped (as fast as the kernel copies).
 set -euo pipefail
 
@@ -53,14 +55,19 @@ load_state() {
     . "$s/settings"
 }
 
-# tbf burst in bytes: 250 us at the rate, and at least two of the largest segments the stack
-# hands the link (GSO_MAX below). A larger burst lets whole mid-size messages through at memory
-# speed, which no real link does (with 128 KiB, a 64 KiB message took 1/6 of its 1 Gbit/s time).
+# tbf burst in bytes: one of the largest segments the stack hands the link (GSO_MAX below), or
+# 100 us at the rate where that is more (fast links, whose timers could not keep the rate with
+# one segment). The bucket fills while a direction idles and then lets a burst through at memory
+# speed, which no real link does: with 128 KiB a 64 KiB message took 1/6 of its 1 Gbit/s time,
+# and with 32 KiB the binomial tree, whose directions take turns and so each idle half the time,
+# ran 64 KiB allreduces at 0.70x of the cost model while rd, which keeps both busy, matched it.
+# With one 16 KiB segment the tree ran at 0.85-0.89x and the link held 0.95 Gbit/s; with 8 KiB
+# segments and burst the link fell to 0.86 Gbit/s (tbf's timer cannot refill it in time).
 GSO_MAX=16384
 burst_bytes() {
     local bits="$1" b
-    b=$((bits / 8 / 4000))
-    [ "$b" -ge $((2 * GSO_MAX)) ] || b=$((2 * GSO_MAX))
+    b=$((bits / 8 / 10000))
+    [ "$b" -ge "$GSO_MAX" ] || b="$GSO_MAX"
     echo "$b"
 }
 

@@ -48,6 +48,11 @@ def runs(out):
     return found
 
 
+def by_repeat(R, h, mode):
+    """{repeat: summary} of the runs of `h` hosts in `mode`."""
+    return {s["_repeat"]: s for s in R.get((h, mode), [])}
+
+
 def paired(R, hosts):
     """Per repeat, the ratios of runs made one after the other: eq. (1) efficiency t_1 / t_N, the
     same for the placement alone (t_1 over the N-host --no-exchange step: what the efficiency
@@ -55,15 +60,15 @@ def paired(R, hosts):
     --no-exchange one. {hosts: {"efficiency": [(repeat, ratio), ...], "placement": [...],
     "exchange_cost": [...]}}"""
 
-    def by_repeat(h, mode):
-        return {s["_repeat"]: s["ms_per_step"] for s in R.get((h, mode), [])}
+    def step_ms(h, mode):
+        return {r: s["ms_per_step"] for r, s in by_repeat(R, h, mode).items()}
 
-    one = by_repeat(1, "overlap")
+    one = step_ms(1, "overlap")
     out = {}
     for h in hosts:
         if h == 1:
             continue
-        over, noex = by_repeat(h, "overlap"), by_repeat(h, "no-exchange")
+        over, noex = step_ms(h, "overlap"), step_ms(h, "no-exchange")
         out[h] = {
             "efficiency": [(r, one[r] / over[r]) for r in sorted(over) if r in one],
             "placement": [(r, one[r] / noex[r]) for r in sorted(noex) if r in one],
@@ -122,35 +127,56 @@ def waits_section(out, hosts, w):
             w(wait_report.markdown(rows))
 
 
-def budget_section(R, hosts, w):
-    """The N-host step as the 1-host step plus parts that add up to it, from the summaries'
-    compute_ms_per_step (each step's wall time less its waits on other ranks); medians over
-    the repeats. Skipped for summaries from before that figure."""
+def budget(R, hosts):
+    """Per repeat, the N-host step with overlap as that repeat's 1-host step plus parts that add
+    up to it exactly: placement (the --no-exchange run's compute less t_1), compute slowed by
+    the exchange (the overlap run's compute less that), and waiting (the overlap step less its
+    compute). Compute is each run's compute_ms_per_step (the median over its steps of a step's
+    wall time less its waits). Parts are taken within one repeat: medians over the repeats of
+    each part would come from different repeats and no longer add up. {hosts: [row, ...]}"""
 
-    def med(h, mode, key, comm=False):
-        vals = [(s["comm"] if comm else s).get(key) for s in R.get((h, mode), [])]
-        return median(vals) if vals and None not in vals else None
+    one = by_repeat(R, 1, "overlap")
+    out = {}
+    for h in hosts:
+        if h == 1:
+            continue
+        over, noex = by_repeat(R, h, "overlap"), by_repeat(R, h, "no-exchange")
+        rows = []
+        for r in sorted(set(over) & set(noex) & set(one)):
+            o, n = over[r], noex[r]
+            if None in (o.get("compute_ms_per_step"), n.get("compute_ms_per_step")):
+                continue  # summaries from before that figure
+            t1, co, cn, tn = one[r]["ms_per_step"], o["compute_ms_per_step"], n["compute_ms_per_step"], o["ms_per_step"]
+            rows.append(dict(repeat=r, t1=t1, placement=cn - t1, slowed=co - cn, waiting=tn - co, step=tn,
+                             efficiency=t1 / tn, waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
+                             waits_metrics=o["comm"].get("metrics_wait_ms_per_step", 0.0)))
+        if rows:
+            out[h] = rows
+    return out
 
-    t1 = med(1, "overlap", "ms_per_step")
-    rows = [h for h in hosts if h > 1 and None not in (med(h, "no-exchange", "compute_ms_per_step"), med(h, "overlap", "compute_ms_per_step"))]
-    if not rows:
+
+def budget_section(B, w):
+    if not B:
         return
     w("## Where the N-host step goes\n")
-    w("The N-host step with overlap as the 1-host step plus three parts that add up to it. *Placement*: the "
-      "`--no-exchange` run's compute against one host alone (here the emulated hosts share one machine's cores; on "
+    w("Each repeat's N-host step with overlap as its own 1-host step plus three parts that add up to it. *Placement*: "
+      "the `--no-exchange` run's compute against one host alone (here the emulated hosts share one machine's cores; on "
       "a real cluster this is about zero). *Compute slowed by the exchange*: the same compute with the exchange running "
       "beside it (the comm thread, Open MPI's progress and the kernel's TCP stack take cores and memory bandwidth from "
-      "it). *Waiting*: the time blocked on other ranks, for gradient buckets or for the metrics at each step's end. "
-      "Compute is each step's wall time less its waits; medians over steps, then over repeats. The last column splits "
-      "the waits (means per step) between gradient buckets and the metrics.\n")
-    w("| hosts | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks | = N-host step | waits: buckets + metrics |")
-    w("|---:|---:|---:|---:|---:|---:|---:|")
-    for h in rows:
-        cn, co = med(h, "no-exchange", "compute_ms_per_step"), med(h, "overlap", "compute_ms_per_step")
-        tn = med(h, "overlap", "ms_per_step")
-        buckets = med(h, "overlap", "exposed_comm_ms_per_step", comm=True)
-        metrics = med(h, "overlap", "metrics_wait_ms_per_step", comm=True)
-        w(f"| {h} | {t1:.1f} | {cn - t1:+.1f} | {co - cn:+.1f} | {tn - co:+.1f} | {tn:.1f} | {buckets:.1f} + {metrics:.1f} |")
+      "it). *Waiting*: the rest, the time blocked on other ranks. Compute is a run's median over steps of each step's "
+      "wall time less its waits. The last column gives the waits as each step measured them (means per step, gradient "
+      "buckets + metrics at the step's end); where it differs from *waiting*, the step times varied from step to step "
+      "and their median is not the median compute plus the mean wait. The repeat in bold is the one at the median "
+      "efficiency.\n")
+    w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks "
+      "| = N-host step | efficiency | waits: buckets + metrics |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for h, rows in sorted(B.items()):
+        mid = statistics.median_low([r["efficiency"] for r in rows])
+        for r in rows:
+            rep = f"**{r['repeat']}**" if r["efficiency"] == mid else str(r["repeat"])
+            w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {r['waiting']:+.1f} | "
+              f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {r['waits_metrics']:.1f} |")
     w("")
 
 
@@ -222,7 +248,8 @@ def main():
         w("")
     P = paired(R, hosts)
     paired_section(P, w)
-    budget_section(R, hosts, w)
+    B = budget(R, hosts)
+    budget_section(B, w)
     waits_section(out, hosts, w)
 
     # The allreduce model check (left out by bench-scaling.sh --skip-allreduce-bench).
@@ -312,6 +339,7 @@ def main():
         "t1_ms": t1,
         "measured": [dict(hosts=h, mode=m, **v) for (h, m), v in sorted(meas.items())],
         "paired": {str(h): {k: [dict(repeat=r, ratio=v) for r, v in p[k]] for k in p} for h, p in P.items()},
+        "budget": {str(h): rows for h, rows in B.items()},
         "targets": targets,
     }
     with open(os.path.join(out, "results.json"), "w") as f:

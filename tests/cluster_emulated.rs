@@ -45,11 +45,14 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn up(hosts: usize) -> Cluster {
+    /// `hosts` hosts whose links are shaped to `rate` (e.g. "1gbit").
+    fn up(hosts: usize, rate: &str) -> Cluster {
         // The pid keeps concurrent test processes apart; the name must stay short.
         let c = Cluster { name: format!("t{}", std::process::id()) };
-        let o =
-            Command::new(script()).args(["up", &hosts.to_string(), "--no-probe", "--name", &c.name]).output().unwrap();
+        let o = Command::new(script())
+            .args(["up", &hosts.to_string(), "--rate", rate, "--no-probe", "--name", &c.name])
+            .output()
+            .unwrap();
         assert!(o.status.success(), "cluster-emulate up failed:\n{}", String::from_utf8_lossy(&o.stderr));
         c
     }
@@ -59,6 +62,25 @@ impl Cluster {
         cmd.args(["run", "--name", &self.name, "-n", &ranks.to_string(), "--", env!("CARGO_BIN_EXE_dcgan-train")]);
         cmd.args(args);
         run_limited(cmd, 300)
+    }
+
+    /// Each host's link shaping as `tc` reports it: (rate, burst in bytes).
+    fn shaping(&self) -> Vec<(String, u64)> {
+        let o = Command::new(script()).args(["status", "--name", &self.name]).output().unwrap();
+        assert!(o.status.success(), "cluster-emulate status failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        let word_after = |line: &str, key: &str| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.iter().position(|w| *w == key).map(|i| words[i + 1].to_string())
+        };
+        text.lines()
+            .filter(|l| l.starts_with('h'))
+            .map(|l| {
+                let rate = word_after(l, "rate").unwrap_or_else(|| panic!("no rate in: {l}"));
+                let burst = word_after(l, "burst").unwrap_or_else(|| panic!("no burst in: {l}"));
+                (rate, tc_bytes(&burst))
+            })
+            .collect()
     }
 
     fn namespaces(&self) -> Vec<String> {
@@ -75,6 +97,18 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new(script()).args(["down", "--name", &self.name]).output();
+    }
+}
+
+/// A size as `tc` prints it ("16Kb", "123750b", "1Mb") in bytes.
+fn tc_bytes(s: &str) -> u64 {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().unwrap_or_else(|_| panic!("not a tc size: {s}"));
+    match unit {
+        "b" | "" => n,
+        "Kb" => n * 1024,
+        "Mb" => n * 1024 * 1024,
+        _ => panic!("unknown tc size unit in {s}"),
     }
 }
 
@@ -108,8 +142,16 @@ fn three_emulated_hosts_train_what_one_host_trains() {
         "--no-progress",
         "--out",
     ];
-    let cluster = Cluster::up(3);
+    let cluster = Cluster::up(3, "1gbit");
     assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
+    // Every link is shaped, with a token bucket of one 16 KiB segment: a larger bucket lets
+    // mid-size messages through at memory speed after a direction has idled.
+    let shaping = cluster.shaping();
+    assert_eq!(shaping.len(), 3, "{shaping:?}");
+    for (rate, burst) in &shaping {
+        assert_eq!(rate, "1Gbit");
+        assert!(*burst <= 16 * 1024, "burst of {burst} bytes: more than one segment");
+    }
     let mut args = common.to_vec();
     args.push(multi.to_str().unwrap());
     let o = cluster.run(3, &args);

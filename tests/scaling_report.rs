@@ -1,6 +1,7 @@
 //! scripts/scaling-report.py on a bench-scaling.sh folder built by hand: each repeat's runs are
 //! paired (1 host against N hosts, overlap against --no-exchange), and the targets are judged
-//! on the medians of those ratios, not on the ratio of the medians.
+//! on the medians of those ratios, not on the ratio of the medians; the step budget is split
+//! within each repeat, so that its parts add up.
 
 use serde_json::{Value, json};
 use std::path::Path;
@@ -27,9 +28,21 @@ fn summary(hosts: u32, mode: &str, ms: f64) -> Value {
 }
 
 fn write_run(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64) {
+    let s = summary(hosts, mode, ms);
+    write_summary(out, hosts, mode, repeat, &s);
+}
+
+/// A run whose steps took `ms` (median) and `compute_ms` without their waits.
+fn write_run_computing(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64, compute_ms: f64) {
+    let mut s = summary(hosts, mode, ms);
+    s["compute_ms_per_step"] = json!(compute_ms);
+    write_summary(out, hosts, mode, repeat, &s);
+}
+
+fn write_summary(out: &Path, hosts: u32, mode: &str, repeat: u32, s: &Value) {
     let dir = out.join("runs").join(format!("{hosts}-{mode}-{repeat}"));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("summary.json"), summary(hosts, mode, ms).to_string()).unwrap();
+    std::fs::write(dir.join("summary.json"), s.to_string()).unwrap();
 }
 
 /// Per (repeat, ms of a, ms of b): one run of `a` and one of `b`, each (hosts, mode).
@@ -123,4 +136,38 @@ fn a_paired_median_below_the_target_is_not_met() {
     let four = target(&results, "4-host exchange");
     assert!(four["met"].is_null() && four["value"].is_null(), "{four}");
     assert!(md.contains("4-host exchange <= 10% over --no-exchange: not measured in this run"), "{md}");
+}
+
+#[test]
+fn the_step_budget_adds_up_within_each_repeat() {
+    let tmp = bench_folder();
+    let out = tmp.path();
+    // Per repeat: t_1, then 2 hosts --no-exchange (step, compute) and overlap (step, compute).
+    // The medians over repeats of the parts come from different repeats (t_1 from repeat 3,
+    // the overlap step from repeat 1), so only parts taken within a repeat add up.
+    let repeats = [
+        (1, 300.0, (310.0, 305.0), (400.0, 330.0)),
+        (2, 200.0, (215.0, 210.0), (230.0, 220.0)),
+        (3, 250.0, (270.0, 260.0), (330.0, 300.0)),
+    ];
+    for &(r, t1, (noex_ms, noex_compute), (over_ms, over_compute)) in &repeats {
+        write_run(out, 1, "overlap", r, t1);
+        write_run_computing(out, 2, "no-exchange", r, noex_ms, noex_compute);
+        write_run_computing(out, 2, "overlap", r, over_ms, over_compute);
+    }
+    let (md, results) = report(out);
+    let rows = results["budget"]["2"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for (row, &(r, t1, (_, noex_compute), (over_ms, over_compute))) in rows.iter().zip(&repeats) {
+        let f = |k: &str| row[k].as_f64().unwrap();
+        assert_eq!(row["repeat"], r);
+        assert!(close(f("t1"), t1) && close(f("step"), over_ms), "{row}");
+        assert!(close(f("placement"), noex_compute - t1), "{row}");
+        assert!(close(f("slowed"), over_compute - noex_compute), "{row}");
+        assert!(close(f("waiting"), over_ms - over_compute), "{row}");
+        assert!(close(f("t1") + f("placement") + f("slowed") + f("waiting"), f("step")), "{row}");
+    }
+    // Efficiencies 300/400, 200/230, 250/330: repeat 3 (0.758) is the median, in bold.
+    assert!(md.contains("| 2 | **3** | 250.0 | +10.0 | +40.0 | +30.0 | 330.0 | 0.758 |"), "{md}");
+    assert!(md.contains("| 2 | 1 | 300.0 | +5.0 | +25.0 | +70.0 | 400.0 | 0.750 |"), "{md}");
 }
