@@ -56,8 +56,8 @@ load_state() {
 }
 
 # tbf burst in bytes: one of the largest segments the stack hands the link (GSO_MAX below), or
-# 100 us at the rate where that is more (fast links, whose timers could not keep the rate with
-# one segment). The bucket fills while a direction idles and then lets a burst through at memory
+# 131 us at the rate where that is more (one segment's time at 1 Gbit/s, the smallest bucket
+# that held that rate here; faster links were not measured). The bucket fills while a direction idles and then lets a burst through at memory
 # speed, which no real link does: with 128 KiB a 64 KiB message took 1/6 of its 1 Gbit/s time,
 # and with 32 KiB the binomial tree, whose directions take turns and so each idle half the time,
 # ran 64 KiB allreduces at 0.70x of the cost model while rd, which keeps both busy, matched it.
@@ -66,7 +66,7 @@ load_state() {
 GSO_MAX=16384
 burst_bytes() {
     local bits="$1" b
-    b=$((bits / 8 / 10000))
+    b=$((bits / 8 * 131 / 1000000))
     [ "$b" -ge "$GSO_MAX" ] || b="$GSO_MAX"
     echo "$b"
 }
@@ -276,6 +276,8 @@ cmd_status() {
         local ns; ns="$(ns_host "$i")"
         printf 'h%s  %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \
             "$(ip netns exec "$ns" tc qdisc show dev eth0 | head -1)"
+        # The switch's end of the same link, which shapes the direction towards the host.
+        printf '  p%s (switch -> h%s)  %s\n' "$i" "$i" "$(ip netns exec "$(ns_switch)" tc qdisc show dev "p$i" | head -1)"
     done
 }
 

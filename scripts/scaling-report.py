@@ -132,8 +132,9 @@ def budget(R, hosts):
     up to it exactly: placement (the --no-exchange run's compute less t_1), compute slowed by
     the exchange (the overlap run's compute less that), and waiting (the overlap step less its
     compute). Compute is each run's compute_ms_per_step (the median over its steps of a step's
-    wall time less its waits). Parts are taken within one repeat: medians over the repeats of
-    each part would come from different repeats and no longer add up. {hosts: [row, ...]}"""
+    wall time less its waits). Parts are taken within one repeat: differences of medians over
+    the repeats also add up, but on a noisy machine those medians come from different repeats,
+    so that a part mixes them. {hosts: [row, ...]}"""
 
     one = by_repeat(R, 1, "overlap")
     out = {}
@@ -149,7 +150,7 @@ def budget(R, hosts):
             t1, co, cn, tn = one[r]["ms_per_step"], o["compute_ms_per_step"], n["compute_ms_per_step"], o["ms_per_step"]
             rows.append(dict(repeat=r, t1=t1, placement=cn - t1, slowed=co - cn, waiting=tn - co, step=tn,
                              efficiency=t1 / tn, waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
-                             waits_metrics=o["comm"].get("metrics_wait_ms_per_step", 0.0)))
+                             waits_metrics=o["comm"].get("metrics_wait_ms_per_step")))
         if rows:
             out[h] = rows
     return out
@@ -167,16 +168,19 @@ def budget_section(B, w):
       "wall time less its waits. The last column gives the waits as each step measured them (means per step, gradient "
       "buckets + metrics at the step's end); where it differs from *waiting*, the step times varied from step to step "
       "and their median is not the median compute plus the mean wait. The repeat in bold is the one at the median "
-      "efficiency.\n")
+      "efficiency (the lower middle one for an even number of repeats).\n")
     w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks "
       "| = N-host step | efficiency | waits: buckets + metrics |")
     w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    def fmt(ms):
+        return "-" if ms is None else f"{ms:.1f}"
+
     for h, rows in sorted(B.items()):
         mid = statistics.median_low([r["efficiency"] for r in rows])
         for r in rows:
             rep = f"**{r['repeat']}**" if r["efficiency"] == mid else str(r["repeat"])
             w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {r['waiting']:+.1f} | "
-              f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {r['waits_metrics']:.1f} |")
+              f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {fmt(r['waits_metrics'])} |")
     w("")
 
 
@@ -359,8 +363,8 @@ def predictions_section(out, hosts, meas, w):
     w("## simulate-scaling against the measured runs\n")
     w("Each N-host `--no-exchange` run's trace (the compute of that placement) replayed at N with the cost model, "
       "against the N-host run with overlap; also the 1-host trace replayed at N.\n")
-    w("The last column says how representative the replayed steps were: the compute of the traced steps (the first "
-      "few) against the step that same `--no-exchange` run measured over all its steps (medians over repeats). "
+    w("The last column says how representative the replayed steps were: the compute of the traced steps "
+      "against the step that same `--no-exchange` run measured over all its steps (medians over repeats). "
       "Where they differ, so does the prediction, whatever the model.\n")
     w("The exposed columns compare the waits for gradient buckets: predicted (of it, waiting for the slowest rank, "
       "from the ranks replaying the traced steps in orders of their own) against the run's summary.\n")

@@ -1,9 +1,9 @@
 //! The emulated cluster (scripts/cluster-emulate.sh): 3 hosts in network namespaces, MPI over
-//! TCP between them, 5 training steps; the weights must equal, bit for bit, those of the same
-//! job run on one host (plain mpiexec, shared memory). Skipped, with the reason printed, where
-//! network namespaces cannot be created (not root, no iproute2, a container that forbids them),
-//! unless DCGAN_REQUIRE_CLUSTER=1 (set by scripts/test.sh where it could make a namespace),
-//! which turns the skip into a failure.
+//! TCP between them on links shaped to 1 Gbit/s, 5 training steps; the weights must equal, bit
+//! for bit, those of the same job run on one host (plain mpiexec, shared memory). Skipped, with
+//! the reason printed, where network namespaces cannot be created (not root, no iproute2, a
+//! container that forbids them), unless DCGAN_REQUIRE_CLUSTER=1 (set by scripts/test.sh where
+//! it could make a namespace), which turns the skip into a failure.
 
 mod common;
 
@@ -64,17 +64,18 @@ impl Cluster {
         run_limited(cmd, 300)
     }
 
-    /// Each host's link shaping as `tc` reports it: (rate, burst in bytes).
+    /// Every shaped end of every link (the host's and the switch port's) as `tc` reports it:
+    /// (rate, burst in bytes).
     fn shaping(&self) -> Vec<(String, u64)> {
         let o = Command::new(script()).args(["status", "--name", &self.name]).output().unwrap();
         assert!(o.status.success(), "cluster-emulate status failed:\n{}", String::from_utf8_lossy(&o.stderr));
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         let word_after = |line: &str, key: &str| {
             let words: Vec<&str> = line.split_whitespace().collect();
-            words.iter().position(|w| *w == key).map(|i| words[i + 1].to_string())
+            words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)).map(|w| w.to_string())
         };
         text.lines()
-            .filter(|l| l.starts_with('h'))
+            .filter(|l| l.contains("qdisc tbf"))
             .map(|l| {
                 let rate = word_after(l, "rate").unwrap_or_else(|| panic!("no rate in: {l}"));
                 let burst = word_after(l, "burst").unwrap_or_else(|| panic!("no burst in: {l}"));
@@ -144,10 +145,10 @@ fn three_emulated_hosts_train_what_one_host_trains() {
     ];
     let cluster = Cluster::up(3, "1gbit");
     assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
-    // Every link is shaped, with a token bucket of one 16 KiB segment: a larger bucket lets
-    // mid-size messages through at memory speed after a direction has idled.
+    // Both ends of every link are shaped, with a token bucket of one 16 KiB segment: a larger
+    // bucket lets mid-size messages through at memory speed after a direction has idled.
     let shaping = cluster.shaping();
-    assert_eq!(shaping.len(), 3, "{shaping:?}");
+    assert_eq!(shaping.len(), 6, "{shaping:?}");
     for (rate, burst) in &shaping {
         assert_eq!(rate, "1Gbit");
         assert!(*burst <= 16 * 1024, "burst of {burst} bytes: more than one segment");

@@ -142,32 +142,49 @@ fn a_paired_median_below_the_target_is_not_met() {
 fn the_step_budget_adds_up_within_each_repeat() {
     let tmp = bench_folder();
     let out = tmp.path();
-    // Per repeat: t_1, then 2 hosts --no-exchange (step, compute) and overlap (step, compute).
-    // The medians over repeats of the parts come from different repeats (t_1 from repeat 3,
-    // the overlap step from repeat 1), so only parts taken within a repeat add up.
-    let repeats = [
+    // Per repeat: t_1, then N hosts --no-exchange (step, compute) and overlap (step, compute).
+    // At 2 hosts the medians over repeats of t_1 (250) and of the overlap step (260) are those
+    // of repeat 3, while the median efficiency is repeat 2's: a part taken from the medians
+    // would mix repeats, and the row in bold must follow the efficiency.
+    type Repeat = (u32, f64, (f64, f64), (f64, f64));
+    let two: [Repeat; 3] = [
         (1, 300.0, (310.0, 305.0), (400.0, 330.0)),
         (2, 200.0, (215.0, 210.0), (230.0, 220.0)),
-        (3, 250.0, (270.0, 260.0), (330.0, 300.0)),
+        (3, 250.0, (255.0, 252.0), (260.0, 256.0)),
     ];
-    for &(r, t1, (noex_ms, noex_compute), (over_ms, over_compute)) in &repeats {
-        write_run(out, 1, "overlap", r, t1);
-        write_run_computing(out, 2, "no-exchange", r, noex_ms, noex_compute);
-        write_run_computing(out, 2, "overlap", r, over_ms, over_compute);
+    // At 4 hosts an even number of repeats: efficiencies 0.5, 0.4, 0.4545, 0.7, whose lower
+    // middle one is repeat 3's.
+    let four: [Repeat; 4] = [
+        (1, 300.0, (560.0, 550.0), (600.0, 590.0)),
+        (2, 200.0, (480.0, 470.0), (500.0, 490.0)),
+        (3, 250.0, (520.0, 510.0), (550.0, 540.0)),
+        (4, 280.0, (380.0, 370.0), (400.0, 390.0)),
+    ];
+    for (hosts, repeats) in [(2, &two[..]), (4, &four[..])] {
+        for &(r, t1, (noex_ms, noex_compute), (over_ms, over_compute)) in repeats {
+            write_run(out, 1, "overlap", r, t1);
+            write_run_computing(out, hosts, "no-exchange", r, noex_ms, noex_compute);
+            write_run_computing(out, hosts, "overlap", r, over_ms, over_compute);
+        }
     }
     let (md, results) = report(out);
-    let rows = results["budget"]["2"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{rows:?}");
-    for (row, &(r, t1, (_, noex_compute), (over_ms, over_compute))) in rows.iter().zip(&repeats) {
-        let f = |k: &str| row[k].as_f64().unwrap();
-        assert_eq!(row["repeat"], r);
-        assert!(close(f("t1"), t1) && close(f("step"), over_ms), "{row}");
-        assert!(close(f("placement"), noex_compute - t1), "{row}");
-        assert!(close(f("slowed"), over_compute - noex_compute), "{row}");
-        assert!(close(f("waiting"), over_ms - over_compute), "{row}");
-        assert!(close(f("t1") + f("placement") + f("slowed") + f("waiting"), f("step")), "{row}");
+    for (hosts, repeats) in [("2", &two[..]), ("4", &four[..])] {
+        let rows = results["budget"][hosts].as_array().unwrap();
+        assert_eq!(rows.len(), repeats.len(), "{rows:?}");
+        for (row, &(r, t1, (_, noex_compute), (over_ms, over_compute))) in rows.iter().zip(repeats) {
+            let f = |k: &str| row[k].as_f64().unwrap();
+            assert_eq!(row["repeat"], r);
+            assert!(close(f("t1"), t1) && close(f("step"), over_ms), "{row}");
+            assert!(close(f("placement"), noex_compute - t1), "{row}");
+            assert!(close(f("slowed"), over_compute - noex_compute), "{row}");
+            assert!(close(f("waiting"), over_ms - over_compute), "{row}");
+            assert!(close(f("t1") + f("placement") + f("slowed") + f("waiting"), f("step")), "{row}");
+        }
+        // Exactly one row in bold per host count.
+        assert_eq!(md.matches(&format!("| {hosts} | **")).count(), 1, "{md}");
     }
-    // Efficiencies 300/400, 200/230, 250/330: repeat 3 (0.758) is the median, in bold.
-    assert!(md.contains("| 2 | **3** | 250.0 | +10.0 | +40.0 | +30.0 | 330.0 | 0.758 |"), "{md}");
-    assert!(md.contains("| 2 | 1 | 300.0 | +5.0 | +25.0 | +70.0 | 400.0 | 0.750 |"), "{md}");
+    // 2 hosts, efficiencies 300/400, 200/230, 250/260: repeat 2 (0.870) is the median.
+    assert!(md.contains("| 2 | **2** | 200.0 | +10.0 | +10.0 | +10.0 | 230.0 | 0.870 |"), "{md}");
+    assert!(md.contains("| 2 | 3 | 250.0 | +2.0 | +4.0 | +4.0 | 260.0 | 0.962 |"), "{md}");
+    assert!(md.contains("| 4 | **3** | 250.0 | +260.0 | +30.0 | +10.0 | 550.0 | 0.455 |"), "{md}");
 }
