@@ -2,7 +2,7 @@
 # The weak-scaling measurement of the MPI paper on an emulated cluster (scripts/cluster-emulate.sh):
 # 1, 2 and 4 hosts (or --hosts), one rank per host, the same batch per rank, links shaped to --rate.
 #
-#   scripts/bench-scaling.sh [--rate 1gbit] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
+#   scripts/bench-scaling.sh [--rate 1gbit] [--burst SIZE] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
 #                            [--train-args "--wire bf16"] [--hosts 1,2,4]
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #
@@ -13,7 +13,8 @@
 #   scripts/bench-scaling.sh --hosts 1,2 --modes overlap,no-exchange --repeats 8 --skip-allreduce-bench
 #
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
-#    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate).
+#    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate;
+#    --burst sets their token bucket, see cluster-emulate.sh for the default and its trade-off).
 # 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
 # 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
@@ -35,7 +36,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-RATE=1gbit STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
+RATE=1gbit BURST="" STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
 MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
@@ -44,6 +45,7 @@ log() { echo "bench-scaling: $*" >&2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rate) RATE="${2:?--rate needs a value}"; shift 2 ;;
+        --burst) BURST="${2:?--burst needs a size, e.g. 16KiB}"; shift 2 ;;
         --steps) STEPS="${2:?--steps needs a value}"; shift 2 ;;
         --repeats) REPEATS="${2:?--repeats needs a value}"; shift 2 ;;
         --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
@@ -59,6 +61,8 @@ done
 for v in STEPS REPEATS BATCH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v,,} '${!v}' is not a positive whole number"
 done
+# Checked here as well, so that a bad size stops the script before its first cluster.
+[[ -z "$BURST" || "$BURST" =~ ^[0-9]+(B|KiB|MiB)?$ ]] || die "--burst '$BURST' is not a size: write e.g. 16KiB or 32KiB"
 [ "$STEPS" -ge 12 ] || die "--steps $STEPS: use at least 12 (the trace needs steps past the warm-up)"
 IFS=, read -ra HOSTS <<<"$HOSTS_ARG"
 prev=0
@@ -110,13 +114,13 @@ cleanup
     echo "machine: $(nproc) cores, $(uname -sr)"
     "$HERE/cpu-info.sh"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "settings: --rate $RATE --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
+    echo "settings: --rate $RATE${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 
 log "1/6 link checks (unshaped, then $RATE)"
 "$CLUSTER" up 2 --name "${NAME}u" 2>&1 | tee "$OUT/links-unshaped.txt"
 "$CLUSTER" down --name "${NAME}u" >/dev/null
-"$CLUSTER" up "${HOSTS[-1]}" --rate "$RATE" --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
+"$CLUSTER" up "${HOSTS[-1]}" --rate "$RATE" ${BURST:+--burst "$BURST"} --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
 
 run() { "$CLUSTER" run --name "$NAME" "$@"; }
 

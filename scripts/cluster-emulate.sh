@@ -5,7 +5,8 @@
 # hosts through a launch agent that enters their namespaces (instead of ssh); MPI talks TCP
 # between hosts (no shared memory), so `mpiexec --hostfile` runs across real network stacks.
 #
-#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--name NAME] [--subnet 10.213.0] [--no-probe]
+#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--burst 32KiB] [--name NAME] [--subnet 10.213.0]
+#                                   [--no-probe]
 #   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
 #   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
 #   scripts/cluster-emulate.sh status [--name NAME]
@@ -20,10 +21,10 @@
 # all of it, and ends what still runs inside the namespaces; it is safe to call twice and
 # after a failed `up` or `run`.
 #
-# Links: tc tbf sets the rate, with a token bucket of one 16 KiB segment (see burst_bytes), so
-# that a link that has idled does not pass a burst at memory speed; this kind of machine's
-# kernel has no netem, so no delay is added and a link keeps the veth's own latency (tens of
-# microseconds through the TCP stack).
+# Links: tc tbf sets the rate, with a token bucket of --burst bytes (default: two 16 KiB
+# segments, or 250 us at the rate where that is more; see burst_bytes for the trade-off); this
+# kind of machine's kernel has no netem, so no delay is added and a link keeps the veth's own
+# latency (tens of microseconds through the TCP stack).
 # Without --rate the links are unshaped (as fast as the kernel copies).
 set -euo pipefail
 
@@ -55,48 +56,60 @@ load_state() {
     . "$s/settings"
 }
 
-# tbf burst in bytes: one of the largest segments the stack hands the link (GSO_MAX below), or
-# 131 us at the rate where that is more (one segment's time at 1 Gbit/s, the smallest bucket
-# that held that rate here; faster links were not measured). The bucket fills while a direction idles and then lets a burst through at memory
-# speed, which no real link does: with 128 KiB a 64 KiB message took 1/6 of its 1 Gbit/s time,
-# and with 32 KiB the binomial tree, whose directions take turns and so each idle half the time,
-# ran 64 KiB allreduces at 0.70x of the cost model while rd, which keeps both busy, matched it.
-# With one 16 KiB segment the tree ran at 0.85-0.89x and the link held 0.95 Gbit/s; with 8 KiB
-# segments and burst the link fell to 0.86 Gbit/s (tbf's timer cannot refill it in time).
+# tbf burst in bytes (the default of --burst): two of the largest segments the stack hands the
+# link (GSO_MAX below), or 250 us at the rate where that is more. The bucket fills while a
+# direction idles and then lets that much through at memory speed, which no real link does:
+# with 128 KiB a 64 KiB message took 1/6 of its 1 Gbit/s time, and with 32 KiB the binomial
+# tree, whose two directions take turns, runs 64 KiB allreduces at 0.70x of the cost model.
+# One segment (--burst 16KiB) brings the tree to 0.85x, but the bucket is also what lets the
+# link keep its rate when tbf's timer fires late on a busy machine: with 16 KiB, training on
+# two shared cores spent 19% longer in the exchange and 44% more comm-thread CPU, and a 1 MiB
+# allreduce beside two busy loops took 27 ms instead of 19 (docs/measurements/2026-11-23/
+# tbf-burst.txt). Training keeps the cores busy, so the default keeps two segments.
 GSO_MAX=16384
 burst_bytes() {
     local bits="$1" b
-    b=$((bits / 8 * 131 / 1000000))
-    [ "$b" -ge "$GSO_MAX" ] || b="$GSO_MAX"
+    b=$((bits / 8 / 4000))
+    [ "$b" -ge $((2 * GSO_MAX)) ] || b=$((2 * GSO_MAX))
     echo "$b"
+}
+
+# A number with a unit -> the number times the unit's multiplier:
+#   with_unit VALUE OPTION NOUN EXAMPLES UNIT=MULTIPLIER...   ("" is the unit of a bare number)
+with_unit() {
+    local v="$1" opt="$2" noun="$3" examples="$4" n unit pair
+    shift 4
+    n="${v%%[A-Za-z]*}"; unit="${v#"$n"}"
+    [[ "$n" =~ ^[0-9]+$ ]] || die "$opt '$v' is not a $noun: write e.g. $examples"
+    for pair in "$@"; do
+        [ "${pair%%=*}" = "$unit" ] && { echo $((n * ${pair#*=})); return; }
+    done
+    die "$opt '$v': unknown unit '$unit': write e.g. $examples"
 }
 
 # "1gbit", "500mbit", "100kbit", "1000000" (bit/s) -> bit/s
 rate_bits() {
-    local r="${1,,}" n unit
-    n="${r%%[a-z]*}"; unit="${r#"$n"}"
-    [[ "$n" =~ ^[0-9]+$ ]] || die "--rate '$1' is not a rate: write e.g. 1gbit, 500mbit or 10gbit"
-    case "$unit" in
-        ""|bit) echo "$n" ;;
-        kbit) echo $((n * 1000)) ;;
-        mbit) echo $((n * 1000000)) ;;
-        gbit) echo $((n * 1000000000)) ;;
-        *) die "--rate '$1': unknown unit '$unit': use kbit, mbit or gbit" ;;
-    esac
+    with_unit "${1,,}" --rate rate "1gbit, 500mbit or 10gbit" =1 bit=1 kbit=1000 mbit=1000000 gbit=1000000000
 }
 
-shape() { # namespace device bit/s
+# "32KiB", "1MiB", "20000" (bytes) -> bytes
+size_bytes() {
+    with_unit "$1" --burst size "16KiB, 32KiB or 65536" =1 B=1 KiB=1024 MiB=1048576
+}
+
+shape() { # namespace device bit/s burst-bytes
     local bits="$3"
     # latency: the queue a link may build (a switch port's buffer), 5 ms at the rate.
     ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${bits}bit" \
-        burst "$(burst_bytes "$bits")" latency 5ms
+        burst "$4" latency 5ms
 }
 
 cmd_up() {
-    local k="" rate="" subnet="10.213.0" probe=1
+    local k="" rate="" burst="" subnet="10.213.0" probe=1
     while [ $# -gt 0 ]; do
         case "$1" in
             --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
+            --burst) burst="${2:?--burst needs a size, e.g. 32KiB}"; shift 2 ;;
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
             --no-probe) probe=0; shift ;;
@@ -109,6 +122,15 @@ cmd_up() {
     [[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': give three octets, e.g. 10.213.0"
     local bits=""
     [ -z "$rate" ] || bits="$(rate_bits "$rate")"
+    local burst_b=""
+    if [ -n "$burst" ]; then
+        [ -n "$rate" ] || die "--burst $burst shapes nothing without --rate: add e.g. --rate 1gbit"
+        burst_b="$(size_bytes "$burst")"
+        # A bucket smaller than one full-size packet could never send it.
+        [ "$burst_b" -ge 2048 ] || die "--burst $burst is smaller than one packet: use at least 2KiB"
+    elif [ -n "$bits" ]; then
+        burst_b="$(burst_bytes "$bits")"
+    fi
     need_tools
     local s; s="$(state)"
     [ ! -e "$s" ] || die "a cluster named '$NAME' is already up ($s): take it down first with $0 down${NAME:+ --name $NAME}"
@@ -140,8 +162,8 @@ cmd_up() {
             # Segments of at most GSO_MAX bytes (veth would otherwise pass 64 KiB ones).
             ip -n "$ns" link set eth0 gso_max_size "$GSO_MAX"
             ip -n "$sw" link set "p$i" gso_max_size "$GSO_MAX"
-            shape "$ns" eth0 "$bits"       # host -> switch
-            shape "$sw" "p$i" "$bits"      # switch -> host
+            shape "$ns" eth0 "$bits" "$burst_b"       # host -> switch
+            shape "$sw" "p$i" "$bits" "$burst_b"      # switch -> host
         fi
         mkdir -p "/etc/netns/$ns"
         printf '127.0.0.1 localhost\n%s' "$hosts" >"/etc/netns/$ns/hosts"
@@ -168,9 +190,10 @@ K=$k
 SUBNET=$subnet
 RATE=${rate:-unshaped}
 RATE_BITS=${bits:-0}
+BURST_BYTES=${burst_b:-0}
 EOF
     trap - ERR
-    say "up: $k host(s) h1..h$k on $subnet.0/24, links ${rate:-unshaped}; hostfile $s/hostfile"
+    say "up: $k host(s) h1..h$k on $subnet.0/24, links ${rate:-unshaped}${burst_b:+ (token bucket $burst_b bytes)}; hostfile $s/hostfile"
     if [ "$probe" = 1 ]; then cmd_probe; fi
 }
 

@@ -39,18 +39,30 @@ fn cannot_emulate() -> Option<String> {
     }
 }
 
+/// Whether this test must be skipped (the reason printed): where namespaces cannot be made,
+/// unless DCGAN_REQUIRE_CLUSTER=1 says they must, which fails the test instead.
+fn skipped() -> bool {
+    let Some(why) = cannot_emulate() else { return false };
+    let required = std::env::var("DCGAN_REQUIRE_CLUSTER").is_ok_and(|v| v == "1");
+    assert!(!required, "DCGAN_REQUIRE_CLUSTER=1 but the cluster cannot be emulated: {why}");
+    eprintln!("skipped: cannot emulate a cluster here ({why})");
+    true
+}
+
 /// A cluster of this test process (its own name), taken down when dropped, also on panic.
 struct Cluster {
     name: String,
 }
 
 impl Cluster {
-    /// `hosts` hosts whose links are shaped to `rate` (e.g. "1gbit").
-    fn up(hosts: usize, rate: &str) -> Cluster {
+    /// `hosts` hosts, brought up with `options` (e.g. ["--rate", "1gbit"]); `tag` tells the
+    /// clusters of one test process apart.
+    fn up(hosts: usize, options: &[&str], tag: char) -> Cluster {
         // The pid keeps concurrent test processes apart; the name must stay short.
-        let c = Cluster { name: format!("t{}", std::process::id()) };
+        let c = Cluster { name: format!("t{}{tag}", std::process::id()) };
         let o = Command::new(script())
-            .args(["up", &hosts.to_string(), "--rate", rate, "--no-probe", "--name", &c.name])
+            .args(["up", &hosts.to_string(), "--no-probe", "--name", &c.name])
+            .args(options)
             .output()
             .unwrap();
         assert!(o.status.success(), "cluster-emulate up failed:\n{}", String::from_utf8_lossy(&o.stderr));
@@ -119,10 +131,7 @@ fn summary(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn three_emulated_hosts_train_what_one_host_trains() {
-    if let Some(why) = cannot_emulate() {
-        let required = std::env::var("DCGAN_REQUIRE_CLUSTER").is_ok_and(|v| v == "1");
-        assert!(!required, "DCGAN_REQUIRE_CLUSTER=1 but the cluster cannot be emulated: {why}");
-        eprintln!("skipped: cannot emulate a cluster here ({why})");
+    if skipped() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -143,15 +152,15 @@ fn three_emulated_hosts_train_what_one_host_trains() {
         "--no-progress",
         "--out",
     ];
-    let cluster = Cluster::up(3, "1gbit");
+    let cluster = Cluster::up(3, &["--rate", "1gbit"], 'a');
     assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
-    // Both ends of every link are shaped, with a token bucket of one 16 KiB segment: a larger
-    // bucket lets mid-size messages through at memory speed after a direction has idled.
+    // Both ends of every link are shaped, by default with a token bucket of two 16 KiB
+    // segments (tc stores it in timer ticks, so it may print a little less).
     let shaping = cluster.shaping();
     assert_eq!(shaping.len(), 6, "{shaping:?}");
     for (rate, burst) in &shaping {
         assert_eq!(rate, "1Gbit");
-        assert!(*burst <= 16 * 1024, "burst of {burst} bytes: more than one segment");
+        assert!((32 * 1024 - 64..=32 * 1024).contains(burst), "burst of {burst} bytes: not two segments");
     }
     let mut args = common.to_vec();
     args.push(multi.to_str().unwrap());
@@ -188,6 +197,20 @@ fn three_emulated_hosts_train_what_one_host_trains() {
 }
 
 #[test]
+fn burst_sets_the_token_bucket_of_every_link_end() {
+    if skipped() {
+        return;
+    }
+    let cluster = Cluster::up(2, &["--rate", "500mbit", "--burst", "16KiB"], 'b');
+    let shaping = cluster.shaping();
+    assert_eq!(shaping.len(), 4, "{shaping:?}");
+    for (rate, burst) in &shaping {
+        assert_eq!(rate, "500Mbit");
+        assert!((16 * 1024 - 64..=16 * 1024).contains(burst), "burst of {burst} bytes, asked for 16 KiB");
+    }
+}
+
+#[test]
 fn the_launcher_names_the_problem_and_the_fix() {
     let run = |args: &[&str]| {
         let o = Command::new(script()).args(args).output().unwrap();
@@ -201,6 +224,12 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!ok && e.contains("unknown command 'launch'"), "{e}");
     let (ok, e) = run(&["run", "--name", "nosuchcluster", "--", "true"]);
     assert!(!ok && (e.contains("no emulated cluster named 'nosuchcluster'") || e.contains("needs root")), "{e}");
+    let (ok, e) = run(&["up", "2", "--burst", "16KiB"]);
+    assert!(!ok && e.contains("shapes nothing without --rate"), "{e}");
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "1KiB"]);
+    assert!(!ok && e.contains("smaller than one packet"), "{e}");
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "lots"]);
+    assert!(!ok && e.contains("is not a size"), "{e}");
     let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
     assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
 }
