@@ -82,7 +82,8 @@ with_unit() {
     n="${v%%[A-Za-z]*}"; unit="${v#"$n"}"
     [[ "$n" =~ ^[0-9]+$ ]] || die "$opt '$v' is not a $noun: write e.g. $examples"
     for pair in "$@"; do
-        [ "${pair%%=*}" = "$unit" ] && { echo $((n * ${pair#*=})); return; }
+        # 10#: a leading zero must not make the number octal.
+        [ "${pair%%=*}" = "$unit" ] && { echo $((10#$n * ${pair#*=})); return; }
     done
     die "$opt '$v': unknown unit '$unit': write e.g. $examples"
 }
@@ -110,6 +111,7 @@ cmd_up() {
         case "$1" in
             --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
             --burst) burst="${2:?--burst needs a size, e.g. 32KiB}"; shift 2 ;;
+            --burst=*) burst="${1#--burst=}"; shift ;;
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
             --no-probe) probe=0; shift ;;
@@ -294,7 +296,9 @@ cmd_probe() {
 
 cmd_status() {
     load_state
-    echo "cluster '$NAME': $K host(s), links $RATE, subnet $SUBNET.0/24, state $(state)"
+    local bucket=""
+    [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
+    echo "cluster '$NAME': $K host(s), links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
     for i in $(seq 1 "$K"); do
         local ns; ns="$(ns_host "$i")"
         printf 'h%s  %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \

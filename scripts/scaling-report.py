@@ -176,9 +176,10 @@ def budget_section(B, w):
         return "-" if ms is None else f"{ms:.1f}"
 
     for h, rows in sorted(B.items()):
-        mid = statistics.median_low([r["efficiency"] for r in rows])
+        # By position, so that two repeats of equal efficiency cannot both be bold.
+        mid = sorted(rows, key=lambda r: r["efficiency"])[(len(rows) - 1) // 2]
         for r in rows:
-            rep = f"**{r['repeat']}**" if r["efficiency"] == mid else str(r["repeat"])
+            rep = f"**{r['repeat']}**" if r is mid else str(r["repeat"])
             w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {r['waiting']:+.1f} | "
               f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {fmt(r['waits_metrics'])} |")
     w("")

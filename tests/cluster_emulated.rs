@@ -10,13 +10,20 @@ mod common;
 use common::{final_weights, mpirun, run_limited};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-emulate.sh")
 }
 
-/// Why namespaces cannot be used here, or None.
+/// Why namespaces cannot be used here, or None; found out once per test process, since the
+/// tests run in parallel threads and would otherwise race on the probe namespace's name.
 fn cannot_emulate() -> Option<String> {
+    static ANSWER: OnceLock<Option<String>> = OnceLock::new();
+    ANSWER.get_or_init(probe_namespaces).clone()
+}
+
+fn probe_namespaces() -> Option<String> {
     let id = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&id.stdout).trim() != "0" {
         return Some("not root".into());
