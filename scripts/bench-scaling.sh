@@ -61,13 +61,6 @@ done
 for v in STEPS REPEATS BATCH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "--${v,,} '${!v}' is not a positive whole number"
 done
-# Checked here as well as by cluster-emulate.sh, so that a bad size stops the script before
-# its first cluster.
-if [ -n "$BURST" ]; then
-    [[ "$BURST" =~ ^([0-9]+)(B|KiB|MiB)?$ ]] || die "--burst '$BURST' is not a size: write e.g. 16KiB or 32KiB"
-    case "${BASH_REMATCH[2]}" in KiB) mult=1024 ;; MiB) mult=1048576 ;; *) mult=1 ;; esac
-    [ $((10#${BASH_REMATCH[1]} * mult)) -ge 2048 ] || die "--burst $BURST is smaller than one packet: use at least 2KiB"
-fi
 [ "$STEPS" -ge 12 ] || die "--steps $STEPS: use at least 12 (the trace needs steps past the warm-up)"
 IFS=, read -ra HOSTS <<<"$HOSTS_ARG"
 prev=0
@@ -86,6 +79,7 @@ done
 [[ ",$MODES_ARG," == *,overlap,* ]] || die "--modes '$MODES_ARG': include overlap (the runs the speedup is measured on)"
 
 # Fail before anything long runs.
+"$HERE/cluster-emulate.sh" up "${HOSTS[-1]}" --rate "$RATE" ${BURST:+--burst "$BURST"} --check || exit 1
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces): run it as root"
 command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
 python3 -c 'import matplotlib' 2>/dev/null \

@@ -6,7 +6,7 @@
 # between hosts (no shared memory), so `mpiexec --hostfile` runs across real network stacks.
 #
 #   scripts/cluster-emulate.sh up K [--rate 1gbit] [--burst 32KiB] [--name NAME] [--subnet 10.213.0]
-#                                   [--no-probe]
+#                                   [--no-probe] [--check]   # --check: only check the options
 #   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
 #   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
 #   scripts/cluster-emulate.sh status [--name NAME]
@@ -64,7 +64,7 @@ load_state() {
 # One segment (--burst 16KiB) brings the tree to 0.85x, but the bucket is also what lets the
 # link keep its rate when tbf's timer fires late on a busy machine: with 16 KiB, training on
 # two shared cores spent 19% longer in the exchange and 44% more comm-thread CPU, and a 1 MiB
-# allreduce beside two busy loops took 27 ms instead of 19 (docs/measurements/2026-11-23/
+# allreduce beside two busy loops took 27-32 ms instead of 19 (docs/measurements/2026-11-23/
 # tbf-burst.txt). Training keeps the cores busy, so the default keeps two segments.
 GSO_MAX=16384
 burst_bytes() {
@@ -106,7 +106,7 @@ shape() { # namespace device bit/s burst-bytes
 }
 
 cmd_up() {
-    local k="" rate="" burst="" subnet="10.213.0" probe=1
+    local k="" rate="" burst="" subnet="10.213.0" probe=1 check=0
     while [ $# -gt 0 ]; do
         case "$1" in
             --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
@@ -115,6 +115,7 @@ cmd_up() {
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
             --no-probe) probe=0; shift ;;
+            --check) check=1; shift ;;
             -*) die "up: unknown option '$1' (see $0 --help)" ;;
             *) [ -z "$k" ] || die "up: one host count, got '$k' and '$1'"; k="$1"; shift ;;
         esac
@@ -133,6 +134,7 @@ cmd_up() {
     elif [ -n "$bits" ]; then
         burst_b="$(burst_bytes "$bits")"
     fi
+    [ "$check" = 0 ] || return 0
     need_tools
     local s; s="$(state)"
     [ ! -e "$s" ] || die "a cluster named '$NAME' is already up ($s): take it down first with $0 down${NAME:+ --name $NAME}"

@@ -172,6 +172,7 @@ def budget_section(B, w):
     w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks "
       "| = N-host step | efficiency | waits: buckets + metrics |")
     w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
     def fmt(ms):
         return "-" if ms is None else f"{ms:.1f}"
 

@@ -237,6 +237,12 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!ok && e.contains("smaller than one packet"), "{e}");
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "lots"]);
     assert!(!ok && e.contains("is not a size"), "{e}");
+    // --check judges the options and makes nothing.
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "16KiB", "--check", "--name", "chk"]);
+    assert!(ok, "{e}");
+    assert!(!Path::new("/run/dcgan-cluster/chk").exists());
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "1KiB", "--check"]);
+    assert!(!ok && e.contains("smaller than one packet"), "{e}");
     let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
     assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
 }
