@@ -145,7 +145,9 @@ pub struct ParallelArgs {
     /// per rank.
     #[arg(long)]
     pub sync_bn: bool,
-    /// Fuse neighbouring layers' gradients into buckets of at most this size (B/KiB/MiB).
+    /// Fuse neighbouring layers' gradients into buckets of at most this size (B/KiB/MiB). The
+    /// layer whose gradient backward completes last always travels alone: nothing is left to
+    /// hide its exchange.
     #[arg(long, default_value = "1MiB", value_parser = size::parse_bytes)]
     pub bucket_bytes: usize,
     /// Exchange gradients only after the whole backward (for comparison with the default,

@@ -1,6 +1,12 @@
 //! Gradient buckets: a network's per-stage gradient groups fused, in the order backward
 //! completes them, up to `--bucket-bytes`. Each bucket is one contiguous range of the flat
 //! gradient buffer (stage groups are laid out in stage order and fuse only with neighbours).
+//!
+//! The stage backward completes last always travels alone. No backward is left to hide that
+//! bucket's exchange, and D's update waits for it at once, so the tail should be as small as
+//! the stages allow. At the default 1 MiB, D's three stages were one 554 KB bucket, and all
+//! of its exchange was exposed; split as D[3+2] and D[1], D[3+2] travels during D.1's
+//! backward and only D[1] (4 KB) is left to wait for.
 
 use crate::backend::Backend;
 use crate::model::net::{BackwardOrder, Net};
@@ -34,16 +40,18 @@ pub fn completion_order(order: BackwardOrder, stages: usize) -> Vec<usize> {
 }
 
 /// Fuse `groups` (the range of every stage's parameters) visited in `order` into buckets of
-/// at most `bucket_bytes` (a group larger than that is a bucket of its own).
+/// at most `bucket_bytes` (a group larger than that is a bucket of its own); the last group
+/// of `order` is never fused (see the module doc).
 pub fn plan(net: &str, groups: &[Range<usize>], order: &[usize], bucket_bytes: usize, first_id: u32) -> Vec<Bucket> {
     let mut buckets: Vec<Bucket> = Vec::new();
     let mut current: Option<Bucket> = None;
+    let tail = order.last().copied();
     for &s in order {
         let g = groups[s].clone();
         if let Some(b) = current.as_mut() {
             let fused = b.range.start.min(g.start)..b.range.end.max(g.end);
             let adjacent = g.end == b.range.start || g.start == b.range.end;
-            if adjacent && fused.len() * 4 <= bucket_bytes {
+            if adjacent && fused.len() * 4 <= bucket_bytes && Some(s) != tail {
                 b.range = fused;
                 b.stages.push(s);
                 continue;
@@ -77,16 +85,28 @@ mod tests {
         let groups = [0..100, 100..5100, 5100..5110];
         let order = completion_order(BackwardOrder::LayerByLayer, 3);
         let b = plan("D", &groups, &order, 1 << 20, 0);
-        assert_eq!(b.len(), 1);
-        assert_eq!(b[0].range, 0..5110);
-        assert_eq!(b[0].label, "D[3+2+1]");
-        let b = plan("D", &groups, &order, 4 * 5010, 7);
         assert_eq!(b.iter().map(|b| b.range.clone()).collect::<Vec<_>>(), vec![100..5110, 0..100]);
-        assert_eq!(b.iter().map(|b| b.id).collect::<Vec<_>>(), vec![7, 8]);
+        assert_eq!(b.iter().map(|b| b.label).collect::<Vec<_>>(), vec!["D[3+2]", "D[1]"]);
+        let b = plan("D", &groups, &order, 4 * 5000, 7);
+        assert_eq!(b.iter().map(|b| b.range.clone()).collect::<Vec<_>>(), vec![5100..5110, 100..5100, 0..100]);
+        assert_eq!(b.iter().map(|b| b.id).collect::<Vec<_>>(), vec![7, 8, 9]);
         let b = plan("G", &groups, &completion_order(BackwardOrder::DataFirst, 3), 0, 0);
         assert_eq!(b.iter().map(|b| b.range.clone()).collect::<Vec<_>>(), vec![0..100, 100..5100, 5100..5110]);
         // Every float belongs to exactly one bucket.
         let total: usize = b.iter().map(|b| b.range.len()).sum();
         assert_eq!(total, 5110);
+    }
+
+    #[test]
+    fn the_stage_completed_last_travels_alone_in_either_order() {
+        // Four small groups that all fit one bucket: only the tail is kept apart.
+        let groups = [0..10, 10..20, 20..30, 30..40];
+        let b = plan("D", &groups, &completion_order(BackwardOrder::LayerByLayer, 4), 1 << 20, 0);
+        assert_eq!(b.iter().map(|b| b.label).collect::<Vec<_>>(), vec!["D[4+3+2]", "D[1]"]);
+        assert_eq!(b.iter().map(|b| b.range.clone()).collect::<Vec<_>>(), vec![10..40, 0..10]);
+        let b = plan("G", &groups, &completion_order(BackwardOrder::DataFirst, 4), 1 << 20, 0);
+        assert_eq!(b.iter().map(|b| b.label).collect::<Vec<_>>(), vec!["G[1+2+3]", "G[4]"]);
+        // One stage: one bucket.
+        assert_eq!(plan("D", &groups[..1], &[0], 1 << 20, 0).len(), 1);
     }
 }
