@@ -49,6 +49,14 @@ state() { echo "$STATE_ROOT/$NAME"; }
 ns_host() { echo "$NAME-h$1"; }
 ns_switch() { echo "$NAME-sw"; }
 
+# kernel_at_least MAJOR MINOR: is the running kernel that version or newer?
+kernel_at_least() {
+    local v; v="$(uname -r)"
+    local major="${v%%.*}" rest="${v#*.}"
+    local minor="${rest%%[!0-9]*}"
+    [ "$major" -gt "$1" ] || { [ "$major" -eq "$1" ] && [ "${minor:-0}" -ge "$2" ]; }
+}
+
 load_state() {
     local s; s="$(state)"
     [ -f "$s/settings" ] || die "no emulated cluster named '$NAME' is up: start one with $0 up K"
@@ -150,6 +158,14 @@ cmd_up() {
     ip -n "$sw" link set lo up
     ip -n "$sw" link add br0 type bridge
     ip -n "$sw" link set br0 up
+    # A switch forwards frames without anyone's firewall. Where br_netfilter is loaded, every
+    # bridged packet would also go through iptables' hooks (8% of a comm thread's CPU in a
+    # profile here). Since Linux 5.3 these settings are per namespace, so only ours changes.
+    if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] && kernel_at_least 5 3; then
+        ip netns exec "$sw" sh -c 'for t in iptables ip6tables arptables; do
+            echo 0 >"/proc/sys/net/bridge/bridge-nf-call-$t"; done' 2>/dev/null \
+            || say "note: could not turn off iptables on the switch (bridge-nf-call-*); the links cost more CPU"
+    fi
     local hosts=""
     for i in $(seq 1 "$k"); do hosts+="$subnet.$i h$i"$'\n'; done
     for i in $(seq 1 "$k"); do
@@ -301,6 +317,9 @@ cmd_status() {
     local bucket=""
     [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
     echo "cluster '$NAME': $K host(s), links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
+    if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+        echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat /proc/sys/net/bridge/bridge-nf-call-iptables) (0: bridged frames skip iptables)"
+    fi
     for i in $(seq 1 "$K"); do
         local ns; ns="$(ns_host "$i")"
         printf 'h%s  %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \
