@@ -340,7 +340,7 @@ stage_scaling() {
       cp "$dir/$f" "$OUT/scaling/" 2>/dev/null || true
     done
     # The tables the targets are judged on, into the output's tail (what the tool shows).
-    [[ -f "$dir/results.md" ]] && sed -n -e '/^## Measured/,/^## Simulated/p' -e '/^## Targets/,$p' "$dir/results.md"
+    [[ -f "$dir/results.md" ]] && sed -n -e '/^## Measured/,/^## Where/p' -e '/^## Targets/,$p' "$dir/results.md"
   )
 }
 
