@@ -162,7 +162,7 @@ cmd_up() {
     # bridged packet would also go through iptables' hooks (8% of a comm thread's CPU in a
     # profile here). Since Linux 5.3 these settings are per namespace, so only ours changes.
     if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] && kernel_at_least 5 3; then
-        ip netns exec "$sw" sh -c 'for t in iptables ip6tables arptables; do
+        ip netns exec "$sw" sh -c 'set -e; for t in iptables ip6tables arptables; do
             echo 0 >"/proc/sys/net/bridge/bridge-nf-call-$t"; done' 2>/dev/null \
             || say "note: could not turn off iptables on the switch (bridge-nf-call-*); the links cost more CPU"
     fi
@@ -318,7 +318,11 @@ cmd_status() {
     [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
     echo "cluster '$NAME': $K host(s), links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
     if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
-        echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat /proc/sys/net/bridge/bridge-nf-call-iptables) (0: bridged frames skip iptables)"
+        if kernel_at_least 5 3; then
+            echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat /proc/sys/net/bridge/bridge-nf-call-iptables) (0: bridged frames skip iptables)"
+        else
+            echo "switch: bridge-nf-call-iptables left as the host's (before Linux 5.3 it is not per namespace)"
+        fi
     fi
     for i in $(seq 1 "$K"); do
         local ns; ns="$(ns_host "$i")"

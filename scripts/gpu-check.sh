@@ -13,7 +13,8 @@
 #    (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
 # 2. On the GPU machine, from the repository root, carrying target/gpu-bin (and .ompi):
 #
-#      bash scripts/gpu-check.sh [STAGE...]        (default: all stages but ncu and scaling)
+#      bash scripts/gpu-check.sh [STAGE...]        (default: every stage but ncu and scaling;
+#                                                   "all": every stage but scaling)
 #
 #    Stages: env nvrtc tests sanitize bench torch binary mpi ncu scaling. Everything measured goes
 #    under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark lines, summary.txt.
@@ -313,8 +314,10 @@ stage_mpi() {
 
 # Issue 7's weak-scaling benchmark where ranks have cores of their own (the 2-core CI machine
 # puts 4 ranks on 2 cores): scripts/bench-scaling.sh on emulated hosts of this machine, CPU
-# ranks (--device cpu, --threads 1), through the carried Open MPI. One full run takes most of
-# a device call; SCALING_ARGS replaces its options (for example, a second call with
+# ranks (--device cpu, --threads 1), through the carried Open MPI. Not yet run there: the
+# report is written only at the end, so if a call's time is in doubt, make the first one
+# SCALING_ARGS='--repeats 1 --train-args "--device cpu --wire bf16"'. SCALING_ARGS replaces
+# every option but --steps 30 and --out (for example, a later call with
 # SCALING_ARGS='--repeats 3 --burst 16KiB --train-args "--device cpu --wire bf16"').
 stage_scaling() {
   have_bin dcgan-train-mpi scaling || return
@@ -340,7 +343,7 @@ stage_scaling() {
       cp "$dir/$f" "$OUT/scaling/" 2>/dev/null || true
     done
     # The tables the targets are judged on, into the output's tail (what the tool shows).
-    [[ -f "$dir/results.md" ]] && sed -n -e '/^## Measured/,/^## Where/p' -e '/^## Targets/,$p' "$dir/results.md"
+    [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Targets)/ } show' "$dir/results.md"
   )
 }
 

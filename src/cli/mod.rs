@@ -147,7 +147,7 @@ pub struct ParallelArgs {
     pub sync_bn: bool,
     /// Fuse neighbouring layers' gradients into buckets of at most this size (B/KiB/MiB). The
     /// layer whose gradient backward completes last always travels alone: nothing is left to
-    /// hide its exchange.
+    /// hide its exchange before D's update.
     #[arg(long, default_value = "1MiB", value_parser = size::parse_bytes)]
     pub bucket_bytes: usize,
     /// Exchange gradients only after the whole backward (for comparison with the default,

@@ -5,7 +5,7 @@
 //! hand-offs and waits are placed by the training step's own rules, not by the trace's copies.
 //!
 //! - A bucket is handed off right after the last `backward-weight` span, in the step, of its
-//!   last stage (labels like `D[3+2+1]` list the stages in completion order; the span of
+//!   last stage (labels like `D[3+2]` list the stages in completion order; the span of
 //!   stage 1 of D is named `D.1 ...`). D's first pass (real images) also computes weight
 //!   gradients, but its last one in the step is the fake pass, which submits.
 //! - The step waits for a bucket right before that bucket's `adam` span: D's in the same
@@ -29,7 +29,7 @@ pub struct BucketSpec {
 }
 
 impl BucketSpec {
-    /// From a label like `G[1]` or `D[3+2+1]`.
+    /// From a label like `G[1]` or `D[3+2]`.
     pub fn new(label: &str, bytes: usize) -> Result<BucketSpec> {
         let bad =
             || anyhow::anyhow!("bucket label '{label}' is not NET[stage+stage...] (a summary.json of this program?)");

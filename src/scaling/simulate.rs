@@ -278,7 +278,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     })
 }
 
-/// "G[1] vhd x5, D[3+2+1] vhd": the algorithm per bucket (and fragments when cut).
+/// "G[1] vhd x5, D[3+2] vhd, D[1] rd": the algorithm per bucket (and fragments when cut).
 fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
     row.buckets
         .iter()

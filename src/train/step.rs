@@ -244,8 +244,8 @@ impl<B: Backend> GanTrainer<B> {
         self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
 
         // 4. D's update. D's next forward starts at D.1, whose bucket leaves last, so D gains
-        //    nothing from landing it stage by stage; D[1] travels alone so that this wait is
-        //    for 4 KB, not for all of D (see train/buckets.rs).
+        //    nothing from landing it stage by stage; D[1] travels alone so that what is
+        //    left to wait for here is 4 KB, not all of D (see train/buckets.rs).
         let store = &mut self.model.d.store;
         let u = Update::next(store, lr_d);
         self.exchange.finish(&self.be, NetId::D, store, u, &mut self.timeline);
