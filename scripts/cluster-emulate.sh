@@ -49,6 +49,11 @@ state() { echo "$STATE_ROOT/$NAME"; }
 ns_host() { echo "$NAME-h$1"; }
 ns_switch() { echo "$NAME-sw"; }
 
+# br_netfilter's switches (BRIDGE_NF-iptables, -ip6tables, -arptables): where they exist, bridged
+# frames go through the firewall's hooks. They are per network namespace since Linux 5.3.
+BRIDGE_NF=/proc/sys/net/bridge/bridge-nf-call
+bridge_nf_loaded() { [ -e "$BRIDGE_NF-iptables" ]; }
+
 # kernel_at_least MAJOR MINOR: is the running kernel that version or newer?
 kernel_at_least() {
     local v; v="$(uname -r)"
@@ -160,10 +165,10 @@ cmd_up() {
     ip -n "$sw" link set br0 up
     # A switch forwards frames without anyone's firewall. Where br_netfilter is loaded, every
     # bridged packet would also go through iptables' hooks (8% of a comm thread's CPU in a
-    # profile here). Since Linux 5.3 these settings are per namespace, so only ours changes.
-    if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] && kernel_at_least 5 3; then
+    # profile here). Only on kernels where the setting is per namespace: only ours changes.
+    if bridge_nf_loaded && kernel_at_least 5 3; then
         ip netns exec "$sw" sh -c 'set -e; for t in iptables ip6tables arptables; do
-            echo 0 >"/proc/sys/net/bridge/bridge-nf-call-$t"; done' 2>/dev/null \
+            echo 0 >"$0-$t"; done' "$BRIDGE_NF" 2>/dev/null \
             || say "note: could not turn off iptables on the switch (bridge-nf-call-*); the links cost more CPU"
     fi
     local hosts=""
@@ -317,9 +322,9 @@ cmd_status() {
     local bucket=""
     [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
     echo "cluster '$NAME': $K host(s), links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
-    if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+    if bridge_nf_loaded; then
         if kernel_at_least 5 3; then
-            echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat /proc/sys/net/bridge/bridge-nf-call-iptables) (0: bridged frames skip iptables)"
+            echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat "$BRIDGE_NF-iptables") (0: bridged frames skip iptables)"
         else
             echo "switch: bridge-nf-call-iptables left as the host's (before Linux 5.3 it is not per namespace)"
         fi
