@@ -132,9 +132,11 @@ def budget(R, hosts):
     up to it exactly: placement (the --no-exchange run's compute less t_1), compute slowed by
     the exchange (the overlap run's compute less that), and waiting (the overlap step less its
     compute). Compute is each run's compute_ms_per_step (the median over its steps of a step's
-    wall time less its waits). Parts are taken within one repeat: differences of medians over
-    the repeats also add up, but on a noisy machine those medians come from different repeats,
-    so that a part mixes them. {hosts: [row, ...]}"""
+    wall time less its waits). Of the slowed compute, `core_taken` is what the training thread
+    spent more waiting for a core (runnable while another thread had it) than without the
+    exchange; None where the summaries do not say. Parts are taken within one repeat:
+    differences of medians over the repeats also add up, but on a noisy machine those medians
+    come from different repeats, so that a part mixes them. {hosts: [row, ...]}"""
 
     one = by_repeat(R, 1, "overlap")
     out = {}
@@ -148,8 +150,10 @@ def budget(R, hosts):
             if None in (o.get("compute_ms_per_step"), n.get("compute_ms_per_step")):
                 continue  # summaries from before that figure
             t1, co, cn, tn = one[r]["ms_per_step"], o["compute_ms_per_step"], n["compute_ms_per_step"], o["ms_per_step"]
-            rows.append(dict(repeat=r, t1=t1, placement=cn - t1, slowed=co - cn, waiting=tn - co, step=tn,
-                             efficiency=t1 / tn, waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
+            qo, qn = o.get("training_thread_descheduled_ms_per_step"), n.get("training_thread_descheduled_ms_per_step")
+            core_taken = None if None in (qo, qn) else qo - qn
+            rows.append(dict(repeat=r, t1=t1, placement=cn - t1, slowed=co - cn, core_taken=core_taken,
+                             waiting=tn - co, step=tn, efficiency=t1 / tn, waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
                              waits_metrics=o["comm"].get("metrics_wait_ms_per_step")))
         if rows:
             out[h] = rows
@@ -164,14 +168,16 @@ def budget_section(B, w):
       "the `--no-exchange` run's compute against one host alone (here the emulated hosts share one machine's cores; on "
       "a real cluster this is about zero). *Compute slowed by the exchange*: the same compute with the exchange running "
       "beside it (the comm thread, Open MPI's progress and the kernel's TCP stack take cores and memory bandwidth from "
-      "it). *Waiting*: the rest, the time blocked on other ranks. Compute is a run's median over steps of each step's "
+      "it). *Of it, a core taken*: how much more of the step the training thread spent runnable but waiting for a "
+      "core, while another thread (mostly the comm thread) had it; the rest of the slowed compute is the same work "
+      "taking more CPU time beside the exchange (memory, caches, the gradient copies). *Waiting*: the rest, the time blocked on other ranks. Compute is a run's median over steps of each step's "
       "wall time less its waits. The last column gives the waits as each step measured them (means per step, gradient "
       "buckets + metrics at the step's end); where it differs from *waiting*, the step times varied from step to step "
       "and their median is not the median compute plus the mean wait. The repeat in bold is the one at the median "
       "efficiency (the lower middle one for an even number of repeats).\n")
-    w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | + waiting for other ranks "
-      "| = N-host step | efficiency | waits: buckets + metrics |")
-    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | (of it, a core taken) "
+      "| + waiting for other ranks | = N-host step | efficiency | waits: buckets + metrics |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def fmt(ms):
         return "-" if ms is None else f"{ms:.1f}"
@@ -181,7 +187,8 @@ def budget_section(B, w):
         mid = sorted(rows, key=lambda r: r["efficiency"])[(len(rows) - 1) // 2]
         for r in rows:
             rep = f"**{r['repeat']}**" if r is mid else str(r["repeat"])
-            w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {r['waiting']:+.1f} | "
+            taken = "-" if r["core_taken"] is None else f"({r['core_taken']:+.1f})"
+            w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {taken} | {r['waiting']:+.1f} | "
               f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {fmt(r['waits_metrics'])} |")
     w("")
 

@@ -186,7 +186,8 @@ fn no_exchange_still_averages_the_logged_losses() {
 /// A rank that starts every step late is waited for, and rank 0 counts that as waiting, not
 /// as computing: with the exchange the wait falls on a gradient bucket (D's, which a step needs
 /// at once), with `--no-exchange` on the metrics at the step's end. Both must show in the
-/// summary (waits, and compute = step less waits) and in each step's `wait_ms`.
+/// summary (waits, and compute = step less waits) and in each step's `wait_ms`. Blocked, the
+/// training thread uses no CPU, so its CPU clock stays under the step less the wait too.
 #[test]
 fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
     const LATE_MS: f64 = 60.0;
@@ -208,11 +209,18 @@ fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
         let waited_where = if flag.is_some() { metrics_wait } else { bucket_wait };
         assert!(waited_where > 0.5 * LATE_MS, "{flag:?}: buckets {bucket_wait} ms, metrics {metrics_wait} ms");
         assert!(at("/compute_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
+        assert!(at("/training_thread_cpu_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
         let steps = common::timed_step_records(&out);
         let mut waits: Vec<f64> = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).collect();
         for r in &steps {
             let (w, ms) = (r["wait_ms"].as_f64().unwrap(), r["ms"].as_f64().unwrap());
             assert!((0.0..=ms).contains(&w), "{r}");
+            // Clocks read microseconds apart: allow a little over the step's wall time.
+            let cpu = r["cpu_ms"].as_f64().unwrap();
+            assert!(cpu > 0.0 && cpu <= ms + 0.5, "{r}");
+            if let Some(queued) = r["descheduled_ms"].as_f64() {
+                assert!((0.0..=ms + 0.5).contains(&queued), "{r}");
+            }
         }
         waits.sort_by(f64::total_cmp);
         assert!(waits[waits.len() / 2] > 0.5 * LATE_MS, "{flag:?}: {waits:?}");

@@ -32,10 +32,22 @@ fn write_run(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64) {
     write_summary(out, hosts, mode, repeat, &s);
 }
 
-/// A run whose steps took `ms` (median) and `compute_ms` without their waits.
-fn write_run_computing(out: &Path, hosts: u32, mode: &str, repeat: u32, ms: f64, compute_ms: f64) {
+/// A run whose steps took `ms` (median) and `compute_ms` without their waits, of which the
+/// training thread spent `queued_ms` waiting for a core (None: a summary that does not say).
+fn write_run_computing(
+    out: &Path,
+    hosts: u32,
+    mode: &str,
+    repeat: u32,
+    ms: f64,
+    compute_ms: f64,
+    queued_ms: Option<f64>,
+) {
     let mut s = summary(hosts, mode, ms);
     s["compute_ms_per_step"] = json!(compute_ms);
+    if let Some(q) = queued_ms {
+        s["training_thread_descheduled_ms_per_step"] = json!(q);
+    }
     write_summary(out, hosts, mode, repeat, &s);
 }
 
@@ -143,6 +155,8 @@ fn the_step_budget_adds_up_within_each_repeat() {
     let tmp = bench_folder();
     let out = tmp.path();
     // Per repeat: t_1, then N hosts --no-exchange (step, compute) and overlap (step, compute).
+    // The 2-host summaries say how long the training thread waited for a core: 1 ms per step
+    // without the exchange, 3 + repeat ms with it; the 4-host ones do not say.
     // At 2 hosts the medians over repeats of t_1 (250) and of the overlap step (260) are those
     // of repeat 3, while the median efficiency is repeat 2's: a part taken from the medians
     // would mix repeats, and the row in bold must follow the efficiency.
@@ -161,10 +175,11 @@ fn the_step_budget_adds_up_within_each_repeat() {
         (4, 280.0, (380.0, 370.0), (400.0, 390.0)),
     ];
     for (hosts, repeats) in [(2, &two[..]), (4, &four[..])] {
+        let said = |ms: f64| (hosts == 2).then_some(ms);
         for &(r, t1, (noex_ms, noex_compute), (over_ms, over_compute)) in repeats {
             write_run(out, 1, "overlap", r, t1);
-            write_run_computing(out, hosts, "no-exchange", r, noex_ms, noex_compute);
-            write_run_computing(out, hosts, "overlap", r, over_ms, over_compute);
+            write_run_computing(out, hosts, "no-exchange", r, noex_ms, noex_compute, said(1.0));
+            write_run_computing(out, hosts, "overlap", r, over_ms, over_compute, said(3.0 + f64::from(r)));
         }
     }
     let (md, results) = report(out);
@@ -179,12 +194,17 @@ fn the_step_budget_adds_up_within_each_repeat() {
             assert!(close(f("slowed"), over_compute - noex_compute), "{row}");
             assert!(close(f("waiting"), over_ms - over_compute), "{row}");
             assert!(close(f("t1") + f("placement") + f("slowed") + f("waiting"), f("step")), "{row}");
+            if hosts == "2" {
+                assert!(close(f("core_taken"), 2.0 + f64::from(r)), "{row}");
+            } else {
+                assert!(row["core_taken"].is_null(), "{row}");
+            }
         }
         // Exactly one row in bold per host count.
         assert_eq!(md.matches(&format!("| {hosts} | **")).count(), 1, "{md}");
     }
     // 2 hosts, efficiencies 300/400, 200/230, 250/260: repeat 2 (0.870) is the median.
-    assert!(md.contains("| 2 | **2** | 200.0 | +10.0 | +10.0 | +10.0 | 230.0 | 0.870 |"), "{md}");
-    assert!(md.contains("| 2 | 3 | 250.0 | +2.0 | +4.0 | +4.0 | 260.0 | 0.962 |"), "{md}");
-    assert!(md.contains("| 4 | **3** | 250.0 | +260.0 | +30.0 | +10.0 | 550.0 | 0.455 |"), "{md}");
+    assert!(md.contains("| 2 | **2** | 200.0 | +10.0 | +10.0 | (+4.0) | +10.0 | 230.0 | 0.870 |"), "{md}");
+    assert!(md.contains("| 2 | 3 | 250.0 | +2.0 | +4.0 | (+5.0) | +4.0 | 260.0 | 0.962 |"), "{md}");
+    assert!(md.contains("| 4 | **3** | 250.0 | +260.0 | +30.0 | - | +10.0 | 550.0 | 0.455 |"), "{md}");
 }

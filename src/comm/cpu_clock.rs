@@ -1,5 +1,5 @@
-//! The calling thread's CPU time: what the comm thread's polling, copies and sums take from
-//! the cores, which wall time inside a collective cannot show.
+//! The calling thread's CPU time, and its time waiting for a core: what the comm thread's
+//! polling, copies and sums take from the cores, which wall time cannot show.
 
 use std::time::Duration;
 
@@ -12,6 +12,20 @@ pub fn thread_cpu_time() -> Duration {
         return Duration::ZERO;
     }
     Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+/// Time the calling thread has spent runnable but waiting for a core since it started (the
+/// scheduler's run delay, /proc/thread-self/schedstat): what other threads and processes took
+/// from it. None where the kernel does not keep it (not Linux, or built without schedstats).
+pub fn thread_run_delay() -> Option<Duration> {
+    parse_run_delay(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
+}
+
+/// schedstat is "ns on a CPU, ns waiting on a run queue, time slices".
+fn parse_run_delay(schedstat: &str) -> Option<Duration> {
+    let mut fields = schedstat.split_whitespace();
+    fields.next()?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(fields.next()?.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -50,5 +64,60 @@ mod tests {
         assert!(slept < Duration::from_millis(20), "a 60 ms sleep cost {slept:?} of CPU");
         assert!(guard.elapsed() < Duration::from_secs(5), "5 s of arithmetic showed as {cpu:?} of CPU");
         assert!(cpu <= wall, "thread CPU {cpu:?} over wall {wall:?}: not a per-thread clock");
+    }
+
+    #[test]
+    fn schedstat_gives_the_second_field_as_the_run_delay() {
+        assert_eq!(parse_run_delay("9010520321 660762 26\n"), Some(Duration::from_nanos(660762)));
+        assert_eq!(parse_run_delay("9010520321\n"), None);
+        assert_eq!(parse_run_delay("x 5 1"), None);
+    }
+
+    /// Two threads that spin on one core: each waits for the other about half the time.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_sharing_its_core_with_a_spinner_waits_for_it() {
+        let Some(before) = thread_run_delay() else {
+            eprintln!("skipped: this kernel keeps no /proc/thread-self/schedstat");
+            return;
+        };
+        fn pin() -> i32 {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it; pid 0
+            // is the calling thread.
+            unsafe {
+                let mut one_core: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut one_core);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one_core)
+            }
+        }
+        if pin() != 0 {
+            eprintln!("skipped: cannot pin threads to core 0 here");
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                pin();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let wall0 = Instant::now();
+        let mut x = 0u64;
+        while wall0.elapsed() < Duration::from_millis(400) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let waited = thread_run_delay().unwrap() - before;
+        let wall = wall0.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        // About half; a clock that ignored the spinner (or counted our own running) would not
+        // land between a fifth and four fifths.
+        assert!(
+            waited > wall / 5 && waited < wall * 4 / 5,
+            "waited {waited:?} for a core in {wall:?} beside a spinner"
+        );
     }
 }

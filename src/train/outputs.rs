@@ -22,6 +22,13 @@ pub struct StepRecord {
     pub ms: f64,
     /// Of `ms`, the time blocked on other ranks (gradient buckets and the metrics).
     pub wait_ms: f64,
+    /// The training thread's CPU time in the step (with `--threads 1` on the CPU, all of the
+    /// compute; worker threads are not counted).
+    pub cpu_ms: f64,
+    /// Of `ms`, the time the training thread was runnable but waiting for a core (other
+    /// threads had it: the comm thread, other ranks on shared cores). Linux only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descheduled_ms: Option<f64>,
 }
 
 #[derive(Serialize, Clone, Debug)]

@@ -16,6 +16,7 @@ use crate::backend::Backend;
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::cli::TrainArgs;
 use crate::comm::CommConfig;
+use crate::comm::cpu_clock::{thread_cpu_time, thread_run_delay};
 use crate::data::{DataSource, Dataset, Shard};
 use crate::device::OnBackend;
 use crate::model::dcgan::Dcgan;
@@ -239,6 +240,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 break;
             }
             let t0 = Instant::now();
+            let (cpu0, delay0) = (thread_cpu_time(), thread_run_delay());
             let waited_before = trainer.waited();
             if let Some(nap) = slow_rank {
                 std::thread::sleep(nap);
@@ -251,14 +253,28 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 .map_err(|e| if root { e } else { PeerFailed.into() })?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             let wait_ms = (trainer.waited() - waited_before).as_secs_f64() * 1e3;
+            let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;
+            let descheduled_ms = delay0.zip(thread_run_delay()).map(|(a, b)| (b - a).as_secs_f64() * 1e3);
             facts.step_ms.push(ms);
             facts.compute_ms.push(ms - wait_ms);
+            facts.cpu_ms.push(cpu_ms);
+            facts.descheduled_ms.extend(descheduled_ms);
             steps_in_epoch += 1;
             progress.epoch = epoch;
             progress.batch_in_epoch = i as u64 + 1;
             progress.step = trainer.step;
             if let Some(out) = outputs.as_mut() {
-                let rec = StepRecord { kind: "step", step: trainer.step, epoch, metrics: last, lr, ms, wait_ms };
+                let rec = StepRecord {
+                    kind: "step",
+                    step: trainer.step,
+                    epoch,
+                    metrics: last,
+                    lr,
+                    ms,
+                    wait_ms,
+                    cpu_ms,
+                    descheduled_ms,
+                };
                 job.or_fail(out.step(&rec));
                 let ips =
                     (steps_in_epoch as usize * settings.global_batch) as f64 / epoch_start.elapsed().as_secs_f64();

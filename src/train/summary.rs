@@ -18,6 +18,10 @@ pub struct RunFacts {
     pub step_ms: Vec<f64>,
     /// Per step: its wall time less the time it was blocked on other ranks.
     pub compute_ms: Vec<f64>,
+    /// Per step: the training thread's CPU time.
+    pub cpu_ms: Vec<f64>,
+    /// Per step: the training thread's time waiting for a core (empty where not measured).
+    pub descheduled_ms: Vec<f64>,
     pub epoch_seconds: Vec<f64>,
     pub steps_run: u64,
     pub train_seconds: f64,
@@ -127,6 +131,12 @@ pub fn build_summary<B: Backend>(
         // What ms_per_step would be if no rank ever waited for another: the median over steps
         // of each step's wall time less its waits (gradient buckets and the metrics).
         "compute_ms_per_step": median(&facts.compute_ms),
+        // Where a step's compute went when cores are shared: the training thread on a core, and
+        // runnable but waiting for one (medians over steps; with --threads 1 on the CPU the
+        // training thread does all the compute).
+        "training_thread_cpu_ms_per_step": median(&facts.cpu_ms),
+        "training_thread_descheduled_ms_per_step":
+            if facts.descheduled_ms.is_empty() { Value::Null } else { json!(median(&facts.descheduled_ms)) },
         "global_images_per_s": settings.global_batch as f64 / (ms / 1e3),
         "comm": {
             "exchange": if w.size == 1 { "none (one rank)" } else if args.parallel.no_exchange { "skipped (--no-exchange)" } else if args.parallel.no_overlap { "after backward (--no-overlap)" } else { "overlapped with backward" },
@@ -164,9 +174,18 @@ pub fn step_line(summary: &Value) -> Option<String> {
         return None;
     }
     let c = &summary["comm"];
+    let cores = match (
+        summary["training_thread_cpu_ms_per_step"].as_f64(),
+        summary["training_thread_descheduled_ms_per_step"].as_f64(),
+    ) {
+        (Some(cpu), Some(queued)) => {
+            format!("; the training thread ran {cpu:.1} ms on a core and waited {queued:.1} ms for one")
+        }
+        _ => String::new(),
+    };
     Some(format!(
         "step (rank 0, medians): {:.1} ms, {:.1} ms without its waits on other ranks; mean waits per step: {:.1} ms \
-         for gradient buckets, {:.1} ms for the other ranks at the step's end",
+         for gradient buckets, {:.1} ms for the other ranks at the step's end{cores}",
         summary["ms_per_step"].as_f64()?,
         summary["compute_ms_per_step"].as_f64()?,
         c["exposed_comm_ms_per_step"].as_f64().unwrap_or(0.0),
@@ -241,5 +260,17 @@ mod tests {
              14.1 ms for gradient buckets, 3.0 ms for the other ranks at the step's end"
         );
         assert_eq!(step_line(&s(1)), None);
+        // Where the kernel says how long the training thread waited for a core, so does the line.
+        let mut t = s(2);
+        t["training_thread_cpu_ms_per_step"] = json!(229.31);
+        t["training_thread_descheduled_ms_per_step"] = json!(16.74);
+        assert!(
+            step_line(&t).unwrap().ends_with(
+                "3.0 ms for the other ranks at the step's end; the training thread ran 229.3 ms on a core and waited \
+                 16.7 ms for one"
+            ),
+            "{}",
+            step_line(&t).unwrap()
+        );
     }
 }

@@ -117,14 +117,16 @@ pub fn timed_step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The step records of a run's metrics.jsonl, without the wall-clock fields.
+/// The step records of a run's metrics.jsonl, without the clock fields (wall and CPU).
 pub fn step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
     timed_step_records(run)
         .into_iter()
         .map(|mut v| {
             let o = v.as_object_mut().unwrap();
             o.remove("ms");
-            o.remove("wait_ms");
+            for clock in ["wait_ms", "cpu_ms", "descheduled_ms"] {
+                o.remove(clock);
+            }
             v
         })
         .collect()
