@@ -342,8 +342,9 @@ stage_scaling() {
     for f in environment.txt links-shaped.txt results.md results.json speedup.png simulated.md model-allreduce.md; do
       cp "$dir/$f" "$OUT/scaling/" 2>/dev/null || true
     done
-    # The tables the targets are judged on, into the output's tail (what the tool shows).
-    [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Targets)/ } show' "$dir/results.md"
+    # The tables the targets are judged on and the step budget (with cores of their own, the
+    # core taken should be near zero), into the output's tail (what the tool shows).
+    [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Where the N-host|Targets)/ } show' "$dir/results.md"
   )
 }
 
