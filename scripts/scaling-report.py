@@ -150,10 +150,12 @@ def budget(R, hosts):
             if None in (o.get("compute_ms_per_step"), n.get("compute_ms_per_step")):
                 continue  # summaries from before that figure
             t1, co, cn, tn = one[r]["ms_per_step"], o["compute_ms_per_step"], n["compute_ms_per_step"], o["ms_per_step"]
-            qo, qn = o.get("training_thread_descheduled_ms_per_step"), n.get("training_thread_descheduled_ms_per_step")
+            queued = "training_thread_descheduled_ms_per_step"
+            qo, qn = o.get(queued), n.get(queued)
             core_taken = None if None in (qo, qn) else qo - qn
             rows.append(dict(repeat=r, t1=t1, placement=cn - t1, slowed=co - cn, core_taken=core_taken,
-                             waiting=tn - co, step=tn, efficiency=t1 / tn, waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
+                             waiting=tn - co, step=tn, efficiency=t1 / tn,
+                             waits_buckets=o["comm"]["exposed_comm_ms_per_step"],
                              waits_metrics=o["comm"].get("metrics_wait_ms_per_step")))
         if rows:
             out[h] = rows
@@ -170,9 +172,10 @@ def budget_section(B, w):
       "beside it (the comm thread, Open MPI's progress and the kernel's TCP stack take cores and memory bandwidth from "
       "it). *Of it, a core taken*: how much more of the step the training thread spent runnable but waiting for a "
       "core, while another thread (mostly the comm thread) had it; the rest of the slowed compute is the same work "
-      "taking more CPU time beside the exchange (memory, caches, the gradient copies). *Waiting*: the rest, the time blocked on other ranks. Compute is a run's median over steps of each step's "
-      "wall time less its waits. The last column gives the waits as each step measured them (means per step, gradient "
-      "buckets + metrics at the step's end); where it differs from *waiting*, the step times varied from step to step "
+      "taking more CPU time beside the exchange (memory, caches, the gradient copies). *Waiting*: the rest, the time "
+      "blocked on other ranks. Compute is a run's median over steps of each step's wall time less its waits. The last "
+      "column gives the waits as each step measured them (means per step, gradient buckets + metrics at the step's "
+      "end); where it differs from *waiting*, the step times varied from step to step "
       "and their median is not the median compute plus the mean wait. The repeat in bold is the one at the median "
       "efficiency (the lower middle one for an even number of repeats).\n")
     w("| hosts | repeat | 1-host step | + placement | + compute slowed by the exchange | (of it, a core taken) "
@@ -188,8 +191,9 @@ def budget_section(B, w):
         for r in rows:
             rep = f"**{r['repeat']}**" if r is mid else str(r["repeat"])
             taken = "-" if r["core_taken"] is None else f"({r['core_taken']:+.1f})"
-            w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {taken} | {r['waiting']:+.1f} | "
-              f"{r['step']:.1f} | {r['efficiency']:.3f} | {r['waits_buckets']:.1f} + {fmt(r['waits_metrics'])} |")
+            w(f"| {h} | {rep} | {r['t1']:.1f} | {r['placement']:+.1f} | {r['slowed']:+.1f} | {taken} | "
+              f"{r['waiting']:+.1f} | {r['step']:.1f} | {r['efficiency']:.3f} | "
+              f"{r['waits_buckets']:.1f} + {fmt(r['waits_metrics'])} |")
     w("")
 
 
