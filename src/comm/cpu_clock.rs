@@ -14,11 +14,26 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
-/// Time the calling thread has spent runnable but waiting for a core since it started (the
-/// scheduler's run delay, /proc/thread-self/schedstat): what other threads and processes took
-/// from it. None where the kernel does not keep it (not Linux, or built without schedstats).
-pub fn thread_run_delay() -> Option<Duration> {
-    parse_run_delay(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
+/// Time one thread has spent runnable but waiting for a core since it started (the scheduler's
+/// run delay, from its /proc schedstat): what other threads and processes took from it. The
+/// file stays open, so a reading is one read into a stack buffer: the training loop takes two
+/// per step.
+pub struct RunDelayClock(std::fs::File);
+
+impl RunDelayClock {
+    /// The clock of the calling thread (/proc/thread-self names the thread that opens it).
+    /// None where the kernel keeps none (not Linux, or built without schedstats).
+    pub fn of_this_thread() -> Option<Self> {
+        let clock = RunDelayClock(std::fs::File::open("/proc/thread-self/schedstat").ok()?);
+        clock.read().map(|_| clock)
+    }
+
+    pub fn read(&self) -> Option<Duration> {
+        // Three numbers of at most 20 digits each.
+        let mut buf = [0u8; 96];
+        let n = std::os::unix::fs::FileExt::read_at(&self.0, &mut buf, 0).ok()?;
+        parse_run_delay(std::str::from_utf8(&buf[..n]).ok()?)
+    }
 }
 
 /// schedstat is "ns on a CPU, ns waiting on a run queue, time slices".
@@ -77,10 +92,11 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_sharing_its_core_with_a_spinner_waits_for_it() {
-        let Some(before) = thread_run_delay() else {
+        let Some(clock) = RunDelayClock::of_this_thread() else {
             eprintln!("skipped: this kernel keeps no /proc/thread-self/schedstat");
             return;
         };
+        let before = clock.read().unwrap();
         fn pin() -> i32 {
             // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it; pid 0
             // is the calling thread.
@@ -109,7 +125,7 @@ mod tests {
         while wall0.elapsed() < Duration::from_millis(400) {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
-        let waited = thread_run_delay().unwrap() - before;
+        let waited = clock.read().unwrap() - before;
         let wall = wall0.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();

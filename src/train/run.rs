@@ -16,7 +16,7 @@ use crate::backend::Backend;
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::cli::TrainArgs;
 use crate::comm::CommConfig;
-use crate::comm::cpu_clock::{thread_cpu_time, thread_run_delay};
+use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::{DataSource, Dataset, Shard};
 use crate::device::OnBackend;
 use crate::model::dcgan::Dcgan;
@@ -228,6 +228,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let steps_at_start = trainer.step;
     let mut last = StepMetrics::default();
     let mut stopped = false;
+    // This thread runs every step: its clock of time spent waiting for a core.
+    let run_delay = RunDelayClock::of_this_thread();
 
     'epochs: for epoch in progress.epoch..args.epochs {
         let order = shard.epoch(epoch);
@@ -240,7 +242,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 break;
             }
             let t0 = Instant::now();
-            let (cpu0, delay0) = (thread_cpu_time(), thread_run_delay());
+            let (cpu0, delay0) = (thread_cpu_time(), run_delay.as_ref().and_then(RunDelayClock::read));
             let waited_before = trainer.waited();
             if let Some(nap) = slow_rank {
                 std::thread::sleep(nap);
@@ -254,7 +256,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             let wait_ms = (trainer.waited() - waited_before).as_secs_f64() * 1e3;
             let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;
-            let descheduled_ms = delay0.zip(thread_run_delay()).map(|(a, b)| (b - a).as_secs_f64() * 1e3);
+            let delay1 = run_delay.as_ref().and_then(RunDelayClock::read);
+            let descheduled_ms = delay0.zip(delay1).map(|(a, b)| (b - a).as_secs_f64() * 1e3);
             facts.step_ms.push(ms);
             facts.compute_ms.push(ms - wait_ms);
             facts.cpu_ms.push(cpu_ms);
