@@ -20,9 +20,9 @@ pub fn combine_bytes(dst: &mut [f32], src: &[u8], how: Combine) {
     combine_values(dst, src.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])), how);
 }
 
-/// `dst = combine(dst, vals)` for values decoded on the fly (raw bytes, bf16); the same
-/// arithmetic as `combine`, one element at a time.
-pub fn combine_values(dst: &mut [f32], vals: impl ExactSizeIterator<Item = f32>, how: Combine) {
+/// `dst = combine(dst, vals)` for values decoded on the fly; the same arithmetic as
+/// `combine`, one element at a time.
+fn combine_values(dst: &mut [f32], vals: impl ExactSizeIterator<Item = f32>, how: Combine) {
     assert_eq!(dst.len(), vals.len(), "combine_values: length mismatch");
     match how {
         Combine::Copy => dst.iter_mut().zip(vals).for_each(|(d, v)| *d = v),

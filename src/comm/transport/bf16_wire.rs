@@ -10,9 +10,8 @@
 //! and a copied result equals its source. Sums are still formed in f32; only what travels is
 //! rounded (8 significant bits, relative error at most 2^-8 per send).
 
-use super::{Activity, Combine, CommError, RecvEnd, SendEnd, StatusReply, Tag, Transport, WaitPolicy, skip_empty};
-use crate::comm::reduce::combine_values;
-use half::bf16;
+use super::bf16_round::{decode_combine, round_and_encode, round_in_place};
+use super::{Activity, CommError, RecvEnd, SendEnd, StatusReply, Tag, Transport, WaitPolicy, skip_empty};
 use std::time::Duration;
 
 /// The encode and decode buffers, kept by the comm thread between collectives.
@@ -33,26 +32,6 @@ impl<'a> Bf16Wire<'a> {
     pub fn new(inner: &'a mut dyn Transport, stage: &'a mut Bf16Stage) -> Self {
         Bf16Wire { inner, stage }
     }
-}
-
-/// Round `x` to bf16 in place (to nearest, ties to even).
-fn round_in_place(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32());
-}
-
-/// Round `x` to bf16 in place and write the encodings to `out`.
-fn round_and_encode(x: &mut [f32], out: &mut Vec<u16>) {
-    out.clear();
-    out.extend(x.iter_mut().map(|v| {
-        let b = bf16::from_f32(*v);
-        *v = b.to_f32();
-        b.to_bits()
-    }));
-}
-
-/// `dst = combine(dst, decode(src))`.
-fn decode_combine(dst: &mut [f32], src: &[u16], how: Combine) {
-    combine_values(dst, src.iter().map(|&b| bf16::from_bits(b).to_f32()), how);
 }
 
 fn bytes(x: &[u16]) -> &[u8] {
@@ -88,6 +67,7 @@ impl Transport for Bf16Wire<'_> {
     fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
         let (send, recv) = skip_empty(send, recv);
         if let Some((_, sr)) = &send {
+            self.stage.out.resize(sr.len(), 0);
             round_and_encode(&mut buf[sr.clone()], &mut self.stage.out);
         }
         if let Some((_, rr, _)) = &recv {

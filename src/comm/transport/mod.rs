@@ -2,6 +2,7 @@
 //! algorithm is written against, with two implementations: `Mpi` (rsmpi, under mpiexec) and
 //! `Local` (threads and channels in one process, for tests at any rank count).
 
+pub mod bf16_round;
 pub mod bf16_wire;
 pub mod local;
 #[cfg(feature = "mpi")]
