@@ -101,9 +101,9 @@ pub enum Tick {
     Fail(CommError),
 }
 
-/// Bookkeeping of one blocking wait: spins cheaply at first (small messages arrive within
-/// microseconds), then yields the core, answers status queries every 10 ms, and fails after
-/// the stall timeout.
+/// Bookkeeping of one blocking wait: polls, offers the core to other threads every
+/// `SPINS_PER_CHECK` polls, answers status queries every 10 ms, and fails after the stall
+/// timeout.
 pub struct WaitClock {
     spins: u32,
     start: Option<Instant>,
@@ -113,7 +113,6 @@ pub struct WaitClock {
 impl WaitClock {
     /// Polls between two reads of the clock.
     const SPINS_PER_CHECK: u32 = 64;
-    const YIELD_AFTER: Duration = Duration::from_micros(200);
     const SERVE_EVERY: Duration = Duration::from_millis(10);
 
     pub fn new() -> Self {
@@ -135,13 +134,16 @@ impl WaitClock {
         if waited > policy.stall_timeout {
             return Tick::Fail(CommError::Stalled { peer, waited });
         }
-        if waited > Self::YIELD_AFTER {
-            std::thread::yield_now();
-            let last = *self.last_serve.get_or_insert(start);
-            if now - last > Self::SERVE_EVERY {
-                self.last_serve = Some(now);
-                return Tick::Serve;
-            }
+        // Where cores are shared (compute threads, or other ranks on emulated hosts), each
+        // poll on a busy core is time taken from compute; on an idle core sched_yield returns
+        // at once. Yielding only after 200 us of waiting, as this did before, left the
+        // 2-host training thread waiting 2.0-2.9 ms more per step for a core (lower in 18 of
+        // 18 pairs; docs/measurements/2026-11-24/bf16-vectorized.txt, section 7).
+        std::thread::yield_now();
+        let last = *self.last_serve.get_or_insert(start);
+        if now - last > Self::SERVE_EVERY {
+            self.last_serve = Some(now);
+            return Tick::Serve;
         }
         Tick::Poll
     }
