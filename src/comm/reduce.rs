@@ -17,13 +17,8 @@ pub fn combine(dst: &mut [f32], src: &[f32], how: Combine) {
 /// `dst = combine(dst, src)` where `src` arrives as raw bytes (native-endian f32).
 pub fn combine_bytes(dst: &mut [f32], src: &[u8], how: Combine) {
     assert_eq!(dst.len() * 4, src.len(), "combine_bytes: length mismatch");
-    combine_values(dst, src.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])), how);
-}
-
-/// `dst = combine(dst, vals)` for values decoded on the fly; the same arithmetic as
-/// `combine`, one element at a time.
-fn combine_values(dst: &mut [f32], vals: impl ExactSizeIterator<Item = f32>, how: Combine) {
-    assert_eq!(dst.len(), vals.len(), "combine_values: length mismatch");
+    // The same arithmetic as `combine`, one element at a time.
+    let vals = src.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
     match how {
         Combine::Copy => dst.iter_mut().zip(vals).for_each(|(d, v)| *d = v),
         Combine::Add => dst.iter_mut().zip(vals).for_each(|(d, v)| *d += v),
