@@ -9,6 +9,7 @@
 #                                   [--no-probe] [--check]   # --check: only check the options
 #   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
 #   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
+#   scripts/cluster-emulate.sh reshape [--name NAME] --burst SIZE|default   # every link's bucket
 #   scripts/cluster-emulate.sh status [--name NAME]
 #   scripts/cluster-emulate.sh down [--name NAME]
 #
@@ -78,7 +79,10 @@ load_state() {
 # link keep its rate when tbf's timer fires late on a busy machine: with 16 KiB, training on
 # two shared cores spent 19% longer in the exchange and 44% more comm-thread CPU, and a 1 MiB
 # allreduce beside two busy loops took 27-32 ms instead of 19 (docs/measurements/2026-11-23/
-# tbf-burst.txt). Training keeps the cores busy, so the default keeps two segments.
+# tbf-burst.txt). Training keeps the cores busy, so the default keeps two segments. Even the
+# allreduce benchmark alone keeps them busy (its ranks poll): with one segment and the tree's
+# one-way turns among the other algorithms, 1 MiB allreduces ran at 1.0x or at 1.5-2x of the
+# model from call to call (docs/measurements/2026-11-24/tbf-reshape.txt).
 GSO_MAX=16384
 burst_bytes() {
     local bits="$1" b
@@ -317,6 +321,36 @@ cmd_probe() {
     fi
 }
 
+# A new token bucket on every link of a cluster that is up, the rate unchanged: buckets can be
+# compared taking turns on one cluster, in one sitting of a noisy machine.
+cmd_reshape() {
+    local burst=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --burst) burst="${2:?--burst needs a size, e.g. 16KiB, or default}"; shift 2 ;;
+            --burst=*) burst="${1#--burst=}"; shift ;;
+            *) die "reshape: unknown option '$1': write $0 reshape --burst SIZE|default" ;;
+        esac
+    done
+    [ -n "$burst" ] || die "reshape: give the new bucket: $0 reshape --burst 16KiB (or --burst default)"
+    need_tools
+    load_state
+    [ "$RATE_BITS" != 0 ] || die "reshape: the links of '$NAME' are unshaped: bring it up with --rate to give them a bucket"
+    local burst_b
+    if [ "$burst" = default ]; then
+        burst_b="$(burst_bytes "$RATE_BITS")"
+    else
+        burst_b="$(size_bytes "$burst")"
+        [ "$burst_b" -ge 2048 ] || die "--burst $burst is smaller than one packet: use at least 2KiB"
+    fi
+    for i in $(seq 1 "$K"); do
+        shape "$(ns_host "$i")" eth0 "$RATE_BITS" "$burst_b"
+        shape "$(ns_switch)" "p$i" "$RATE_BITS" "$burst_b"
+    done
+    sed -i "s/^BURST_BYTES=.*/BURST_BYTES=$burst_b/" "$(state)/settings"
+    say "reshape: links of '$NAME' at $RATE with a token bucket of $burst_b bytes"
+}
+
 cmd_status() {
     load_state
     local bucket=""
@@ -387,10 +421,11 @@ main() {
         up) cmd_up "${args[@]}" ;;
         run) cmd_run "${args[@]}" ;;
         probe) need_tools; cmd_probe ;;
+        reshape) cmd_reshape "${args[@]}" ;;
         status) cmd_status ;;
         down) cmd_down ;;
         -h|--help|help) usage ;;
-        *) die "unknown command '$cmd': use up, run, probe, status or down (see $0 --help)" ;;
+        *) die "unknown command '$cmd': use up, run, probe, reshape, status or down (see $0 --help)" ;;
     esac
 }
 

@@ -83,6 +83,12 @@ impl Cluster {
         run_limited(cmd, 300)
     }
 
+    /// `cluster-emulate.sh reshape --burst SIZE`: a new token bucket on every link.
+    fn reshape(&self, burst: &str) {
+        let o = Command::new(script()).args(["reshape", "--name", &self.name, "--burst", burst]).output().unwrap();
+        assert!(o.status.success(), "cluster-emulate reshape failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    }
+
     /// What `cluster-emulate.sh status` prints.
     fn status(&self) -> String {
         let o = Command::new(script()).args(["status", "--name", &self.name]).output().unwrap();
@@ -230,6 +236,30 @@ fn burst_sets_the_token_bucket_of_every_link_end() {
         assert_eq!(rate, "500Mbit");
         assert!((16 * 1024 - 64..=16 * 1024).contains(burst), "burst of {burst} bytes, asked for 16 KiB");
     }
+    // reshape changes every end's bucket in place and leaves the rate; `default` is what `up`
+    // gives without --burst (two 16 KiB segments at 500 Mbit/s).
+    for (asked, lo, hi) in [("48KiB", 48 * 1024 - 64, 48 * 1024), ("default", 32 * 1024 - 64, 32 * 1024)] {
+        cluster.reshape(asked);
+        let shaping = cluster.shaping();
+        assert_eq!(shaping.len(), 4, "{shaping:?}");
+        for (rate, burst) in &shaping {
+            assert_eq!(rate, "500Mbit");
+            assert!((lo..=hi).contains(burst), "burst of {burst} bytes after reshape --burst {asked}");
+        }
+        assert!(cluster.status().contains(&format!("token bucket {hi} bytes")), "{}", cluster.status());
+    }
+}
+
+#[test]
+fn reshape_needs_shaped_links() {
+    if skipped() {
+        return;
+    }
+    let cluster = Cluster::up(2, &[], 'u');
+    let o = Command::new(script()).args(["reshape", "--name", &cluster.name, "--burst", "16KiB"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("unshaped"), "{e}");
+    assert!(cluster.shaping().is_empty(), "{}", cluster.status());
 }
 
 #[test]
@@ -258,6 +288,10 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!Path::new("/run/dcgan-cluster/chk").exists());
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "1KiB", "--check"]);
     assert!(!ok && e.contains("smaller than one packet"), "{e}");
+    let (ok, e) = run(&["reshape", "--name", "nosuchcluster"]);
+    assert!(!ok && e.contains("give the new bucket"), "{e}");
+    let (ok, e) = run(&["reshape", "--name", "nosuchcluster", "--burst", "16KiB"]);
+    assert!(!ok && (e.contains("no emulated cluster named 'nosuchcluster'") || e.contains("needs root")), "{e}");
     let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
     assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
 }
