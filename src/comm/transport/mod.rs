@@ -101,31 +101,52 @@ pub enum Tick {
     Fail(CommError),
 }
 
-/// Bookkeeping of one blocking wait: polls, offers the core to other threads every
-/// `SPINS_PER_CHECK` polls, answers status queries every 10 ms, and fails after the stall
-/// timeout.
+/// Bookkeeping of one blocking wait: polls, offers the core to other threads (every
+/// `SPINS_PER_CHECK` polls at first, at every poll once the wait has lasted `SPIN_ALONE`),
+/// answers status queries every 10 ms, and fails after the stall timeout.
 pub struct WaitClock {
     spins: u32,
     start: Option<Instant>,
     last_serve: Option<Instant>,
+    /// Past `SPIN_ALONE`: offer the core at every poll.
+    yield_every_poll: bool,
 }
 
 impl WaitClock {
     /// Polls between two reads of the clock.
     const SPINS_PER_CHECK: u32 = 64;
     const SERVE_EVERY: Duration = Duration::from_millis(10);
+    /// How long a wait polls before it offers the core at every poll: longer than a small
+    /// message takes through shared memory (under 4 us for 16 KiB here), where a yield per
+    /// poll (about 0.7 us each) made 8-byte allreduces 5x slower.
+    const SPIN_ALONE: Duration = Duration::from_micros(30);
+    const SPINS_BEFORE_CLOCK: u32 = 8;
 
     pub fn new() -> Self {
-        WaitClock { spins: 0, start: None, last_serve: None }
+        WaitClock { spins: 0, start: None, last_serve: None, yield_every_poll: false }
     }
 
     pub fn tick(&mut self, policy: &WaitPolicy, peer: usize) -> Tick {
         self.spins = self.spins.wrapping_add(1);
+        // The clock starts a few polls in: the shortest waits (shared memory, a few hundred
+        // ns) would otherwise pay for reading it.
+        if self.spins == Self::SPINS_BEFORE_CLOCK {
+            self.start = Some(Instant::now());
+        }
+        // Where cores are shared (compute threads, or other ranks on emulated hosts), each
+        // poll on a busy core is time taken from compute; on an idle core sched_yield returns
+        // at once. Over TCP a poll is a syscall or two, so 64 of them held the core for about
+        // 100 us between offers. Offering it at every poll of a long wait lowered the comm
+        // thread's CPU and the training thread's wait for a core on the emulated cluster
+        // (docs/measurements/2026-11-24/yield-every-poll.txt).
+        if self.yield_every_poll {
+            std::thread::yield_now();
+        }
         if !self.spins.is_multiple_of(Self::SPINS_PER_CHECK) {
             return Tick::Poll;
         }
         let now = Instant::now();
-        let start = *self.start.get_or_insert(now);
+        let start = self.start.unwrap_or(now);
         let waited = now - start;
         let code = policy.abort.load(Ordering::Relaxed);
         if code != 0 {
@@ -134,12 +155,13 @@ impl WaitClock {
         if waited > policy.stall_timeout {
             return Tick::Fail(CommError::Stalled { peer, waited });
         }
-        // Where cores are shared (compute threads, or other ranks on emulated hosts), each
-        // poll on a busy core is time taken from compute; on an idle core sched_yield returns
-        // at once. Yielding only after 200 us of waiting, as this did before, left the
-        // 2-host training thread waiting 2.0-2.9 ms more per step for a core (lower in 18 of
-        // 18 pairs; docs/measurements/2026-11-24/bf16-vectorized.txt, section 7).
-        std::thread::yield_now();
+        // Yielding only after 200 us of waiting, as this did before, left the 2-host training
+        // thread waiting 2.0-2.9 ms more per step for a core (lower in 18 of 18 pairs;
+        // docs/measurements/2026-11-24/bf16-vectorized.txt, section 7).
+        if !self.yield_every_poll {
+            std::thread::yield_now();
+            self.yield_every_poll = waited >= Self::SPIN_ALONE;
+        }
         let last = *self.last_serve.get_or_insert(start);
         if now - last > Self::SERVE_EVERY {
             self.last_serve = Some(now);
