@@ -115,6 +115,14 @@ size_bytes() {
     with_unit "$1" --burst size "16KiB, 32KiB or 65536" =1 B=1 KiB=1024 MiB=1048576
 }
 
+# --burst's size in bytes, or the reason it cannot be a bucket.
+burst_arg() {
+    local b; b="$(size_bytes "$1")"
+    # A bucket smaller than one full-size packet could never send it.
+    [ "$b" -ge 2048 ] || die "--burst $1 is smaller than one packet: use at least 2KiB"
+    echo "$b"
+}
+
 shape() { # namespace device bit/s burst-bytes
     local bits="$3"
     # latency: the queue a link may build (a switch port's buffer), 5 ms at the rate.
@@ -145,9 +153,7 @@ cmd_up() {
     local burst_b=""
     if [ -n "$burst" ]; then
         [ -n "$rate" ] || die "--burst $burst shapes nothing without --rate: add e.g. --rate 1gbit"
-        burst_b="$(size_bytes "$burst")"
-        # A bucket smaller than one full-size packet could never send it.
-        [ "$burst_b" -ge 2048 ] || die "--burst $burst is smaller than one packet: use at least 2KiB"
+        burst_b="$(burst_arg "$burst")"
     elif [ -n "$bits" ]; then
         burst_b="$(burst_bytes "$bits")"
     fi
@@ -340,8 +346,7 @@ cmd_reshape() {
     if [ "$burst" = default ]; then
         burst_b="$(burst_bytes "$RATE_BITS")"
     else
-        burst_b="$(size_bytes "$burst")"
-        [ "$burst_b" -ge 2048 ] || die "--burst $burst is smaller than one packet: use at least 2KiB"
+        burst_b="$(burst_arg "$burst")"
     fi
     for i in $(seq 1 "$K"); do
         shape "$(ns_host "$i")" eth0 "$RATE_BITS" "$burst_b"

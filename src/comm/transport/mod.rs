@@ -130,7 +130,8 @@ impl WaitClock {
         self.spins = self.spins.wrapping_add(1);
         // The clock starts a few polls in: the shortest waits (shared memory, a few hundred
         // ns) would otherwise pay for reading it.
-        if self.spins == Self::SPINS_BEFORE_CLOCK {
+        // (`spins` wraps in a wait of billions of polls; the start must not move then.)
+        if self.spins == Self::SPINS_BEFORE_CLOCK && self.start.is_none() {
             self.start = Some(Instant::now());
         }
         // Where cores are shared (compute threads, or other ranks on emulated hosts), each
@@ -235,4 +236,40 @@ pub fn skip_empty(send: SendEnd, recv: RecvEnd) -> (SendEnd, RecvEnd) {
 pub fn f32_bytes(x: &[f32]) -> &[u8] {
     // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` unsuccessful polls of one wait; the last tick's verdict.
+    fn polls(clock: &mut WaitClock, policy: &WaitPolicy, n: u32) -> Tick {
+        (0..n).map(|_| clock.tick(policy, 1)).last().unwrap()
+    }
+
+    #[test]
+    fn a_wait_yields_at_every_poll_once_it_has_lasted_spin_alone() {
+        let policy = WaitPolicy::new(Duration::from_secs(60));
+        let mut clock = WaitClock::new();
+        polls(&mut clock, &policy, WaitClock::SPINS_BEFORE_CLOCK);
+        std::thread::sleep(WaitClock::SPIN_ALONE * 2);
+        // The next clock check sees the wait's age, counted from the 8th poll.
+        assert!(!clock.yield_every_poll);
+        polls(&mut clock, &policy, WaitClock::SPINS_PER_CHECK - WaitClock::SPINS_BEFORE_CLOCK);
+        assert!(clock.yield_every_poll, "a wait of {:?} still polls without yielding", WaitClock::SPIN_ALONE * 2);
+    }
+
+    #[test]
+    fn a_wait_past_the_stall_timeout_fails_naming_the_peer() {
+        let policy = WaitPolicy::new(Duration::from_millis(5));
+        let mut clock = WaitClock::new();
+        polls(&mut clock, &policy, WaitClock::SPINS_BEFORE_CLOCK);
+        std::thread::sleep(Duration::from_millis(10));
+        // The 64th poll reads the clock.
+        match polls(&mut clock, &policy, WaitClock::SPINS_PER_CHECK - WaitClock::SPINS_BEFORE_CLOCK) {
+            Tick::Fail(CommError::Stalled { peer: 1, waited }) => assert!(waited >= Duration::from_millis(10)),
+            Tick::Fail(e) => panic!("failed with {e} instead of a stall"),
+            _ => panic!("a wait of 10 ms with a 5 ms stall timeout went on"),
+        }
+    }
 }
