@@ -30,6 +30,15 @@ def load(path):
         return json.load(f)
 
 
+def load_script(name):
+    """A sibling script as a module (their names have hyphens, so no plain import)."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py").replace("-", "_"),
+                                                  os.path.join(os.path.dirname(__file__), name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -110,9 +119,7 @@ def buckets_text(s):
 def waits_section(out, hosts, w):
     """The exposed time of each N-host overlap run's first repeat, split by wait-report.py
     into waiting for the slowest rank and the exchange itself."""
-    spec = importlib.util.spec_from_file_location("wait_report", os.path.join(os.path.dirname(__file__), "wait-report.py"))
-    wait_report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wait_report)
+    wait_report = load_script("wait-report.py")
     traces = {h: os.path.join(out, "runs", f"{h}-overlap-1", "trace.json") for h in hosts if h > 1}
     traces = {h: t for h, t in traces.items() if os.path.exists(t)}
     if not traces:
@@ -270,23 +277,13 @@ def main():
     waits_section(out, hosts, w)
 
     # The allreduce model check (left out by bench-scaling.sh --skip-allreduce-bench).
-    within = big = None
+    within = big = outside = None
     if opt("model-allreduce.json"):
-        model = load(opt("model-allreduce.json")).get("allreduce", [])
-        w("## Allreduce: measured against the cost model\n")
-        w(open(os.path.join(out, "model-allreduce.md")).read())
-        cores = os.cpu_count() or 1
-        big_all = [r for r in model if r["bytes"] >= 64 * 1024 and r["ratio"] is not None and r["algorithm"] != "auto"]
-        # With more ranks than cores the ranks take turns on the cores: those timings measure the
-        # scheduler, not the links. The target is judged where each rank has a core.
-        big = [r for r in big_all if r["ranks"] <= cores]
-        within = [r for r in big if 1 / 1.25 <= r["ratio"] <= 1.25]
-
-        def span(rows):
-            return f"{min((r['ratio'] for r in rows), default=float('nan')):.2f} to {max((r['ratio'] for r in rows), default=float('nan')):.2f}"
-
-        w(f"\nHand-written algorithms at 64 KiB and above, ranks <= {cores} cores: {len(within)} of {len(big)} rows within 1.25x "
-          f"of the model (ratios {span(big)}); with more ranks than cores: ratios {span([r for r in big_all if r['ranks'] > cores])}.\n")
+        vs_model = load_script("allreduce-vs-model.py")
+        shaped = open(opt("links-shaped.txt")).read() if opt("links-shaped.txt") else ""
+        within, big, outside = vs_model.section(
+            load(opt("model-allreduce.json")).get("allreduce", []), open(opt("model-allreduce.md")).read(), shaped,
+            links["beta_ns_per_byte"], os.cpu_count() or 1, w)
 
     # Predictions against the measurements.
     errors = predictions_section(out, hosts, meas, w)
@@ -358,6 +355,7 @@ def main():
         "paired": {str(h): {k: [dict(repeat=r, ratio=v) for r, v in p[k]] for k in p} for h, p in P.items()},
         "budget": {str(h): rows for h, rows in B.items()},
         "targets": targets,
+        "allreduce_outside_band": outside,
     }
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(figures, f, indent=1)

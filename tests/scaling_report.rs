@@ -208,3 +208,54 @@ fn the_step_budget_adds_up_within_each_repeat() {
     assert!(md.contains("| 2 | 3 | 250.0 | +2.0 | +4.0 | (+5.0) | +4.0 | 260.0 | 0.962 |"), "{md}");
     assert!(md.contains("| 4 | **3** | 250.0 | +260.0 | +30.0 | - | +10.0 | 550.0 | 0.455 |"), "{md}");
 }
+
+/// One row of model-allreduce.json: 2 ranks, `bytes` in `fragments`, measured against model.
+fn model_row(algorithm: &str, bytes: u64, fragments: u64, model_us: f64, ratio: f64) -> Value {
+    json!({"algorithm": algorithm, "bytes": bytes, "fragments": fragments, "ranks": 2,
+           "measured_us": model_us * ratio, "model_us": model_us, "ratio": ratio, "selected": algorithm})
+}
+
+#[test]
+fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
+    let tmp = bench_folder();
+    let out = tmp.path();
+    write_run(out, 1, "overlap", 1, 250.0);
+    let rows = [
+        // The tree's 2 one-way turns at 2 ranks, each able to pass 32768 B of 64 KiB at memory
+        // speed: 2 * 32768 * 8.4 ns = 550.5 us off 1120 us, a floor of 0.5085.
+        model_row("tree", 64 << 10, 1, 1120.0, 0.68),
+        model_row("rd", 1 << 20, 1, 8860.0, 1.57),
+        model_row("vhd", 1 << 20, 1, 8845.0, 1.0),
+        // 4 fragments of 1 MiB: 8 turns, 2202 us off 70700 us: a floor of 0.969, far above 0.30.
+        model_row("tree", 4 << 20, 4, 70700.0, 0.30),
+        // Under 64 KiB: not judged.
+        model_row("tree", 16 << 10, 1, 292.0, 0.62),
+    ];
+    std::fs::write(out.join("model-allreduce.json"), json!({"allreduce": rows}).to_string()).unwrap();
+    std::fs::write(out.join("model-allreduce.md"), "(the model table)\n").unwrap();
+    let up = "cluster-emulate: up: 4 host(s) h1..h4 on 10.213.0.0/24, links 1gbit (token bucket 32768 bytes); hostfile x\n";
+    std::fs::write(out.join("links-shaped.txt"), up).unwrap();
+    let (md, results) = report(out);
+
+    let outside = results["allreduce_outside_band"].as_array().unwrap();
+    let got: Vec<(&str, u64, Option<f64>)> = outside
+        .iter()
+        .map(|o| (o["algorithm"].as_str().unwrap(), o["bytes"].as_u64().unwrap(), o["bucket_floor"].as_f64()))
+        .collect();
+    assert_eq!(got.len(), 3, "{outside:?}");
+    assert!(got[0].0 == "tree" && got[0].1 == 64 << 10, "{got:?}");
+    assert!((got[0].2.unwrap() - (1.0 - 2.0 * 32768.0 * 8.4e-3 / 1120.0)).abs() < 1e-9, "{got:?}");
+    // A row slower than the model has no floor to weigh.
+    assert!(got[1].0 == "rd" && got[1].2.is_none(), "{got:?}");
+    assert!((got[2].2.unwrap() - (1.0 - 8.0 * 32768.0 * 8.4e-3 / 70700.0)).abs() < 1e-9, "{got:?}");
+    assert!(md.contains("a floor of 0.51x, and the measured time lies between that floor and the model"), "{md}");
+    assert!(md.contains("rd, 2 ranks, 1 MiB: 1.57x, slower than the model."), "{md}");
+    assert!(md.contains("tree, 2 ranks, 4 MiB: 0.30x") && md.contains("below even that floor"), "{md}");
+    assert!(md.contains("1/4 rows: NOT met"), "{md}");
+
+    // Unshaped links (no bucket): the row is only called faster.
+    std::fs::remove_file(out.join("links-shaped.txt")).unwrap();
+    let (md, results) = report(out);
+    assert!(results["allreduce_outside_band"][0]["bucket_floor"].is_null(), "{results}");
+    assert!(md.contains("tree, 2 ranks, 64 KiB: 0.68x, faster than the model.\n"), "{md}");
+}
