@@ -233,7 +233,8 @@ fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
     ];
     std::fs::write(out.join("model-allreduce.json"), json!({"allreduce": rows}).to_string()).unwrap();
     std::fs::write(out.join("model-allreduce.md"), "(the model table)\n").unwrap();
-    let up = "cluster-emulate: up: 4 host(s) h1..h4 on 10.213.0.0/24, links 1gbit (token bucket 32768 bytes); hostfile x\n";
+    let up =
+        "cluster-emulate: up: 4 host(s) h1..h4 on 10.213.0.0/24, links 1gbit (token bucket 32768 bytes); hostfile x\n";
     std::fs::write(out.join("links-shaped.txt"), up).unwrap();
     let (md, results) = report(out);
 
