@@ -5,18 +5,10 @@ how much of the gap the bucket can explain.
 Loaded by scaling-report.py (`section`); not run on its own.
 """
 
-import math
 import re
 
 BAND = 1.25
 BIG = 64 * 1024
-
-
-def one_way_turns(algorithm, ranks):
-    """Messages one after the other on a rank's critical path, per fragment (DESIGN.md's alpha
-    column): each is a turn after which a link direction may have idled."""
-    lg = max(1, math.ceil(math.log2(ranks)))
-    return {"tree": 2 * lg, "rd": lg, "vhd": 2 * lg, "ring": 2 * (ranks - 1)}.get(algorithm)
 
 
 def bucket_bytes(shaped_text):
@@ -26,14 +18,16 @@ def bucket_bytes(shaped_text):
 
 
 def bucket_floor(row, bucket, beta_ns_per_byte):
-    """The lowest ratio a bucket of `bucket` bytes allows: at every one-way turn, at most that
-    many of the turn's bytes pass at memory speed instead of at the link's rate."""
-    turns = one_way_turns(row["algorithm"], row["ranks"])
-    if turns is None or not bucket or not row.get("model_us"):
-        return None, None
+    """The lowest ratio a bucket of `bucket` bytes allows: at each of the model's messages (its
+    `model_messages`, one after the other on the critical path), at most that many of the
+    message's bytes pass at memory speed instead of at the link's rate. None where there is no
+    bucket or the row has no message count."""
+    turns = row.get("model_messages")
+    if not turns or not bucket or not row.get("model_us"):
+        return None
     fragments = max(1, row.get("fragments") or 1)
-    credit_us = turns * fragments * min(bucket, row["bytes"] / fragments) * beta_ns_per_byte / 1000
-    return turns * fragments, max(0.0, (row["model_us"] - credit_us) / row["model_us"])
+    credit_us = turns * min(bucket, row["bytes"] / fragments) * beta_ns_per_byte / 1000
+    return max(0.0, (row["model_us"] - credit_us) / row["model_us"])
 
 
 def size_text(n):
@@ -43,19 +37,18 @@ def size_text(n):
     return f"{n} B"
 
 
-def outside_text(row, bucket, beta):
+def outside_text(row, bucket, floor):
     head = f"{row['algorithm']}, {row['ranks']} ranks, {size_text(row['bytes'])}: {row['ratio']:.2f}x"
     if row["ratio"] > BAND:
         return head + ", slower than the model."
-    turns, floor = bucket_floor(row, bucket, beta)
     if floor is None:
         return head + ", faster than the model."
     where = ("between that floor and the model" if row["ratio"] >= floor
              else "below even that floor: more than the bucket is at work")
     return (f"{head}, faster than the model. The links' token bucket ({bucket} bytes) lets up to that much of a "
-            f"one-way message through at memory speed once a link direction has idled; over this row's {turns} "
-            f"turn(s) that is at most {row['model_us'] * (1 - floor):.0f} us, a floor of {floor:.2f}x, and the "
-            f"measured time lies {where} (README, \"The links' token bucket\").")
+            f"one-way message through at memory speed once a link direction has idled; over this row's "
+            f"{row['model_messages']:g} message(s) that is at most {row['model_us'] * (1 - floor):.0f} us, a floor of "
+            f"{floor:.2f}x, and the measured time lies {where} (README, \"The links' token bucket\").")
 
 
 def section(model_rows, model_md, shaped_text, beta, cores, w):
@@ -77,13 +70,15 @@ def section(model_rows, model_md, shaped_text, beta, cores, w):
       f"{span([r for r in big_all if r['ranks'] > cores])}.\n")
     bucket = bucket_bytes(shaped_text)
     outside = []
-    for r in (r for r in big if r not in within):
-        _, floor = bucket_floor(r, bucket, beta) if r["ratio"] < 1 / BAND else (None, None)
+    for r in big:
+        if r in within:
+            continue
+        floor = bucket_floor(r, bucket, beta) if r["ratio"] < 1 / BAND else None
         outside.append(dict(algorithm=r["algorithm"], ranks=r["ranks"], bytes=r["bytes"], ratio=r["ratio"],
                             bucket_bytes=bucket if floor is not None else None, bucket_floor=floor))
         if len(outside) == 1:
             w("Outside the band:\n")
-        w(f"- {outside_text(r, bucket, beta)}")
+        w(f"- {outside_text(r, bucket, floor)}")
     if outside:
         w("")
     return within, big, outside

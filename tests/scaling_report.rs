@@ -209,10 +209,12 @@ fn the_step_budget_adds_up_within_each_repeat() {
     assert!(md.contains("| 4 | **3** | 250.0 | +260.0 | +30.0 | - | +10.0 | 550.0 | 0.455 |"), "{md}");
 }
 
-/// One row of model-allreduce.json: 2 ranks, `bytes` in `fragments`, measured against model.
-fn model_row(algorithm: &str, bytes: u64, fragments: u64, model_us: f64, ratio: f64) -> Value {
+/// One row of model-allreduce.json: 2 ranks, `bytes` in `fragments`, measured against a model
+/// of `messages` messages one after the other (at 2 ranks: the tree 2 per fragment, rd 1, vhd 2).
+fn model_row(algorithm: &str, bytes: u64, fragments: u64, messages: f64, model_us: f64, ratio: f64) -> Value {
     json!({"algorithm": algorithm, "bytes": bytes, "fragments": fragments, "ranks": 2,
-           "measured_us": model_us * ratio, "model_us": model_us, "ratio": ratio, "selected": algorithm})
+           "measured_us": model_us * ratio, "model_us": model_us, "ratio": ratio, "selected": algorithm,
+           "model_messages": messages})
 }
 
 #[test]
@@ -223,13 +225,13 @@ fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
     let rows = [
         // The tree's 2 one-way turns at 2 ranks, each able to pass 32768 B of 64 KiB at memory
         // speed: 2 * 32768 * 8.4 ns = 550.5 us off 1120 us, a floor of 0.5085.
-        model_row("tree", 64 << 10, 1, 1120.0, 0.68),
-        model_row("rd", 1 << 20, 1, 8860.0, 1.57),
-        model_row("vhd", 1 << 20, 1, 8845.0, 1.0),
+        model_row("tree", 64 << 10, 1, 2.0, 1120.0, 0.68),
+        model_row("rd", 1 << 20, 1, 1.0, 8860.0, 1.57),
+        model_row("vhd", 1 << 20, 1, 2.0, 8845.0, 1.0),
         // 4 fragments of 1 MiB: 8 turns, 2202 us off 70700 us: a floor of 0.969, far above 0.30.
-        model_row("tree", 4 << 20, 4, 70700.0, 0.30),
+        model_row("tree", 4 << 20, 4, 8.0, 70700.0, 0.30),
         // Under 64 KiB: not judged.
-        model_row("tree", 16 << 10, 1, 292.0, 0.62),
+        model_row("tree", 16 << 10, 1, 2.0, 292.0, 0.62),
     ];
     std::fs::write(out.join("model-allreduce.json"), json!({"allreduce": rows}).to_string()).unwrap();
     std::fs::write(out.join("model-allreduce.md"), "(the model table)\n").unwrap();

@@ -42,6 +42,18 @@ impl Terms {
     }
 }
 
+/// Two allreduces one after the other (the fragments of one bucket).
+impl std::ops::Add for Terms {
+    type Output = Terms;
+    fn add(self, o: Terms) -> Terms {
+        Terms {
+            messages: self.messages + o.messages,
+            bytes_sent: self.bytes_sent + o.bytes_sent,
+            bytes_reduced: self.bytes_reduced + o.bytes_reduced,
+        }
+    }
+}
+
 fn lg(p: usize) -> f64 {
     (p as f64).log2()
 }
