@@ -188,16 +188,21 @@ fn no_exchange_still_averages_the_logged_losses() {
 /// at once), with `--no-exchange` on the metrics at the step's end. Both must show in the
 /// summary (waits, and compute = step less waits) and in each step's `wait_ms`. Blocked, the
 /// training thread uses no CPU, so its CPU clock stays under the step less the wait too.
+///
+/// The other tests of this file run beside this one on as few as 2 cores, so one rank's
+/// compute can run tens of ms longer than the other's in any step: the lateness is large
+/// against that, and the wait is judged by the median step, not by a mean a slow first step
+/// can drag down (CI once saw a 28 ms mean with a 60 ms lateness).
 #[test]
 fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
-    const LATE_MS: f64 = 60.0;
+    const LATE_MS: f64 = 150.0;
     let tmp = tempfile::tempdir().unwrap();
     for flag in [None, Some("--no-exchange")] {
         let out = tmp.path().join(flag.unwrap_or("exchange").trim_start_matches('-'));
         let mut cmd = std::process::Command::new("mpiexec");
         cmd.args(["--oversubscribe", "--bind-to", "none", "-x", "DCGAN_TEST_SLOW_RANK", "-n", "2"])
             .arg(env!("CARGO_BIN_EXE_dcgan-train"))
-            .args(["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "6", "--no-progress", "--out"])
+            .args(["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "8", "--no-progress", "--out"])
             .arg(&out)
             .args(flag)
             .env("DCGAN_TEST_SLOW_RANK", format!("1:{LATE_MS}"));
@@ -206,11 +211,20 @@ fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
         let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
         let at = |k: &str| s.pointer(k).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("{k} in {s:#}"));
         let (bucket_wait, metrics_wait) = (at("/comm/exposed_comm_ms_per_step"), at("/comm/metrics_wait_ms_per_step"));
-        let waited_where = if flag.is_some() { metrics_wait } else { bucket_wait };
-        assert!(waited_where > 0.5 * LATE_MS, "{flag:?}: buckets {bucket_wait} ms, metrics {metrics_wait} ms");
+        let steps = common::timed_step_records(&out);
+        // The summary's waits are the steps' waits (the exchanging run may add the last G
+        // update's wait, which falls after the last step).
+        let step_waits: f64 = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).sum();
+        let summary_waits = (bucket_wait + metrics_wait) * at("/steps_this_run");
+        assert!(summary_waits >= step_waits - 0.01, "{flag:?}: summary {summary_waits} ms, steps {step_waits} ms");
+        if flag.is_some() {
+            assert_eq!(bucket_wait, 0.0, "no buckets travel: {s:#}");
+            assert!((summary_waits - step_waits).abs() < 0.01, "summary {summary_waits} ms, steps {step_waits} ms");
+        } else {
+            assert!(bucket_wait > metrics_wait, "buckets {bucket_wait} ms, metrics {metrics_wait} ms");
+        }
         assert!(at("/compute_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
         assert!(at("/training_thread_cpu_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
-        let steps = common::timed_step_records(&out);
         let mut waits: Vec<f64> = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).collect();
         for r in &steps {
             let (w, ms) = (r["wait_ms"].as_f64().unwrap(), r["ms"].as_f64().unwrap());
