@@ -235,6 +235,10 @@ def main():
     w(f"Cost-model constants (ping-pong h1<->h2): alpha {links['alpha_us']:.2f} us, beta {links['beta_ns_per_byte']:.3f} ns/B "
       f"({links['bandwidth_gbit_per_s']:.3f} Gbit/s), gamma {links['gamma_ns_per_byte']:.4f} ns/B.\n")
 
+    steadiness = load_script("sitting-steadiness.py")
+    S = steadiness.steadiness(out)
+    steadiness.section(S, w)
+
     # Table 1: the measured runs.
     w("## Measured: step time and eq. (1) speedup\n")
     w(f"Batch {R[(1, 'overlap')][0]['batch_size_per_rank']} per rank, one rank per host, `--threads 1`; "
@@ -295,6 +299,8 @@ def main():
     # Targets: on the paired ratios where the run has them, the medians of medians beside them;
     # a target this run has no runs for is listed as not measured, not left out.
     w("\n## Targets (issue 7)\n")
+    if S["noisy"]:
+        w("This sitting was noisy (\"How steady the machine was\" above): judge the targets on a steadier run.\n")
     targets = []
 
     def target(name, value, ok, text):
@@ -356,6 +362,7 @@ def main():
         "budget": {str(h): rows for h, rows in B.items()},
         "targets": targets,
         "allreduce_outside_band": outside,
+        "steadiness": S,
     }
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(figures, f, indent=1)

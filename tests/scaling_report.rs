@@ -262,3 +262,64 @@ fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
     assert!(results["allreduce_outside_band"][0]["bucket_floor"].is_null(), "{results}");
     assert!(md.contains("tree, 2 ranks, 64 KiB: 0.68x, faster than the model.\n"), "{md}");
 }
+
+/// A run's metrics.jsonl with one step record per wall time in `ms`.
+fn write_steps(out: &Path, run: &str, ms: &[f64]) {
+    let lines: Vec<String> =
+        ms.iter().enumerate().map(|(i, m)| json!({"type": "step", "step": i + 1, "ms": m}).to_string()).collect();
+    std::fs::write(out.join("runs").join(run).join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
+/// The sitting is judged from the runs themselves: each configuration's step across the
+/// repeats, and the steps far over their run's median (the warm-up step left out). A range
+/// over 25% or more than 1% of slow steps calls it noisy, and the targets say so.
+#[test]
+fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
+    // 100 steps per run around 200 ms, each run's first (warm-up) step at 900 ms.
+    let steps = |slow: usize| -> Vec<f64> {
+        (0..100)
+            .map(|i| {
+                if i == 0 {
+                    900.0
+                } else if i <= slow {
+                    260.0
+                } else {
+                    200.0 + (i % 3) as f64
+                }
+            })
+            .collect()
+    };
+    let sitting = |ones: [f64; 3], slow_in_2_overlap_2: usize| {
+        let tmp = bench_folder();
+        let out = tmp.path();
+        for (r, one) in (1..=3).zip(ones) {
+            write_repeats(out, (1, "overlap"), (2, "overlap"), &[(r, one, one + 5.0)]);
+            write_steps(out, &format!("1-overlap-{r}"), &steps(0));
+            write_steps(out, &format!("2-overlap-{r}"), &steps(if r == 2 { slow_in_2_overlap_2 } else { 0 }));
+        }
+        let (md, results) = report(out);
+        (tmp, md, results["steadiness"].clone())
+    };
+
+    // 200-220 ms (+10%) and 2 of 594 steps at 1.3x: steady. Were the warm-up steps counted,
+    // 6 more would be slow and the share over 1%.
+    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 2);
+    assert_eq!(s["noisy"], false, "{s:#}");
+    assert_eq!((s["steps"].as_u64(), s["slow_steps"].as_u64()), (Some(594), Some(2)), "{s:#}");
+    assert_eq!(s["slowest_run"], json!(["2-overlap-2", 2]));
+    let widest = &s["configs"][0];
+    assert!(close(widest["spread"].as_f64().unwrap(), 0.1), "{s:#}");
+    assert_eq!((widest["lo_ms"].as_f64(), widest["hi_ms"].as_f64()), (Some(200.0), Some(220.0)));
+    assert!(md.contains("A steady sitting") && !md.contains("This sitting was noisy"), "{md}");
+
+    // The same runs with 7 slow steps (1.2%): noisy.
+    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 7);
+    assert_eq!(s["noisy"], true, "{s:#}");
+    assert!(md.contains("**A noisy sitting**") && md.contains("This sitting was noisy"), "{md}");
+
+    // No slow step, but the 1-host step at 200-260 ms (+30%): noisy.
+    let (_t, _md, s) = sitting([200.0, 260.0, 210.0], 0);
+    assert_eq!(s["noisy"], true, "{s:#}");
+    assert_eq!(s["slowest_run"], Value::Null);
+    assert!(close(s["configs"][0]["spread"].as_f64().unwrap(), 0.3), "{s:#}");
+}

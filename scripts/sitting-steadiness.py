@@ -1,0 +1,92 @@
+"""How steady the machine was during a bench-scaling.sh run (a section of scaling-report.py).
+
+On a shared machine one run is one sitting of a noisy neighbourhood: a slow stretch moves every
+figure of the report, and pairing runs by repeat cancels only the stretches that cover both
+runs of a pair. This section measures the sitting from the runs themselves, so that a reader
+knows whether to trust the targets or to run again:
+- each configuration's step time (hosts, exchange mode) across the repeats: the same command
+  on the same code, so its range is the machine's;
+- the steps that ran well over their own run's median (the first step, which warms up, left
+  out).
+"""
+
+import glob
+import json
+import os
+import re
+import statistics
+
+# Calibrated on the 2-core Zen 3 VM: over seven full runs of 5 repeats (s14 to s18 in README.md) each
+# configuration's step ranged 3-20% across the repeats and 0-0.2% of the steps ran 1.25x their
+# run's median; in the noisy sitting of s19 the ranges were 27-59% and 3.3% of the steps ran long.
+SPREAD_LIMIT = 0.25
+SLOW = 1.25
+SLOW_SHARE = 0.01
+
+
+def step_times(metrics_path):
+    """The wall times (ms) of a run's steps, from its metrics.jsonl, the first step left out."""
+    ms = []
+    with open(metrics_path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("type") == "step":
+                ms.append(rec["ms"])
+    return ms[1:]
+
+
+def steadiness(out):
+    """{"configs": [{hosts, mode, repeats, lo_ms, hi_ms, spread}, ...] (widest first),
+    "steps", "slow_steps", "slowest_run": [name, slow steps] or None, "noisy": bool};
+    None when the folder holds no run."""
+    by_config, slow, steps, per_run = {}, 0, 0, []
+    for p in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
+        run = os.path.basename(os.path.dirname(p))
+        m = re.match(r"(\d+)-(.+)-(\d+)$", run)
+        if not m:
+            continue
+        with open(p) as f:
+            by_config.setdefault((int(m.group(1)), m.group(2)), []).append(json.load(f)["ms_per_step"])
+        metrics = os.path.join(os.path.dirname(p), "metrics.jsonl")
+        if os.path.exists(metrics):
+            ms = step_times(metrics)
+            if ms:
+                med = statistics.median(ms)
+                n = sum(x > SLOW * med for x in ms)
+                slow, steps = slow + n, steps + len(ms)
+                per_run.append((n, run))
+    if not by_config:
+        return None
+    configs = [dict(hosts=h, mode=mode, repeats=len(v), lo_ms=min(v), hi_ms=max(v), spread=max(v) / min(v) - 1)
+               for (h, mode), v in by_config.items() if len(v) > 1]
+    configs.sort(key=lambda c: -c["spread"])
+    worst = max(per_run) if per_run else None
+    noisy = bool(configs and configs[0]["spread"] > SPREAD_LIMIT) or (steps > 0 and slow / steps > SLOW_SHARE)
+    return dict(configs=configs, steps=steps, slow_steps=slow,
+                slowest_run=[worst[1], worst[0]] if worst and worst[0] else None, noisy=noisy)
+
+
+def section(S, w):
+    """The markdown section for steadiness(out)'s result."""
+    w("## How steady the machine was\n")
+    if not S["configs"]:
+        w("One repeat only: nothing to compare a run with; run with --repeats 3 or more to see the sitting.\n")
+        return
+    w(f"Each configuration's median step across the repeats (the same command on the same code: the range is the "
+      f"machine's), widest first. A sitting is called noisy when a configuration's range passes {100 * SPREAD_LIMIT:.0f}%, "
+      f"or when more than {100 * SLOW_SHARE:.0f}% of all steps ran {SLOW}x their run's median.\n")
+    w("| hosts | exchange | repeats | step ms, lowest | highest | range |")
+    w("|---:|---|---:|---:|---:|---:|")
+    for c in S["configs"]:
+        label = "none (1 rank)" if c["hosts"] == 1 else c["mode"]
+        w(f"| {c['hosts']} | {label} | {c['repeats']} | {c['lo_ms']:.1f} | {c['hi_ms']:.1f} | +{100 * c['spread']:.0f}% |")
+    w("")
+    if S["steps"]:
+        worst = f"; most in {S['slowest_run'][0]}: {S['slowest_run'][1]}" if S["slowest_run"] else ""
+        w(f"Steps over {SLOW}x their run's median: {S['slow_steps']} of {S['steps']} "
+          f"({100 * S['slow_steps'] / S['steps']:.1f}%{worst}).\n")
+    if S["noisy"]:
+        w("**A noisy sitting**: the figures below moved with the machine more than the margins of the targets; "
+          "run again before concluding from them.\n")
+    else:
+        w("A steady sitting by these measures.\n")
