@@ -140,6 +140,18 @@ for n in "${HOSTS[@]}"; do
 done
 
 log "4/6 training: ${HOSTS[*]} hosts x (${MODES[*]}) x $REPEATS"
+# The whole machine's CPU ticks (/proc/stat's cpu line: user nice system idle iowait irq
+# softirq steal), so that the report can say how much of a run's time the hypervisor took
+# (steal) and how busy the machine was.
+cpu_ticks() { awk '/^cpu /{print $2, $3, $4, $5, $6, $7, $8, $9; exit}' /proc/stat; }
+machine_cpu_json() { # "ticks before" "ticks after"
+    local names=(user nice system idle iowait irq softirq steal) a b i sep="" json="{"
+    read -ra a <<<"$1"; read -ra b <<<"$2"
+    for i in "${!names[@]}"; do
+        json+="$sep\"${names[$i]}\": $((${b[$i]:-0} - ${a[$i]:-0}))"; sep=", "
+    done
+    echo "$json}"
+}
 train() { # hosts mode rep
     local n="$1" mode="$2" rep="$3" dir="$OUT/runs/$1-$2-$3" extra=()
     read -ra extra <<<"$TRAIN_ARGS"
@@ -150,9 +162,11 @@ train() { # hosts mode rep
     esac
     [ "$n" = 1 ] || extra+=(--baseline-summary "$OUT/runs/1-overlap-$rep/summary.json")
     log "  $n host(s), $mode, repeat $rep"
+    local before; before="$(cpu_ticks)"
     run -n "$n" -- "$BIN" train "${DATA[@]}" --batch-size "$BATCH" --threads 1 --max-steps "$STEPS" \
         --no-progress --out "$dir" --trace "$dir/trace.json" --trace-steps "$STEPS" "${extra[@]}" \
         >"$dir.log" 2>&1 || { cat "$dir.log" >&2; die "the run $dir failed (log above)"; }
+    machine_cpu_json "$before" "$(cpu_ticks)" >"$dir/machine-cpu.json"
 }
 for rep in $(seq 1 "$REPEATS"); do
     for n in "${HOSTS[@]}"; do

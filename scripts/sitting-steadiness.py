@@ -7,7 +7,10 @@ knows whether to trust the targets or to run again:
 - each configuration's step time (hosts, exchange mode) across the repeats: the same command
   on the same code, so its range is the machine's;
 - the steps that ran well over their own run's median (the first step, which warms up, left
-  out).
+  out);
+- where bench-scaling.sh recorded the machine's CPU ticks around each run (machine-cpu.json),
+  the share the hypervisor took (steal): a neighbour that takes whole cores shows there, one
+  that shares caches and memory bandwidth does not.
 """
 
 import glob
@@ -37,9 +40,11 @@ def step_times(metrics_path):
 
 def steadiness(out):
     """{"configs": [{hosts, mode, repeats, lo_ms, hi_ms, spread}, ...] (widest first),
-    "steps", "slow_steps", "slowest_run": [name, slow steps] or None, "noisy": bool};
-    None when the folder holds no run."""
+    "steps", "slow_steps", "slowest_run": [name, slow steps] or None, "steal_share": the
+    hypervisor's share of the CPU ticks of the runs that recorded them (None: none did),
+    "most_stolen_run": [name, share] or None, "noisy": bool}; None when the folder holds no run."""
     by_config, slow, steps, per_run = {}, 0, 0, []
+    stolen, ticks, steal_per_run = 0, 0, []
     for p in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
         run = os.path.basename(os.path.dirname(p))
         m = re.match(r"(\d+)-(.+)-(\d+)$", run)
@@ -47,6 +52,14 @@ def steadiness(out):
             continue
         with open(p) as f:
             by_config.setdefault((int(m.group(1)), m.group(2)), []).append(json.load(f)["ms_per_step"])
+        cpu = os.path.join(os.path.dirname(p), "machine-cpu.json")
+        if os.path.exists(cpu):
+            with open(cpu) as f:
+                t = json.load(f)
+            total = sum(t.values())
+            if total > 0:
+                stolen, ticks = stolen + t.get("steal", 0), ticks + total
+                steal_per_run.append((t.get("steal", 0) / total, run))
         metrics = os.path.join(os.path.dirname(p), "metrics.jsonl")
         if os.path.exists(metrics):
             ms = step_times(metrics)
@@ -62,8 +75,11 @@ def steadiness(out):
     configs.sort(key=lambda c: -c["spread"])
     worst = max(per_run) if per_run else None
     noisy = bool(configs and configs[0]["spread"] > SPREAD_LIMIT) or (steps > 0 and slow / steps > SLOW_SHARE)
+    most_stolen = max(steal_per_run) if steal_per_run else None
     return dict(configs=configs, steps=steps, slow_steps=slow,
-                slowest_run=[worst[1], worst[0]] if worst and worst[0] else None, noisy=noisy)
+                slowest_run=[worst[1], worst[0]] if worst and worst[0] else None,
+                steal_share=stolen / ticks if ticks else None,
+                most_stolen_run=[most_stolen[1], most_stolen[0]] if most_stolen else None, noisy=noisy)
 
 
 def section(S, w):
@@ -85,6 +101,11 @@ def section(S, w):
         worst = f"; most in {S['slowest_run'][0]}: {S['slowest_run'][1]}" if S["slowest_run"] else ""
         w(f"Steps over {SLOW}x their run's median: {S['slow_steps']} of {S['steps']} "
           f"({100 * S['slow_steps'] / S['steps']:.1f}%{worst}).\n")
+    if S["steal_share"] is not None:
+        name, share = S["most_stolen_run"]
+        w(f"CPU time the hypervisor took from this machine during the runs (steal): {100 * S['steal_share']:.2f}% "
+          f"(the most in {name}: {100 * share:.2f}%). Noise with little steal came from neighbours sharing caches "
+          f"and memory bandwidth, which no counter here shows.\n")
     if S["noisy"]:
         w("**A noisy sitting**: the figures below moved with the machine more than the margins of the targets; "
           "run again before concluding from them.\n")

@@ -270,9 +270,16 @@ fn write_steps(out: &Path, run: &str, ms: &[f64]) {
     std::fs::write(out.join("runs").join(run).join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
 }
 
+/// A run's machine-cpu.json: 1000 ticks of the whole machine, `steal` of them stolen.
+fn write_machine_cpu(out: &Path, run: &str, steal: u64) {
+    let ticks = json!({"user": 900 - steal, "nice": 0, "system": 50, "idle": 50, "iowait": 0, "irq": 0, "softirq": 0, "steal": steal});
+    std::fs::write(out.join("runs").join(run).join("machine-cpu.json"), ticks.to_string()).unwrap();
+}
+
 /// The sitting is judged from the runs themselves: each configuration's step across the
 /// repeats, and the steps far over their run's median (the warm-up step left out). A range
-/// over 25% or more than 1% of slow steps calls it noisy, and the targets say so.
+/// over 25% or more than 1% of slow steps calls it noisy, and the targets say so. Where the
+/// runs recorded the machine's CPU ticks, the hypervisor's share (steal) is given too.
 #[test]
 fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
     // 100 steps per run around 200 ms, each run's first (warm-up) step at 900 ms.
@@ -289,13 +296,17 @@ fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
             })
             .collect()
     };
-    let sitting = |ones: [f64; 3], slow_in_2_overlap_2: usize| {
+    let sitting = |ones: [f64; 3], slow_in_2_overlap_2: usize, steal: bool| {
         let tmp = bench_folder();
         let out = tmp.path();
         for (r, one) in (1..=3).zip(ones) {
             write_repeats(out, (1, "overlap"), (2, "overlap"), &[(r, one, one + 5.0)]);
             write_steps(out, &format!("1-overlap-{r}"), &steps(0));
             write_steps(out, &format!("2-overlap-{r}"), &steps(if r == 2 { slow_in_2_overlap_2 } else { 0 }));
+            if steal {
+                write_machine_cpu(out, &format!("1-overlap-{r}"), 10);
+                write_machine_cpu(out, &format!("2-overlap-{r}"), if r == 2 { 100 } else { 10 });
+            }
         }
         let (md, results) = report(out);
         (tmp, md, results["steadiness"].clone())
@@ -303,7 +314,7 @@ fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
 
     // 200-220 ms (+10%) and 2 of 594 steps at 1.3x: steady. Were the warm-up steps counted,
     // 6 more would be slow and the share over 1%.
-    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 2);
+    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 2, true);
     assert_eq!(s["noisy"], false, "{s:#}");
     assert_eq!((s["steps"].as_u64(), s["slow_steps"].as_u64()), (Some(594), Some(2)), "{s:#}");
     assert_eq!(s["slowest_run"], json!(["2-overlap-2", 2]));
@@ -311,15 +322,22 @@ fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
     assert!(close(widest["spread"].as_f64().unwrap(), 0.1), "{s:#}");
     assert_eq!((widest["lo_ms"].as_f64(), widest["hi_ms"].as_f64()), (Some(200.0), Some(220.0)));
     assert!(md.contains("A steady sitting") && !md.contains("This sitting was noisy"), "{md}");
+    // Steal: (5 x 10 + 100) of 6000 ticks; the most in 2-overlap-2, 100 of 1000.
+    assert!(close(s["steal_share"].as_f64().unwrap(), 150.0 / 6000.0), "{s:#}");
+    assert_eq!(s["most_stolen_run"][0], "2-overlap-2");
+    assert!(close(s["most_stolen_run"][1].as_f64().unwrap(), 0.1), "{s:#}");
+    assert!(md.contains("(steal): 2.50% (the most in 2-overlap-2: 10.00%)"), "{md}");
 
     // The same runs with 7 slow steps (1.2%): noisy.
-    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 7);
+    let (_t, md, s) = sitting([200.0, 220.0, 210.0], 7, false);
     assert_eq!(s["noisy"], true, "{s:#}");
     assert!(md.contains("**A noisy sitting**") && md.contains("This sitting was noisy"), "{md}");
 
     // No slow step, but the 1-host step at 200-260 ms (+30%): noisy.
-    let (_t, _md, s) = sitting([200.0, 260.0, 210.0], 0);
+    let (_t, md, s) = sitting([200.0, 260.0, 210.0], 0, false);
     assert_eq!(s["noisy"], true, "{s:#}");
+    assert_eq!(s["steal_share"], Value::Null, "no run recorded its ticks");
+    assert!(!md.contains("(steal)"), "{md}");
     assert_eq!(s["slowest_run"], Value::Null);
     assert!(close(s["configs"][0]["spread"].as_f64().unwrap(), 0.3), "{s:#}");
 }
