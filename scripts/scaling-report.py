@@ -44,13 +44,15 @@ def median(xs):
 
 
 def runs(out):
-    """{(hosts, mode): [summary, ...]} in repeat order; each summary gains "_repeat"."""
+    """{(hosts, mode): [summary, ...]} in repeat order; each summary gains "_repeat" and "_dir"
+    (its run's folder)."""
     found = {}
     for p in glob.glob(os.path.join(out, "runs", "*", "summary.json")):
         m = re.match(r"(\d+)-(.+)-(\d+)$", os.path.basename(os.path.dirname(p)))
         if m:
             s = load(p)
             s["_repeat"] = int(m.group(3))
+            s["_dir"] = os.path.dirname(p)
             found.setdefault((int(m.group(1)), m.group(2)), []).append(s)
     for ss in found.values():
         ss.sort(key=lambda s: s["_repeat"])
@@ -236,7 +238,7 @@ def main():
       f"({links['bandwidth_gbit_per_s']:.3f} Gbit/s), gamma {links['gamma_ns_per_byte']:.4f} ns/B.\n")
 
     steadiness = load_script("sitting-steadiness.py")
-    S = steadiness.steadiness(out)
+    S = steadiness.steadiness(R)
     steadiness.section(S, w)
 
     # Table 1: the measured runs.

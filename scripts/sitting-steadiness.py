@@ -13,10 +13,8 @@ knows whether to trust the targets or to run again:
   that shares caches and memory bandwidth does not.
 """
 
-import glob
 import json
 import os
-import re
 import statistics
 
 # Calibrated on the 2-core Zen 3 VM: over seven full runs of 5 repeats (s14 to s18 in README.md) each
@@ -38,21 +36,18 @@ def step_times(metrics_path):
     return ms[1:]
 
 
-def steadiness(out):
-    """{"configs": [{hosts, mode, repeats, lo_ms, hi_ms, spread}, ...] (widest first),
+def steadiness(R):
+    """For scaling-report.py's runs(OUT) ({(hosts, mode): [summary with "_dir", ...]}):
+    {"configs": [{hosts, mode, repeats, lo_ms, hi_ms, spread}, ...] (widest first),
     "steps", "slow_steps", "slowest_run": [name, slow steps] or None, "steal_share": the
     hypervisor's share of the CPU ticks of the runs that recorded them (None: none did),
-    "most_stolen_run": [name, share] or None, "noisy": bool}; None when the folder holds no run."""
-    by_config, slow, steps, per_run = {}, 0, 0, []
+    "most_stolen_run": [name, share] or None, "noisy": bool}."""
+    slow, steps, per_run = 0, 0, []
     stolen, ticks, steal_per_run = 0, 0, []
-    for p in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
-        run = os.path.basename(os.path.dirname(p))
-        m = re.match(r"(\d+)-(.+)-(\d+)$", run)
-        if not m:
-            continue
-        with open(p) as f:
-            by_config.setdefault((int(m.group(1)), m.group(2)), []).append(json.load(f)["ms_per_step"])
-        cpu = os.path.join(os.path.dirname(p), "machine-cpu.json")
+    for summary in (s for ss in R.values() for s in ss):
+        run_dir = summary["_dir"]
+        run = os.path.basename(run_dir)
+        cpu = os.path.join(run_dir, "machine-cpu.json")
         if os.path.exists(cpu):
             with open(cpu) as f:
                 t = json.load(f)
@@ -60,7 +55,7 @@ def steadiness(out):
             if total > 0:
                 stolen, ticks = stolen + t.get("steal", 0), ticks + total
                 steal_per_run.append((t.get("steal", 0) / total, run))
-        metrics = os.path.join(os.path.dirname(p), "metrics.jsonl")
+        metrics = os.path.join(run_dir, "metrics.jsonl")
         if os.path.exists(metrics):
             ms = step_times(metrics)
             if ms:
@@ -68,10 +63,11 @@ def steadiness(out):
                 n = sum(x > SLOW * med for x in ms)
                 slow, steps = slow + n, steps + len(ms)
                 per_run.append((n, run))
-    if not by_config:
-        return None
-    configs = [dict(hosts=h, mode=mode, repeats=len(v), lo_ms=min(v), hi_ms=max(v), spread=max(v) / min(v) - 1)
-               for (h, mode), v in by_config.items() if len(v) > 1]
+    configs = []
+    for (h, mode), ss in R.items():
+        v = [s["ms_per_step"] for s in ss]
+        if len(v) > 1:
+            configs.append(dict(hosts=h, mode=mode, repeats=len(v), lo_ms=min(v), hi_ms=max(v), spread=max(v) / min(v) - 1))
     configs.sort(key=lambda c: -c["spread"])
     worst = max(per_run) if per_run else None
     noisy = bool(configs and configs[0]["spread"] > SPREAD_LIMIT) or (steps > 0 and slow / steps > SLOW_SHARE)
