@@ -341,3 +341,57 @@ fn a_noisy_sitting_is_named_from_the_spread_of_repeats_and_the_slow_steps() {
     assert_eq!(s["slowest_run"], Value::Null);
     assert!(close(s["configs"][0]["spread"].as_f64().unwrap(), 0.3), "{s:#}");
 }
+
+/// The interval the report gives for a target's paired median: (low, high, level).
+fn interval(t: &Value) -> (f64, f64, f64) {
+    let iv = t["interval"].as_array().unwrap_or_else(|| panic!("no interval: {t}"));
+    (iv[0].as_f64().unwrap(), iv[1].as_f64().unwrap(), iv[2].as_f64().unwrap())
+}
+
+#[test]
+fn the_repeats_say_whether_they_can_tell_a_target_met_from_missed() {
+    // Five repeats: the interval is the smallest and largest ratio, at 1 - 2/2^5 = 93.75%.
+    let tmp = bench_folder();
+    let out = tmp.path();
+    let one = |ms: &[f64]| ms.iter().enumerate().map(|(i, &m)| (i as u32 + 1, 200.0, m)).collect::<Vec<_>>();
+    // 2 hosts: every efficiency over 0.9 (0.909 to 0.976): met beyond the noise.
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &one(&[210.0, 215.0, 220.0, 205.0, 212.0]));
+    // 4 hosts: a median of +8.3% (met), but the repeats run from +4.2% to +20%.
+    let four = [(500.0, 480.0), (560.0, 490.0), (520.0, 480.0), (600.0, 500.0), (530.0, 490.0)];
+    let rows: Vec<_> = four.iter().enumerate().map(|(i, &(a, b))| (i as u32 + 1, a, b)).collect();
+    write_repeats(out, (4, "overlap"), (4, "no-exchange"), &rows);
+    let (md, results) = report(out);
+    let two = target(&results, "2-host efficiency");
+    let (lo, hi, level) = interval(two);
+    assert!(close(lo, 200.0 / 220.0) && close(hi, 200.0 / 205.0) && close(level, 0.9375), "{two}");
+    assert!(two["met"] == true && two["decided"] == true, "{two}");
+    let four = target(&results, "4-host exchange");
+    let (lo, hi, _) = interval(four);
+    assert!(close(lo, 500.0 / 480.0) && close(hi, 600.0 / 500.0), "{four}");
+    assert!(close(four["value"].as_f64().unwrap(), 520.0 / 480.0 - 1.0) && four["met"] == true, "{four}");
+    assert!(four["decided"].is_null(), "{four}");
+    assert!(md.contains("met beyond this sitting's noise"), "{md}");
+    assert!(md.contains("on both sides of +10.0%: these repeats cannot tell"), "{md}");
+
+    // Eight repeats: the 2nd smallest to the 2nd largest (93%), so one repeat in a fast
+    // stretch (1.053) does not hide that the others all miss 0.9 (0.833 to 0.870).
+    let tmp = bench_folder();
+    let out = tmp.path();
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &one(&[190.0, 230.0, 235.0, 240.0, 232.0, 238.0, 236.0, 260.0]));
+    let (md, results) = report(out);
+    let two = target(&results, "2-host efficiency");
+    let (lo, hi, level) = interval(two);
+    assert!(close(lo, 200.0 / 240.0) && close(hi, 200.0 / 230.0), "{two}");
+    assert!((level - (1.0 - 2.0 * 9.0 / 256.0)).abs() < 1e-12, "{two}");
+    assert!(two["met"] == false && two["decided"] == false, "{two}");
+    assert!(md.contains("missed beyond this sitting's noise"), "{md}");
+
+    // Four repeats are too few for a 90% interval: the report says so and decides nothing.
+    let tmp = bench_folder();
+    let out = tmp.path();
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &one(&[210.0, 215.0, 220.0, 205.0]));
+    let (md, results) = report(out);
+    let two = target(&results, "2-host efficiency");
+    assert!(two["interval"].is_null() && two["decided"].is_null() && two["met"] == true, "{two}");
+    assert!(md.contains("4 repeats are too few for a 90% interval"), "{md}");
+}
