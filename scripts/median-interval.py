@@ -31,18 +31,19 @@ def median_interval(values, confidence=CONFIDENCE):
 
 
 def verdict(values, threshold, higher_is_better, fmt):
-    """(text, decided): how the repeats' interval lies against the target's threshold.
-    decided is True or False when the whole interval is on one side, None when it straddles
-    the threshold or there are too few repeats; the text says which, with the interval."""
+    """(text, decided, interval): how the repeats' interval (median_interval's, or None) lies
+    against the target's threshold. decided is True or False when the whole interval is on
+    one side, None when it straddles the threshold or there are too few repeats; the text
+    says which, with the interval."""
     iv = median_interval(values)
     if iv is None:
         return (f"{len(values)} repeats are too few for a {CONFIDENCE:.0%} interval of the median "
-                "(5 or more give one)"), None
+                "(5 or more give one)"), None, None
     lo, hi, level = iv
     span = f"with {level:.0%} confidence the sitting's median lies between {fmt(lo)} and {fmt(hi)}"
     good = (lambda v: v >= threshold) if higher_is_better else (lambda v: v <= threshold)
     if good(lo) and good(hi):
-        return f"{span}: met beyond this sitting's noise", True
+        return f"{span}: met beyond this sitting's noise", True, iv
     if not good(lo) and not good(hi):
-        return f"{span}: missed beyond this sitting's noise", False
-    return f"{span}, on both sides of {fmt(threshold)}: these repeats cannot tell", None
+        return f"{span}: missed beyond this sitting's noise", False, iv
+    return f"{span}, on both sides of {fmt(threshold)}: these repeats cannot tell", None, iv

@@ -9,8 +9,9 @@ s = t_1 / t_N * N. Each repeat also pairs its own runs (1 host against N hosts, 
 against --no-exchange), which ran one after the other, so that a slow stretch of a noisy
 machine cancels out of the ratio; the targets of issue 7 are judged on those paired ratios
 and printed with both figures, and with an interval of the median from the repeats that
-says whether they can tell the target met from missed (median-interval.py). Writes results.md, results.json (the figures the targets are
-judged on) and, unless --no-plot, speedup.png. Sections for parts a run left out (the
+says whether they can tell the target met from missed (median-interval.py). Writes
+results.md, results.json (the figures the targets are judged on) and, unless --no-plot,
+speedup.png. Sections for parts a run left out (the
 allreduce benchmark, some hosts or exchange modes) are left out; their targets are listed as
 not measured.
 """
@@ -313,8 +314,7 @@ def main():
         entry = dict(target=name, value=value, met=bool(ok))
         line = f"- {text}: {'met' if ok else 'NOT met'}"
         if repeats:
-            noise, entry["decided"] = intervals.verdict(*repeats)
-            iv = intervals.median_interval(repeats[0])
+            noise, entry["decided"], iv = intervals.verdict(*repeats)
             entry["interval"] = list(iv) if iv else None
             line += f"; {noise}"
         targets.append(entry)
@@ -324,13 +324,13 @@ def main():
         targets.append(dict(target=name, value=None, met=None))
         w(f"- {name}: not measured in this run (needs {needs})")
 
-    def paired_median(h, key):
-        vals = [v for _, v in P.get(h, {}).get(key, [])]
-        return median(vals) if vals else None
-
     def paired_values(h, key):
         """The paired ratios a target is judged on, or None where the median of the runs is."""
         return [v for _, v in P.get(h, {}).get(key, [])] or None
+
+    def paired_median(h, key):
+        vals = paired_values(h, key)
+        return median(vals) if vals else None
 
     def judged(paired_value, runs_value, fmt):
         """The value to judge on, and how it was obtained."""
@@ -339,21 +339,23 @@ def main():
         return paired_value, f"median of the paired repeats; medians of the runs give {fmt(runs_value)}"
 
     if (2, "overlap") in meas:
-        v, how = judged(paired_median(2, "efficiency"), meas[(2, "overlap")]["eff"], lambda x: f"{x:.3f}")
+        fmt = lambda x: f"{x:.3f}"  # noqa: E731
+        v, how = judged(paired_median(2, "efficiency"), meas[(2, "overlap")]["eff"], fmt)
         bound = paired_median(2, "placement")
         bound = f"; without the exchange this placement reaches {bound:.3f}" if bound is not None else ""
         pv = paired_values(2, "efficiency")
         target("2-host efficiency >= 0.9", v, v >= 0.9, f"2 hosts, efficiency by eq. (1) >= 0.9: {v:.3f} ({how}{bound})",
-               pv and (pv, 0.9, True, lambda x: f"{x:.3f}"))
+               pv and (pv, 0.9, True, fmt))
     else:
         unmeasured("2-host efficiency >= 0.9", "--hosts with 2")
     if (4, "overlap") in meas and (4, "no-exchange") in meas:
         over = meas[(4, "overlap")]["ms"] / meas[(4, "no-exchange")]["ms"]
-        v, how = judged(paired_median(4, "exchange_cost"), over, lambda x: f"{100 * (x - 1):+.1f}%")
+        fmt = lambda x: f"{100 * (x - 1):+.1f}%"  # noqa: E731
+        v, how = judged(paired_median(4, "exchange_cost"), over, fmt)
         pv = paired_values(4, "exchange_cost")
         target("4-host exchange <= 10% over --no-exchange", v - 1, v <= 1.10,
                f"4 hosts, exchange at most 10% over --no-exchange: {100 * (v - 1):+.1f}% ({how})",
-               pv and (pv, 1.10, False, lambda x: f"{100 * (x - 1):+.1f}%"))
+               pv and (pv, 1.10, False, fmt))
     else:
         unmeasured("4-host exchange <= 10% over --no-exchange", "--hosts with 4 and --modes with overlap and no-exchange")
     if (4, "overlap") in meas:
