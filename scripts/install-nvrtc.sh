@@ -6,13 +6,20 @@
 #
 #   export LD_LIBRARY_PATH="$(scripts/install-nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 #
+# The wheel goes into the checkout's own .nvrtc/ (`pip install --target`), never into the
+# Python environment: Debian's Python refuses pip installs into it (PEP 668,
+# "externally-managed-environment"), and a test run should not change the user's Python.
+# A wheel already importable from $PYTHON is used as it is.
+#
 # The kernels compile with it to PTX/CUBIN here (tests/cuda_nvrtc.rs); running them needs a GPU.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
+TARGET="$(cd "$(dirname "$0")/.." && pwd)/.nvrtc"
 
+# The directory holding libnvrtc.so.13 under any `nvidia` package on the path, or fail.
 libdir() {
-  "$PYTHON" - <<'PY'
+  PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'PY'
 import importlib.util, os, sys
 spec = importlib.util.find_spec("nvidia")
 for base in (spec.submodule_search_locations if spec else []):
@@ -25,10 +32,16 @@ PY
 }
 
 if ! dir=$(libdir 2>/dev/null); then
-  echo "install-nvrtc: installing nvidia-cuda-nvrtc==13.0.* with pip" >&2
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.*' >&2
+  if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip; scripts/setup-deps.sh does) and run this again" >&2
+    exit 1
+  fi
+  echo "install-nvrtc: installing nvidia-cuda-nvrtc==13.0.* with pip into $TARGET" >&2
+  # (pip's advice against installing as root is about the system's environment, not --target.)
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$TARGET" \
+    'nvidia-cuda-nvrtc==13.0.*' >&2
   dir=$(libdir) || {
-    echo "install-nvrtc: the wheel installed but libnvrtc.so.13 was not found under nvidia/cu13/lib" >&2
+    echo "install-nvrtc: the wheel installed but libnvrtc.so.13 was not found under $TARGET/nvidia/cu13/lib" >&2
     exit 1
   }
 fi
