@@ -5,8 +5,9 @@
 # hosts through a launch agent that enters their namespaces (instead of ssh); MPI talks TCP
 # between hosts (no shared memory), so `mpiexec --hostfile` runs across real network stacks.
 #
-#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--burst 32KiB] [--name NAME] [--subnet 10.213.0]
-#                                   [--no-probe] [--check]   # --check: only check the options
+#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--burst 32KiB] [--slots S] [--name NAME]
+#                                   [--subnet 10.213.0] [--no-probe] [--check]
+#                                   # --check: only check the options; --slots: ranks per host
 #   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
 #   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
 #   scripts/cluster-emulate.sh reshape [--name NAME] --burst SIZE|default   # every link's bucket
@@ -27,6 +28,8 @@
 # kind of machine's kernel has no netem, so no delay is added and a link keeps the veth's own
 # latency (tens of microseconds through the TCP stack).
 # Without --rate the links are unshaped (as fast as the kernel copies).
+# --slots S (default 1) gives each host S ranks, like a machine with S GPUs: ranks of one host
+# talk through Open MPI's shared memory (vader), ranks of different hosts through the links.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -131,7 +134,7 @@ shape() { # namespace device bit/s burst-bytes
 }
 
 cmd_up() {
-    local k="" rate="" burst="" subnet="10.213.0" probe=1 check=0
+    local k="" rate="" burst="" subnet="10.213.0" probe=1 check=0 slots=1
     while [ $# -gt 0 ]; do
         case "$1" in
             --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
@@ -139,6 +142,7 @@ cmd_up() {
             --burst=*) burst="${1#--burst=}"; shift ;;
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
+            --slots) slots="${2:?--slots needs a rank count per host, e.g. 2}"; shift 2 ;;
             --no-probe) probe=0; shift ;;
             --check) check=1; shift ;;
             -*) die "up: unknown option '$1' (see $0 --help)" ;;
@@ -147,6 +151,8 @@ cmd_up() {
     done
     [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 200 ] \
         || die "up: give the number of hosts, 1 to 200: $0 up 4 [--rate 1gbit]"
+    [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] && [ "$slots" -le 64 ] \
+        || die "--slots '$slots': give the ranks per host, 1 to 64, e.g. --slots 2"
     [[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': give three octets, e.g. 10.213.0"
     local bits=""
     [ -z "$rate" ] || bits="$(rate_bits "$rate")"
@@ -204,9 +210,10 @@ cmd_up() {
         printf '127.0.0.1 localhost\n%s' "$hosts" >"/etc/netns/$ns/hosts"
     done
 
-    # The hostfile (Open MPI format: one rank per host): the first K hosts of hostfiles/emulated.
-    grep -v '^[[:space:]]*\(#\|$\)' "$REPO/hostfiles/emulated" 2>/dev/null | head -n "$k" >"$s/hostfile" || true
-    for i in $(seq $(($(wc -l <"$s/hostfile") + 1)) "$k"); do echo "h$i slots=1" >>"$s/hostfile"; done
+    # The hostfile (Open MPI format): the first K hosts of hostfiles/emulated, --slots ranks each.
+    grep -v '^[[:space:]]*\(#\|$\)' "$REPO/hostfiles/emulated" 2>/dev/null | head -n "$k" \
+        | sed "s/slots=[0-9]*/slots=$slots/" >"$s/hostfile" || true
+    for i in $(seq $(($(wc -l <"$s/hostfile") + 1)) "$k"); do echo "h$i slots=$slots" >>"$s/hostfile"; done
     cat >"$s/agent" <<EOF
 #!/bin/sh
 # Launch agent for Open MPI (--mca plm_rsh_agent): called as "agent HOST COMMAND..." where ssh
@@ -222,13 +229,14 @@ EOF
     chmod +x "$s/agent"
     cat >"$s/settings" <<EOF
 K=$k
+SLOTS=$slots
 SUBNET=$subnet
 RATE=${rate:-unshaped}
 RATE_BITS=${bits:-0}
 BURST_BYTES=${burst_b:-0}
 EOF
     trap - ERR
-    say "up: $k host(s) h1..h$k on $subnet.0/24, links ${rate:-unshaped}${burst_b:+ (token bucket $burst_b bytes)}; hostfile $s/hostfile"
+    say "up: $k host(s) h1..h$k ($slots rank(s) each) on $subnet.0/24, links ${rate:-unshaped}${burst_b:+ (token bucket $burst_b bytes)}; hostfile $s/hostfile"
     if [ "$probe" = 1 ]; then cmd_probe; fi
 }
 
@@ -246,11 +254,15 @@ mpiexec_words() {
     local s; s="$(state)"
     printf '%s\n' mpiexec --hostfile "$s/hostfile" \
         --mca plm_rsh_agent "$s/agent" --mca plm_rsh_no_tree_spawn 1 \
-        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_flags send \
+        --mca pml ob1 --mca btl "$(btls)" --mca btl_tcp_flags send \
         --mca btl_tcp_eager_limit 4194304 --mca btl_tcp_max_send_size 4194304 \
         --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
         --bind-to none
 }
+
+# TCP between hosts; with several ranks per host, shared memory (vader) between them, as on a
+# real machine (Open MPI uses vader only between ranks its launcher placed on the same host).
+btls() { if [ "${SLOTS:-1}" -gt 1 ]; then echo tcp,vader,self; else echo tcp,self; fi; }
 
 # Run "$@" inside h1 (its network and its own host name), with Open MPI's root permissions.
 in_h1() {
@@ -270,9 +282,10 @@ cmd_run() {
     [ $# -gt 0 ] || die "run: nothing to run: write $0 run [-n N] -- PROGRAM [ARGS...]"
     need_tools
     load_state
-    n="${n:-$K}"
+    local total=$((K * ${SLOTS:-1}))
+    n="${n:-$total}"
     [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || die "run: -n '$n' is not a rank count"
-    [ "$n" -le "$K" ] || die "run: -n $n asks for more ranks than the $K emulated hosts have slots: use -n $K or bring up more hosts"
+    [ "$n" -le "$total" ] || die "run: -n $n asks for more ranks than the $K emulated hosts have slots ($total): use -n $total or bring up more hosts (or --slots)"
     local words=()
     mapfile -t words < <(mpiexec_words)
     # A relative program path means the caller's directory, also inside the namespaces.
@@ -316,7 +329,8 @@ cmd_probe() {
     fi
     local words=() out us
     mapfile -t words < <(mpiexec_words)
-    out="$(in_h1 "${words[@]}" -n 2 "$bin" bench-allreduce --algos mpi --sizes 8B --iters 2000 2>&1)" \
+    # One rank on each of h1 and h2 (--map-by node), also when hosts have several slots.
+    out="$(in_h1 "${words[@]}" -n 2 --map-by node "$bin" bench-allreduce --algos mpi --sizes 8B --iters 2000 2>&1)" \
         || { echo "$out" >&2; die "probe: the 8-byte MPI_Allreduce across h1 and h2 failed (output above)"; }
     us="$(echo "$out" | awk '$1 == 8 && $2 == "mpi" { print $5 }')"
     [ -n "$us" ] || { echo "$out" >&2; die "probe: could not read the MPI_Allreduce time from bench-allreduce (output above)"; }
@@ -360,7 +374,7 @@ cmd_status() {
     load_state
     local bucket=""
     [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
-    echo "cluster '$NAME': $K host(s), links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
+    echo "cluster '$NAME': $K host(s) with ${SLOTS:-1} slot(s) each, links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
     if bridge_nf_loaded; then
         if kernel_at_least 5 3; then
             echo "switch: bridge-nf-call-iptables $(ip netns exec "$(ns_switch)" cat "$BRIDGE_NF-iptables") (0: bridged frames skip iptables)"

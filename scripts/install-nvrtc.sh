@@ -33,7 +33,7 @@ PY
 
 if ! dir=$(libdir 2>/dev/null); then
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
-    echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip; scripts/setup-deps.sh does) and run this again" >&2
+    echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip, as scripts/setup-deps.sh --tests does) and run this again" >&2
     exit 1
   fi
   echo "install-nvrtc: installing nvidia-cuda-nvrtc==13.0.* with pip into $TARGET" >&2

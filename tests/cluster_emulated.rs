@@ -147,29 +147,28 @@ fn summary(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
 }
 
+/// 5 training steps of batch 8 per rank with `extra` options, on the emulated hosts and with
+/// plain mpiexec on one host (shared memory): their run directories, in that order, in `tmp`.
+fn train_both_ways(cluster: &Cluster, ranks: usize, extra: &[&str], tmp: &Path) -> (PathBuf, PathBuf) {
+    let (multi, single) = (tmp.join("multi"), tmp.join("single"));
+    let common =
+        ["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "5", "--threads", "1", "--no-progress"];
+    for (dir, on_cluster) in [(&multi, true), (&single, false)] {
+        // Every rank must hold the same weights at the end.
+        let mut args = [common.as_slice(), extra, &["--check-consistency", "5", "--out"]].concat();
+        args.push(dir.to_str().unwrap());
+        let o = if on_cluster { cluster.run(ranks, &args) } else { mpirun(ranks, &args, 300) };
+        let place = if on_cluster { "on the emulated hosts" } else { "on one host" };
+        assert!(o.status.success(), "{ranks} ranks {place}:\n{}", String::from_utf8_lossy(&o.stderr));
+    }
+    (multi, single)
+}
+
 #[test]
 fn three_emulated_hosts_train_what_one_host_trains() {
     if skipped() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let (multi, single) = (tmp.path().join("multi"), tmp.path().join("single"));
-    let common = [
-        "--data",
-        "synthetic:256",
-        "--batch-size",
-        "8",
-        "--max-steps",
-        "5",
-        "--threads",
-        "1",
-        "--fragment-bytes",
-        "64KiB",
-        "--check-consistency",
-        "5",
-        "--no-progress",
-        "--out",
-    ];
     let cluster = Cluster::up(3, &["--rate", "1gbit"], 'a');
     assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
     // Both ends of every link are shaped, by default with a token bucket of two 16 KiB
@@ -190,15 +189,8 @@ fn three_emulated_hosts_train_what_one_host_trains() {
             "the switch still calls iptables:\n{status}"
         );
     }
-    let mut args = common.to_vec();
-    args.push(multi.to_str().unwrap());
-    let o = cluster.run(3, &args);
-    assert!(o.status.success(), "3 emulated hosts:\n{}", String::from_utf8_lossy(&o.stderr));
-
-    let mut args = common.to_vec();
-    args.push(single.to_str().unwrap());
-    let o = mpirun(3, &args, 300);
-    assert!(o.status.success(), "3 ranks on one host:\n{}", String::from_utf8_lossy(&o.stderr));
+    let tmp = tempfile::tempdir().unwrap();
+    let (multi, single) = train_both_ways(&cluster, 3, &["--fragment-bytes", "64KiB"], tmp.path());
 
     // The ranks really ran on three hosts (each its own UTS namespace), the reference on one.
     let (m, s) = (summary(&multi), summary(&single));
@@ -222,6 +214,56 @@ fn three_emulated_hosts_train_what_one_host_trains() {
     let left = String::from_utf8_lossy(&left.stdout);
     assert!(!left.lines().any(|l| l.starts_with(&format!("{name}-"))), "left behind:\n{left}");
     assert!(!Path::new("/run/dcgan-cluster").join(&name).exists());
+}
+
+/// Largest over tensors of max|a - b| / max|a|.
+fn worst_relative_difference(
+    a: &std::collections::BTreeMap<String, Vec<f32>>,
+    b: &std::collections::BTreeMap<String, Vec<f32>>,
+) -> f64 {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    a.iter()
+        .map(|(k, x)| {
+            let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+            let diff = x.iter().zip(&b[k]).fold(0.0f64, |m, (p, q)| m.max((*p as f64 - *q as f64).abs()));
+            if scale > 0.0 { diff / scale } else { diff }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Two hosts with two ranks each (--slots 2): auto picks the two-level `hier` for gradient
+/// buckets (ranks of a host through shared memory, one rank per host across each link), the
+/// replicas stay identical, and the weights match the same job on one host (flat vhd) up to
+/// the order of the sums. `--adam-eps 1 --lr 2e-5` keep f32 rounding from being amplified
+/// (see tests/parallel.rs, two_ranks_with_sync_bn_match_one_rank_over_the_same_examples).
+#[test]
+fn two_hosts_of_two_ranks_average_in_two_levels() {
+    if skipped() {
+        return;
+    }
+    let cluster = Cluster::up(2, &["--rate", "1gbit", "--slots", "2"], 's');
+    assert!(cluster.status().contains("2 slot(s) each"), "{}", cluster.status());
+    let tmp = tempfile::tempdir().unwrap();
+    let (multi, single) = train_both_ways(&cluster, 4, &["--adam-eps", "1", "--lr", "2e-5"], tmp.path());
+
+    let (m, s) = (summary(&multi), summary(&single));
+    assert_eq!(m["hosts"], serde_json::json!(["h1", "h1", "h2", "h2"]), "{}", m["hosts"]);
+    let algorithms = |v: &serde_json::Value| -> Vec<String> {
+        v["comm"]["buckets"].as_array().unwrap().iter().map(|b| b["algorithm"].as_str().unwrap().to_string()).collect()
+    };
+    // G's and D's large buckets go in two levels across hosts, flat on one host.
+    assert!(algorithms(&m).contains(&"hier".to_string()), "{:?}", algorithms(&m));
+    assert!(!algorithms(&s).contains(&"hier".to_string()), "{:?}", algorithms(&s));
+    let rel = worst_relative_difference(&final_weights(&multi), &final_weights(&single));
+    assert!(rel <= 1e-5, "2 hosts x 2 ranks differ from 4 ranks on one host by {rel:e}");
+    // Two runs that exchanged nothing would match as well (rank 0 alone, trained the same way
+    // twice): gradients did travel.
+    assert!(m["comm"]["bytes_per_step"].as_f64().unwrap() > 0.0);
+
+    // More ranks than the hosts' slots: one line naming the limit.
+    let o = cluster.run(5, &["info"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("have slots (4)"), "{e}");
 }
 
 #[test]
@@ -292,6 +334,8 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!ok && e.contains("give the new bucket"), "{e}");
     let (ok, e) = run(&["reshape", "--name", "nosuchcluster", "--burst", "16KiB"]);
     assert!(!ok && (e.contains("no emulated cluster named 'nosuchcluster'") || e.contains("needs root")), "{e}");
+    let (ok, e) = run(&["up", "2", "--slots", "0"]);
+    assert!(!ok && e.contains("give the ranks per host"), "{e}");
     let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
     assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
 }

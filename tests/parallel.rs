@@ -81,7 +81,7 @@ fn replicas_stay_identical_for_every_allreduce() {
     // --wire bf16 rounds what travels; the replicas must still hold the same bits (3 ranks:
     // the folded rank counts of rd and vhd; 4: the power-of-two paths). MPI_Allreduce has no
     // bf16 form.
-    let cases = ["auto", "tree", "rd", "vhd", "ring", "mpi"]
+    let cases = ["auto", "tree", "rd", "vhd", "ring", "hier", "mpi"]
         .into_iter()
         .flat_map(|algo| ["f32", "bf16"].map(|wire| (algo, wire)))
         .filter(|&(algo, wire)| !(algo == "mpi" && wire == "bf16"));

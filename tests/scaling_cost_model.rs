@@ -18,6 +18,8 @@ struct Counts {
     steps: f64,
     bytes_moved: f64,
     bytes_reduced: f64,
+    /// Bytes sent to ranks on another host.
+    bytes_across: f64,
 }
 
 struct Counting {
@@ -31,6 +33,9 @@ impl Transport for Counting {
     }
     fn size(&self) -> usize {
         self.inner.size()
+    }
+    fn hosts(&self) -> &[usize] {
+        self.inner.hosts()
     }
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
         self.inner.send(to, tag, data)
@@ -56,6 +61,12 @@ impl Transport for Counting {
         if s + r > 0 {
             self.c.steps += 1.0;
             self.c.bytes_moved += 4.0 * s.max(r) as f64;
+        }
+        if let Some((to, range)) = &send {
+            let hosts = self.inner.hosts();
+            if !hosts.is_empty() && hosts[*to] != hosts[self.inner.rank()] {
+                self.c.bytes_across += 4.0 * range.len() as f64;
+            }
         }
         if let Some((_, range, Combine::Add | Combine::AddScale(_))) = &recv {
             self.c.bytes_reduced += 4.0 * range.len() as f64;
@@ -87,7 +98,13 @@ impl Transport for Counting {
 
 /// Per-rank counts of one allreduce of `n` floats on `p` ranks (and a check of its result).
 fn count(algo: Algorithm, p: usize, n: usize) -> Vec<Counts> {
-    let handles: Vec<_> = Local::group(p)
+    count_on(algo, Local::group(p), n)
+}
+
+/// `count` on a group that knows its ranks' hosts.
+fn count_on(algo: Algorithm, group: Vec<Local>, n: usize) -> Vec<Counts> {
+    let p = group.len();
+    let handles: Vec<_> = group
         .into_iter()
         .map(|t| {
             std::thread::spawn(move || {
@@ -139,5 +156,47 @@ fn one_rank_moves_nothing() {
         let c = busiest(&count(algo, 1, 64));
         assert_eq!((c.messages, c.bytes_sent), (0.0, 0.0));
         assert_eq!(terms(algo, 256.0, 1).unwrap(), Terms::default());
+    }
+}
+
+#[test]
+fn hier_with_one_rank_per_host_is_what_the_model_charges() {
+    // The model's nodes hold one rank each; there hier is rd for small messages, vhd above.
+    for p in 2..=9 {
+        let hosts: Vec<usize> = (0..p).collect();
+        for n in [100, 1680 * 4] {
+            let counted = busiest(&count_on(Algorithm::Hier, Local::on_hosts(&hosts), n));
+            let model = terms(Algorithm::Hier, (n * 4) as f64, p).unwrap();
+            let ctx = format!("hier at p = {p}, {n} floats: counted {counted:?}, model {model:?}");
+            assert_eq!(counted.messages, model.messages, "{ctx}");
+            assert!((counted.bytes_sent - model.bytes_sent).abs() <= 4.0 * counted.messages, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn hier_sends_each_host_s_share_across_hosts_once_whatever_its_ranks() {
+    // 2, 4 hosts with 2 and 4 ranks each: what leaves each host, per algorithm.
+    let n = 1680 * 4;
+    let bytes = (n * 4) as f64;
+    for (h, l) in [(2usize, 2usize), (4, 2), (2, 4)] {
+        let hosts: Vec<usize> = (0..h * l).map(|r| r / l).collect();
+        let leaving = |algo| {
+            let c = count_on(algo, Local::on_hosts(&hosts), n);
+            (0..h)
+                .map(|host| c[host * l..(host + 1) * l].iter().map(|x| x.bytes_across).sum::<f64>())
+                .fold(0.0, f64::max)
+        };
+        let (hier, vhd, ring) = (leaving(Algorithm::Hier), leaving(Algorithm::Vhd), leaving(Algorithm::Ring));
+        // Each rank sends its part of n/L across, 2 (n/L)(H-1)/H: the host, 2 n (H-1)/H.
+        let share = 2.0 * bytes * (h as f64 - 1.0) / h as f64;
+        let ctx = format!("{h} hosts x {l} ranks: bytes leaving the busiest host: hier {hier}, vhd {vhd}, ring {ring}");
+        assert!((hier - share).abs() <= 8.0 * (h * l) as f64, "{ctx}");
+        // vhd's first steps send every rank's half across at once: about L times the share.
+        assert!(vhd >= 0.9 * l as f64 * share, "{ctx}");
+        // ring with consecutive ranks per host: one rank per host sends n/p across at each of
+        // its 2 (p-1) steps, near hier's share, but with 2 (p-1) latency terms.
+        let p = (h * l) as f64;
+        assert!((ring - 2.0 * bytes * (p - 1.0) / p).abs() <= 8.0 * p, "{ctx}");
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 #[serde(rename_all = "lowercase")]
 pub enum AllreduceChoice {
     /// rd below --allreduce-threshold, vhd above (ring if the rank count is not a power of
-    /// two), or the rules of --allreduce-tuning.
+    /// two, hier where several ranks share each host), or the rules of --allreduce-tuning.
     Auto,
     /// Binomial-tree reduce to rank 0, then binomial broadcast.
     Tree,
@@ -23,6 +23,9 @@ pub enum AllreduceChoice {
     Vhd,
     /// Ring reduce-scatter + ring allgather.
     Ring,
+    /// Two levels for several ranks per host: ring inside each host, one rank per host
+    /// across (rd for small parts, vhd or ring above).
+    Hier,
     /// The MPI library's MPI_Allreduce (the baseline).
     Mpi,
 }
@@ -36,6 +39,7 @@ impl AllreduceChoice {
             AllreduceChoice::Rd => Some(Algorithm::Rd),
             AllreduceChoice::Vhd => Some(Algorithm::Vhd),
             AllreduceChoice::Ring => Some(Algorithm::Ring),
+            AllreduceChoice::Hier => Some(Algorithm::Hier),
             AllreduceChoice::Mpi => Some(Algorithm::Mpi),
         }
     }
@@ -125,6 +129,7 @@ pub enum BenchAlgo {
     Rd,
     Vhd,
     Ring,
+    Hier,
     Mpi,
     /// What --allreduce auto picks for the size (shown as auto(rd) etc.).
     Auto,

@@ -83,6 +83,7 @@ impl Case {
             BenchAlgo::Rd => fixed(Algorithm::Rd),
             BenchAlgo::Vhd => fixed(Algorithm::Vhd),
             BenchAlgo::Ring => fixed(Algorithm::Ring),
+            BenchAlgo::Hier => fixed(Algorithm::Hier),
             BenchAlgo::Mpi => fixed(Algorithm::Mpi),
             BenchAlgo::Auto => {
                 let frag = first_fragment_bytes(bytes, fragment_bytes);
@@ -261,7 +262,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     let json = args.json.clone();
     let check = args.check;
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
-        let table = cfg.policy.table(t.size())?;
+        let table = cfg.policy.table_on(t.size(), t.hosts())?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),
             None => "10..10000 (by size)".into(),

@@ -199,7 +199,7 @@ fn spawn(
         .name("comm".into())
         .spawn(move || {
             let opened = make().and_then(|(mut t, world)| {
-                let table = cfg.policy.table(t.size())?;
+                let table = cfg.policy.table_on(t.size(), t.hosts())?;
                 t.set_policy(policy);
                 Ok((t, world, table))
             });

@@ -75,6 +75,7 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
                     Algorithm::Rd => BenchAlgo::Rd,
                     Algorithm::Vhd => BenchAlgo::Vhd,
                     Algorithm::Ring => BenchAlgo::Ring,
+                    Algorithm::Hier => BenchAlgo::Hier,
                     Algorithm::Mpi => BenchAlgo::Mpi,
                 };
                 // Rules select by message size: time whole messages, not fragments.

@@ -7,6 +7,7 @@
 use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use crate::comm::allreduce::fold::pow2_floor;
+use crate::comm::allreduce::hierarchical;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::engine::fragments;
 
@@ -96,6 +97,10 @@ pub fn terms(algo: Algorithm, n: f64, p: usize) -> Option<Terms> {
             bytes_sent: 2.0 * (pf - 1.0) / pf * n,
             bytes_reduced: (pf - 1.0) / pf * n,
         },
+        // The model's nodes hold one rank each, and there `hier` is its between-hosts
+        // algorithm on the whole vector (the two-level cost needs a second link, the host's
+        // shared memory, which the model does not have).
+        Algorithm::Hier => return terms(hierarchical::across_hosts(n as usize, p), n, p),
         Algorithm::Mpi => return None,
     };
     Some(t)

@@ -7,9 +7,11 @@
 //! | `rd` recursive doubling | lg p | n lg p | small messages |
 //! | `vhd` halving/doubling (Rabenseifner) | 2 lg p | 2 n (p-1)/p | large, p = 2^k |
 //! | `ring` reduce-scatter + allgather | 2 (p-1) | 2 n (p-1)/p | large, any p |
+//! | `hier` ring in each host, then across hosts | 2 (L-1) + across | 2 n (L-1)/L + 2 (n/L) (H-1)/H | L ranks on each of H hosts |
 //! | `mpi` MPI_Allreduce | the library's | | the baseline |
 
 pub mod fold;
+pub mod hierarchical;
 pub mod recursive_doubling;
 pub mod ring;
 pub mod select;
@@ -35,12 +37,16 @@ pub enum Algorithm {
     Vhd,
     /// Ring reduce-scatter, then ring allgather.
     Ring,
+    /// Two levels: reduce-scatter inside each host, each part averaged across hosts by one
+    /// rank per host, allgather inside each host.
+    Hier,
     /// The MPI library's own MPI_Allreduce (the baseline).
     Mpi,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring, Algorithm::Mpi];
+    pub const ALL: [Algorithm; 6] =
+        [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring, Algorithm::Hier, Algorithm::Mpi];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +54,7 @@ impl Algorithm {
             Algorithm::Rd => "rd",
             Algorithm::Vhd => "vhd",
             Algorithm::Ring => "ring",
+            Algorithm::Hier => "hier",
             Algorithm::Mpi => "mpi",
         }
     }
@@ -98,6 +105,7 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
         Algorithm::Rd => recursive_doubling::allreduce(t, data, tag, s)?,
         Algorithm::Vhd => vector_halving::allreduce(t, data, tag, s)?,
         Algorithm::Ring => ring::allreduce(t, data, tag, s)?,
+        Algorithm::Hier => hierarchical::allreduce(t, data, tag, s)?,
         Algorithm::Mpi => {
             t.native_allreduce_sum(data)?;
             reduce::scale(data, s);

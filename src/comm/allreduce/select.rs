@@ -3,6 +3,7 @@
 //! written by `tune-allreduce` (CSV: `ranks,min_bytes,max_bytes,algorithm`).
 
 use super::Algorithm;
+use super::hierarchical::HostLayout;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
@@ -26,13 +27,31 @@ pub fn large_message_algorithm(p: usize) -> Algorithm {
     if p.is_power_of_two() { Algorithm::Vhd } else { Algorithm::Ring }
 }
 
+/// `large_message_algorithm` for a job whose rank r runs on host `hosts[r]`
+/// (`Transport::hosts`): `hier` where at least two hosts each run the same number (two or
+/// more) of ranks, so that each host's link carries its share once instead of once per rank.
+pub fn large_message_algorithm_on(p: usize, hosts: &[usize]) -> Algorithm {
+    let layout = HostLayout::new(hosts, p);
+    match layout.ranks_per_host() {
+        Some(l) if l > 1 && layout.host_count() > 1 => Algorithm::Hier,
+        _ => large_message_algorithm(p),
+    }
+}
+
 impl Policy {
-    /// The selection for `ranks` ranks.
+    /// The selection for `ranks` ranks, one host each or all on one (the rules of a tuning
+    /// file and the cost model's nodes).
     pub fn table(&self, ranks: usize) -> anyhow::Result<SelectionTable> {
+        self.table_on(ranks, &[])
+    }
+
+    /// The selection for a job whose rank r runs on host `hosts[r]` (`Transport::hosts`).
+    pub fn table_on(&self, ranks: usize, hosts: &[usize]) -> anyhow::Result<SelectionTable> {
+        let large = large_message_algorithm_on(ranks, hosts);
         let ranges = match self {
             Policy::Fixed(a) => vec![(0, NO_LIMIT, *a)],
-            Policy::Threshold(0) => vec![(0, NO_LIMIT, large_message_algorithm(ranks))],
-            Policy::Threshold(t) => vec![(0, t - 1, Algorithm::Rd), (*t, NO_LIMIT, large_message_algorithm(ranks))],
+            Policy::Threshold(0) => vec![(0, NO_LIMIT, large)],
+            Policy::Threshold(t) => vec![(0, t - 1, Algorithm::Rd), (*t, NO_LIMIT, large)],
             Policy::Rules(file) => file.ranges_for(ranks)?,
         };
         Ok(SelectionTable { ranges })
@@ -43,7 +62,8 @@ impl Policy {
         match self {
             Policy::Fixed(a) => format!("--allreduce {a}"),
             Policy::Threshold(t) => format!(
-                "auto: rd below {}, vhd (ring when the rank count is not a power of two) above",
+                "auto: rd below {}, above vhd (ring when the rank count is not a power of two; hier \
+                 when several ranks share each host)",
                 crate::cli::size::format_bytes(*t)
             ),
             Policy::Rules(f) => format!("auto: rules from {}", f.path.display()),
@@ -242,6 +262,20 @@ mod tests {
         assert_eq!(t.pick(1 << 20), Algorithm::Ring);
         let t = Policy::Threshold(0).table(2).unwrap();
         assert_eq!(t.pick(0), Algorithm::Vhd);
+    }
+
+    #[test]
+    fn threshold_picks_hier_where_several_ranks_share_each_host() {
+        let on = |hosts: &[usize]| Policy::Threshold(8192).table_on(hosts.len(), hosts).unwrap();
+        assert_eq!(on(&[0, 0, 1, 1]).pick(8192), Algorithm::Hier);
+        assert_eq!(on(&[0, 0, 1, 1]).pick(8191), Algorithm::Rd);
+        assert_eq!(on(&[0, 1, 0, 1, 0, 1]).pick(1 << 20), Algorithm::Hier);
+        // One rank per host, one host, or uneven hosts: the flat choice.
+        assert_eq!(on(&[0, 1, 2, 3]).pick(1 << 20), Algorithm::Vhd);
+        assert_eq!(on(&[0, 0, 0, 0]).pick(1 << 20), Algorithm::Vhd);
+        assert_eq!(on(&[0, 0, 0, 1, 1]).pick(1 << 20), Algorithm::Ring);
+        // A fixed choice stays fixed.
+        assert_eq!(Policy::Fixed(Algorithm::Vhd).table_on(4, &[0, 0, 1, 1]).unwrap().pick(1 << 20), Algorithm::Vhd);
     }
 
     #[test]

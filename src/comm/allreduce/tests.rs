@@ -202,3 +202,84 @@ fn bf16_wire_sends_two_bytes_per_value_and_the_sender_keeps_what_it_sent() {
     // Round to nearest: within half a bf16 unit (2^-8 relative) of the original.
     assert!(got[0].iter().zip(&sent).all(|(a, b)| ((a - b) / b).abs() <= 1.0 / 256.0));
 }
+
+/// `on_ranks` over a Local group whose rank r says it runs on host `hosts[r]`.
+fn on_host_ranks<R: Send>(hosts: &[usize], f: impl Fn(&mut Local) -> R + Sync) -> Vec<R> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = Local::on_hosts(hosts).into_iter().map(|mut t| s.spawn(move || f(&mut t))).collect();
+        handles.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
+/// `l` ranks on each of `h` hosts, consecutive ranks together (mpiexec's default placement).
+fn blocks(h: usize, l: usize) -> Vec<usize> {
+    (0..h * l).map(|r| r / l).collect()
+}
+
+#[test]
+fn hier_is_exact_on_every_host_layout() {
+    let layouts = [
+        blocks(2, 2),
+        blocks(2, 3),
+        blocks(3, 2),
+        blocks(4, 2),
+        blocks(2, 4),
+        blocks(3, 3),
+        blocks(5, 1),
+        blocks(1, 4),
+        vec![0, 1, 0, 1, 0, 1], // round robin (--map-by node)
+        vec![1, 1, 0, 0],       // host numbers not in rank order
+        vec![0, 0, 0, 1, 1],    // uneven hosts: ring over the job
+    ];
+    for hosts in &layouts {
+        let p = hosts.len();
+        // Lengths below the parts' count, between, and large enough for vhd across hosts.
+        for len in [0, 1, 2, 3, 5, 7, 17, 1000, 100_003] {
+            let want = expected(p, len);
+            let got = on_host_ranks(hosts, |t| {
+                let mut v: Vec<f32> = (0..len).map(|i| input(t.rank(), i)).collect();
+                allreduce_mean(t, Algorithm::Hier, &mut v, 6).expect("allreduce");
+                v
+            });
+            for (r, v) in got.iter().enumerate() {
+                let bad = v.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits());
+                assert!(bad.is_none(), "hier on hosts {hosts:?} len={len} rank {r}: element {bad:?} differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_keeps_ranks_identical_with_real_values_and_the_bf16_wire() {
+    use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
+    let x = |r: usize, i: usize| (i as f32 * 0.731 + r as f32 * 2.3).sin() * (1.0 + (i % 7) as f32);
+    for hosts in [blocks(2, 2), blocks(3, 2), blocks(2, 3), vec![0, 1, 0, 1]] {
+        let p = hosts.len();
+        for bf16 in [false, true] {
+            let got = on_host_ranks(&hosts, |t| {
+                let mut v: Vec<f32> = (0..20_011).map(|i| x(t.rank(), i)).collect();
+                if bf16 {
+                    allreduce_mean(&mut Bf16Wire::new(t, &mut Bf16Stage::default()), Algorithm::Hier, &mut v, 3)
+                } else {
+                    allreduce_mean(t, Algorithm::Hier, &mut v, 3)
+                }
+                .expect("allreduce");
+                v
+            });
+            for r in 1..p {
+                assert!(
+                    got[r].iter().zip(&got[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "hosts {hosts:?} bf16={bf16}: rank {r} differs from rank 0"
+                );
+            }
+            // The mean, within f32 rounding, or bf16's 2^-8 per send (at most p sends).
+            for (i, &v) in got[0].iter().enumerate().step_by(13) {
+                let exact: f64 = (0..p).map(|r| x(r, i) as f64).sum::<f64>() / p as f64;
+                let scale: f64 = (0..p).map(|r| (x(r, i) as f64).abs()).sum::<f64>() / p as f64;
+                let bound = if bf16 { p as f64 * scale / 256.0 } else { 1e-6 * scale } + 1e-7;
+                assert!((v as f64 - exact).abs() <= bound, "hosts {hosts:?} bf16={bf16} i={i}: {v} vs {exact}");
+            }
+        }
+    }
+}

@@ -51,6 +51,9 @@ impl Transport for Bf16Wire<'_> {
     fn size(&self) -> usize {
         self.inner.size()
     }
+    fn hosts(&self) -> &[usize] {
+        self.inner.hosts()
+    }
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
         self.inner.send(to, tag, data)
     }

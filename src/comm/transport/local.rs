@@ -35,6 +35,8 @@ pub struct Local {
     queries: Receiver<Query>,
     policy: WaitPolicy,
     activity: Activity,
+    /// `Transport::hosts`: empty (one host) unless made by `on_hosts`.
+    hosts: Vec<usize>,
 }
 
 /// How long one blocking receive sleeps before it checks the abort flag, the stall timeout
@@ -71,8 +73,19 @@ impl Local {
                 queries,
                 policy: WaitPolicy::default(),
                 activity: Activity::new(),
+                hosts: Vec::new(),
             })
             .collect()
+    }
+
+    /// A group whose rank r says it runs on host `hosts[r]` (for tests of topology-aware
+    /// algorithms; the messages still go through channels).
+    pub fn on_hosts(hosts: &[usize]) -> Vec<Local> {
+        let mut group = Local::group(hosts.len());
+        for t in &mut group {
+            t.hosts = super::host_numbers(hosts);
+        }
+        group
     }
 
     fn check_peer(&self, peer: usize) -> Result<(), CommError> {
@@ -127,6 +140,10 @@ impl Transport for Local {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn hosts(&self) -> &[usize] {
+        &self.hosts
     }
 
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {

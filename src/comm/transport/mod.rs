@@ -4,6 +4,7 @@
 
 pub mod bf16_round;
 pub mod bf16_wire;
+pub mod group;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -14,7 +15,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+pub use group::Group;
 pub use local::Local;
+
+/// Host numbers for `Transport::hosts` from each rank's host name: counted from 0 in order
+/// of each name's first rank.
+pub fn host_numbers<S: PartialEq>(names: &[S]) -> Vec<usize> {
+    let mut first: Vec<&S> = Vec::new();
+    names
+        .iter()
+        .map(|n| match first.iter().position(|f| *f == n) {
+            Some(h) => h,
+            None => {
+                first.push(n);
+                first.len() - 1
+            }
+        })
+        .collect()
+}
 
 /// An MPI tag. MPI guarantees tags up to 32767 (`MPI_TAG_UB` may be larger, never smaller).
 pub type Tag = i32;
@@ -184,6 +202,12 @@ impl Default for WaitClock {
 pub trait Transport {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
+    /// The host of every rank (index = rank): ranks with the same number share a machine, the
+    /// numbers counted from 0 in order of each host's first rank. Empty: one host (or not
+    /// known), which is what a transport that does not say means.
+    fn hosts(&self) -> &[usize] {
+        &[]
+    }
 
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError>;
     /// Receive exactly `buf.len()` bytes; a message of another length is a `Protocol` error.

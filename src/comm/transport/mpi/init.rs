@@ -4,7 +4,7 @@ use super::{DEFAULT_CHUNK_BYTES, DEFAULT_DEPTH, DEFAULT_EAGER_MAX_BYTES, DEFAULT
 use super::{MAX_DEPTH, Mpi, env_usize};
 use crate::comm::WorldInfo;
 use crate::comm::status::Activity;
-use crate::comm::transport::WaitPolicy;
+use crate::comm::transport::{WaitPolicy, host_numbers};
 use anyhow::{anyhow, bail};
 use mpi::ffi;
 use mpi::topology::Communicator;
@@ -73,6 +73,7 @@ impl Mpi {
             comm: unsafe { ffi::RSMPI_COMM_WORLD },
             rank,
             size,
+            hosts: host_numbers(&info.hosts),
             policy: WaitPolicy::default(),
             activity: Activity::new(),
             scratch: Vec::new(),

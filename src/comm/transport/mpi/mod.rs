@@ -34,6 +34,8 @@ pub struct Mpi {
     comm: ffi::MPI_Comm,
     rank: usize,
     size: usize,
+    /// `Transport::hosts`, from the host names gathered at start.
+    hosts: Vec<usize>,
     policy: WaitPolicy,
     activity: Activity,
     /// Receive slots for pipelined reductions.
@@ -166,6 +168,10 @@ impl Transport for Mpi {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn hosts(&self) -> &[usize] {
+        &self.hosts
     }
 
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
