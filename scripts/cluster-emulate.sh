@@ -143,6 +143,7 @@ cmd_up() {
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
             --slots) slots="${2:?--slots needs a rank count per host, e.g. 2}"; shift 2 ;;
+            --slots=*) slots="${1#--slots=}"; shift ;;
             --no-probe) probe=0; shift ;;
             --check) check=1; shift ;;
             -*) die "up: unknown option '$1' (see $0 --help)" ;;
@@ -151,7 +152,7 @@ cmd_up() {
     done
     [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 200 ] \
         || die "up: give the number of hosts, 1 to 200: $0 up 4 [--rate 1gbit]"
-    [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] && [ "$slots" -le 64 ] \
+    [[ "$slots" =~ ^[1-9][0-9]*$ ]] && [ "$slots" -le 64 ] \
         || die "--slots '$slots': give the ranks per host, 1 to 64, e.g. --slots 2"
     [[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': give three octets, e.g. 10.213.0"
     local bits=""

@@ -31,6 +31,11 @@ sys.exit(1)
 PY
 }
 
+# Our own folder first: whatever `nvidia` package the Python path finds may lack cu13.
+if [ -e "$TARGET/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  echo "$TARGET/nvidia/cu13/lib"
+  exit 0
+fi
 if ! dir=$(libdir 2>/dev/null); then
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip, as scripts/setup-deps.sh --tests does) and run this again" >&2
@@ -38,7 +43,7 @@ if ! dir=$(libdir 2>/dev/null); then
   fi
   echo "install-nvrtc: installing nvidia-cuda-nvrtc==13.0.* with pip into $TARGET" >&2
   # (pip's advice against installing as root is about the system's environment, not --target.)
-  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$TARGET" \
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check --upgrade --target "$TARGET" \
     'nvidia-cuda-nvrtc==13.0.*' >&2
   dir=$(libdir) || {
     echo "install-nvrtc: the wheel installed but libnvrtc.so.13 was not found under $TARGET/nvidia/cu13/lib" >&2

@@ -260,6 +260,19 @@ fn two_hosts_of_two_ranks_average_in_two_levels() {
     // twice): gradients did travel.
     assert!(m["comm"]["bytes_per_step"].as_f64().unwrap() > 0.0);
 
+    // With the bf16 wire, values rounded on the way inside a host and across hosts must still
+    // leave every replica with the same bits (--check-consistency fails the run otherwise).
+    let bf16 = tmp.path().join("bf16");
+    let o = cluster.run(
+        4,
+        &["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "3", "--threads", "1", "--wire", "bf16"]
+            .into_iter()
+            .chain(["--check-consistency", "3", "--no-progress", "--out", bf16.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(o.status.success(), "2 emulated hosts x 2 ranks, --wire bf16:\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(algorithms(&summary(&bf16)).contains(&"hier".to_string()));
+
     // More ranks than the hosts' slots: one line naming the limit.
     let o = cluster.run(5, &["info"]);
     let e = String::from_utf8_lossy(&o.stderr);

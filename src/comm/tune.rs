@@ -4,7 +4,7 @@
 use crate::cli::comm::{BenchAlgo, TuneAllreduceArgs};
 use crate::cli::size::format_bytes;
 use crate::comm::allreduce::Algorithm;
-use crate::comm::allreduce::select::{NO_LIMIT, Policy, RulesFile, format_rules};
+use crate::comm::allreduce::select::{NO_LIMIT, Policy, RulesFile, format_rules, large_message_algorithm_on};
 use crate::comm::bench::{Case, bench_expected, bench_input, default_iters, fatal, median, time_cases};
 use crate::comm::{CommConfig, run_on_comm_thread};
 use anyhow::Context;
@@ -66,7 +66,12 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
     let out = args.out.clone();
     let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         let p = t.size();
-        let algos = Algorithm::ALL.to_vec();
+        // On one host, or one rank per host, hier is ring or vhd under another name: timing it
+        // there could write `hier` into rules that a job of this rank count spread over
+        // several hosts would then run untimed.
+        let two_levels = large_message_algorithm_on(p, t.hosts()) == Algorithm::Hier;
+        let algos: Vec<Algorithm> =
+            Algorithm::ALL.into_iter().filter(|&a| a != Algorithm::Hier || two_levels).collect();
         let cases: Vec<Case> = algos
             .iter()
             .map(|&a| {

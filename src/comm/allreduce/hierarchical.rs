@@ -131,6 +131,13 @@ mod tests {
         assert_eq!(cyclic.peers(1), vec![2, 3]);
         assert_eq!(cyclic.position(2), (0, 1));
         assert_eq!(HostLayout::new(&[0, 0, 1], 3).ranks_per_host(), None);
+        // Host numbers need not start at 0, be dense, or follow rank order: hosts are
+        // ordered by number, ranks within a host by rank.
+        let unordered = HostLayout::new(&[5, 5, 2, 2], 4);
+        assert_eq!(unordered.host_count(), 2);
+        assert_eq!(unordered.host(0), &[2, 3]);
+        assert_eq!(unordered.position(0), (1, 0));
+        assert_eq!(unordered.peers(1), vec![3, 1]);
         assert_eq!(HostLayout::new(&[], 4).host(0), &[0, 1, 2, 3]);
     }
 }

@@ -229,7 +229,7 @@ fn hier_is_exact_on_every_host_layout() {
         blocks(5, 1),
         blocks(1, 4),
         vec![0, 1, 0, 1, 0, 1], // round robin (--map-by node)
-        vec![1, 1, 0, 0],       // host numbers not in rank order
+        vec![0, 1, 1, 0],       // a host's ranks not consecutive, in both hosts
         vec![0, 0, 0, 1, 1],    // uneven hosts: ring over the job
     ];
     for hosts in &layouts {
