@@ -68,13 +68,7 @@ impl WorldInfo {
 
     /// How many distinct hosts the ranks run on.
     pub fn host_count(&self) -> usize {
-        let mut seen: Vec<&String> = Vec::new();
-        for h in &self.hosts {
-            if !seen.contains(&h) {
-                seen.push(h);
-            }
-        }
-        seen.len()
+        transport::host_numbers(&self.hosts).into_iter().max().map_or(0, |h| h + 1)
     }
 }
 
