@@ -10,6 +10,7 @@ use dcgan_train::comm::allreduce::allreduce_mean;
 use dcgan_train::comm::status::{Activity, StatusReply};
 use dcgan_train::comm::transport::{Combine, CommError, Local, Tag, Transport, WaitPolicy};
 use dcgan_train::scaling::cost::{Terms, terms};
+use dcgan_train::scaling::two_level::{Placement, schedule};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -198,5 +199,34 @@ fn hier_sends_each_host_s_share_across_hosts_once_whatever_its_ranks() {
         // its 2 (p-1) steps, near hier's share, but with 2 (p-1) latency terms.
         let p = (h * l) as f64;
         assert!((ring - 2.0 * bytes * (p - 1.0) / p).abs() <= 8.0 * p, "{ctx}");
+    }
+}
+
+#[test]
+fn two_level_rounds_are_what_the_algorithms_do_on_hosts_of_several_ranks() {
+    // The model's rounds (src/scaling/two_level.rs) are written apart from the code; on hosts
+    // of several ranks, every rank must take part in as many rounds as it makes exchanges,
+    // and each host must send off itself the bytes the code sends.
+    let n = 1680 * 4;
+    let bytes = (n * 4) as f64;
+    for (h, l) in [(2usize, 2usize), (4, 2), (2, 4), (3, 2), (2, 3), (3, 3), (1, 4), (5, 1)] {
+        let place = Placement { hosts: h, ranks_per_host: l };
+        for algo in [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring, Algorithm::Hier] {
+            let counted = count_on(algo, Local::on_hosts(&place.host_numbers()), n);
+            let model = schedule(algo, bytes, place).unwrap();
+            for (r, c) in counted.iter().enumerate() {
+                assert_eq!(model.rounds_of(r) as f64, c.steps, "{algo:?} on {h} hosts x {l}: rank {r}'s rounds");
+            }
+            for host in 0..h {
+                let sent: f64 = counted[host * l..(host + 1) * l].iter().map(|c| c.bytes_across).sum();
+                let leaving = model.bytes_leaving(place, host);
+                // Parts differ by at most one float per step.
+                let slack = 4.0 * counted.iter().map(|c| c.steps).sum::<f64>();
+                assert!(
+                    (sent - leaving).abs() <= slack,
+                    "{algo:?} on {h} hosts x {l}: host {host} sent {sent}, model {leaving}"
+                );
+            }
+        }
     }
 }

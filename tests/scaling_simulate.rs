@@ -138,14 +138,48 @@ fn replay_of_a_real_trace() {
     let algos: Vec<&str> =
         p["rows"][0]["buckets"].as_array().unwrap().iter().map(|b| b["algorithm"].as_str().unwrap()).collect();
     assert!(algos.contains(&"ring"), "{algos:?}");
+
+    // Nodes of 4 ranks (ranks 0-3 on node 0, 4-7 on node 1). Free links and identical ranks:
+    // eq. (1) counts ranks, so 2 nodes give a speedup of 8.
+    let four = ["--ranks-per-node", "4", "--intra-alpha", "0", "--intra-beta", "0", "--nodes", "2"];
+    let p = simulate(&dir, &[&free[..6], &four[..], &["--algorithms", "auto", "--identical-ranks"]].concat());
+    assert_eq!(p["ranks_per_node"], 4);
+    assert_eq!(p["rows"][0]["ranks"], 8);
+    assert!((p["rows"][0]["speedup_eq1"].as_f64().unwrap() - 8.0).abs() < 1e-6, "{:#}", p["rows"]);
+    // A slow network (1 us per byte) and free shared memory: only the bytes that leave a node
+    // cost. hier (auto's choice above 8 KiB) sends each node's n once each way over a node's
+    // link; ring lets one rank per node cross at each of its 14 rounds, n/8 each (1.75 n);
+    // vhd sends all four ranks' halves across at once, in its first and its last round (4 n).
+    let slow4 = [&four[..], &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--identical-ranks"]].concat();
+    let p = simulate(&dir, &[&slow4[..], &["--algorithms", "auto,ring,vhd"]].concat());
+    let large = |row: &Value, algo: &str, times: f64| {
+        let mut seen = 0;
+        for b in row["buckets"].as_array().unwrap().iter().filter(|b| b["bytes"].as_u64().unwrap() >= 8192) {
+            let want = times * b["bytes"].as_f64().unwrap() * 1e-3;
+            assert_eq!(b["algorithm"], algo, "{b}");
+            assert!((b["ms"].as_f64().unwrap() - want).abs() < 1e-6 * want, "{algo}: {b}, want {want} ms");
+            seen += 1;
+        }
+        assert!(seen >= 2, "{row}");
+    };
+    large(&p["rows"][0], "hier", 1.0);
+    large(&p["rows"][1], "ring", 1.75);
+    large(&p["rows"][2], "vhd", 4.0);
+}
+
+/// Runs simulate-scaling with `args` and asserts it fails with one line containing `expected`.
+fn fails_with(args: &[&str], expected: &str) {
+    let o = bin().arg("simulate-scaling").args(args).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(expected), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
 }
 
 #[test]
 fn bad_input_gets_one_line_with_the_fix() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = bin().args(["simulate-scaling", "--summary"]).arg(tmp.path().join("nope.json")).output().unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("cannot read --summary"), "{e}");
+    let nope = tmp.path().join("nope.json");
+    fails_with(&["--summary", nope.to_str().unwrap()], "cannot read --summary");
 
     // A summary of a run without --trace: the replay needs one.
     let s = serde_json::json!({
@@ -155,21 +189,14 @@ fn bad_input_gets_one_line_with_the_fix() {
     });
     let path = tmp.path().join("summary.json");
     std::fs::write(&path, s.to_string()).unwrap();
-    let o = bin()
-        .args(["simulate-scaling", "--alpha", "1", "--beta", "1", "--gamma", "0", "--summary"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("--trace FILE"), "{e}");
-    assert_eq!(e.trim().lines().count(), 1, "{e}");
-
-    let o =
-        bin().args(["simulate-scaling", "--beta=-3", "--summary"]).arg(&path).args(["--trace", "x"]).output().unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("--beta -3 is not a time"), "{e}");
-
-    let o = bin().args(["simulate-scaling", "--summary"]).arg(&path).args(["--algorithms", "fast"]).output().unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("unknown or unmodelled algorithm 'fast'"), "{e}");
+    let summary = path.to_str().unwrap();
+    fails_with(&["--alpha", "1", "--beta", "1", "--gamma", "0", "--summary", summary], "--trace FILE");
+    fails_with(&["--beta=-3", "--summary", summary, "--trace", "x"], "--beta -3 is not a time");
+    let per_node = ["--trace", "x", "--ranks-per-node", "4"];
+    fails_with(&[&["--intra-beta=-3", "--summary", summary][..], &per_node].concat(), "--intra-beta -3 is not a time");
+    fails_with(
+        &[&["--intra-links", "nope.json", "--summary", summary][..], &per_node].concat(),
+        "cannot read --intra-links nope.json",
+    );
+    fails_with(&["--summary", summary, "--algorithms", "fast"], "unknown or unmodelled algorithm 'fast'");
 }

@@ -19,7 +19,7 @@ pub struct SimulateScalingArgs {
     /// was started with, as recorded in its summary).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Node counts (one rank per node), comma-separated.
+    /// Node counts, comma-separated (each runs --ranks-per-node ranks).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1_048_576),
           default_value = "1,2,4,8,16,32,64,128,256,512,1024")]
     pub nodes: Vec<u64>,
@@ -37,11 +37,29 @@ pub struct SimulateScalingArgs {
     /// --links).
     #[arg(long, value_name = "NS_PER_BYTE")]
     pub gamma: Option<f64>,
+    /// Ranks on each node, placed in blocks (as mpiexec fills a host's slots). Above 1, the
+    /// messages between ranks of one node take the --intra link and the ranks of a node share
+    /// its network link, so flat algorithms pay for sending a node's bytes once per rank and
+    /// `hier` (auto's choice there) is modelled as it runs. Also applies to --bench-allreduce.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub ranks_per_node: u64,
+    /// The link between two ranks of one node: `mpiexec -n 2 dcgan-train ping-pong --json FILE`
+    /// run on one node; --intra-alpha and --intra-beta override single values.
+    #[arg(long, value_name = "FILE")]
+    pub intra_links: Option<PathBuf>,
+    /// Latency per message between ranks of one node, in microseconds (default 1, or from
+    /// --intra-links).
+    #[arg(long, value_name = "US")]
+    pub intra_alpha: Option<f64>,
+    /// Nanoseconds per byte between ranks of one node (default 0.1 = 10 GB/s, or from
+    /// --intra-links).
+    #[arg(long, value_name = "NS_PER_BYTE")]
+    pub intra_beta: Option<f64>,
     /// How gradient values travel in the prediction: f32, or bf16 (half the bytes). Default:
     /// as the run travelled (its summary's `--wire`), so an f32 run can be asked about bf16.
     #[arg(long, value_enum)]
     pub wire: Option<crate::cli::comm::Wire>,
-    /// Algorithms to predict, comma-separated: tree, rd, vhd, ring, auto.
+    /// Algorithms to predict, comma-separated: auto, tree, rd, vhd, ring, hier.
     #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
     pub algorithms: Vec<String>,
     /// Steps replayed back to back (the first two are not counted: G's exchange runs into the

@@ -1,7 +1,10 @@
 //! Measured allreduce times (the rows of `bench-allreduce --json`) against the cost model with
 //! the links' alpha, beta and gamma: the check that the model the simulator relies on is right.
+//! Rows from hosts of several ranks are compared with `two_level`'s rounds.
 
 use super::cost::{Link, Terms, terms};
+use super::two_level::{Links, Placement, schedule};
+use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use crate::comm::allreduce::part;
 use anyhow::{Context, Result};
@@ -41,9 +44,24 @@ pub fn model_seconds(algo: Algorithm, bytes: usize, fragments: usize, p: usize, 
     model_terms(algo, bytes, fragments, p).map(|t| t.time(link))
 }
 
-/// Compare every row of a `bench-allreduce --json` file. The measured time is the median of
-/// the calls (robust to the odd call slowed by a neighbour on a shared machine).
-pub fn compare_file(path: &Path, link: &Link) -> Result<Vec<Comparison>> {
+/// (seconds, messages on the busiest rank) of `bytes` cut into `fragments` on `place` (None
+/// for `Mpi`).
+fn model_on(algo: Algorithm, bytes: usize, fragments: usize, place: Placement, links: &Links) -> Option<(f64, f64)> {
+    if place.ranks_per_host == 1 {
+        return model_terms(algo, bytes, fragments, place.hosts).map(|t| (t.time(&links.between), t.messages));
+    }
+    let k = fragments.max(1);
+    (0..k).try_fold((0.0, 0.0), |(secs, msgs), j| {
+        let s = schedule(algo, (part(bytes / 4, k, j).len() * 4) as f64, place)?;
+        let busiest = (0..place.ranks()).map(|r| s.rounds_of(r)).max().unwrap_or(0);
+        Some((secs + s.seconds(place, links, Wire::F32), msgs + busiest as f64))
+    })
+}
+
+/// Compare every row of a `bench-allreduce --json` file, run on nodes of `ranks_per_node`
+/// ranks each (in blocks). The measured time is the median of the calls (robust to the odd
+/// call slowed by a neighbour on a shared machine).
+pub fn compare_file(path: &Path, links: &Links, ranks_per_node: usize) -> Result<Vec<Comparison>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let rows: Vec<Value> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not the JSON of `bench-allreduce --json FILE`", path.display()))?;
@@ -55,8 +73,16 @@ pub fn compare_file(path: &Path, link: &Link) -> Result<Vec<Comparison>> {
             let selected = r["selected"].as_str().ok_or_else(bad)?.to_string();
             let fragments = r["fragments"].as_u64().ok_or_else(bad)? as usize;
             let measured_us = r["median_us"].as_f64().ok_or_else(bad)?;
-            let model = Algorithm::from_name(&selected).and_then(|a| model_terms(a, bytes, fragments, ranks));
-            let model_us = model.map(|t| t.time(link) * 1e6);
+            if !ranks.is_multiple_of(ranks_per_node) {
+                anyhow::bail!(
+                    "{}: a row ran on {ranks} ranks, which do not fill nodes of {ranks_per_node}: pass the \
+                     --ranks-per-node the benchmark ran with",
+                    path.display()
+                );
+            }
+            let place = Placement { hosts: ranks / ranks_per_node, ranks_per_host: ranks_per_node };
+            let model = Algorithm::from_name(&selected).and_then(|a| model_on(a, bytes, fragments, place, links));
+            let model_us = model.map(|(secs, _)| secs * 1e6);
             Ok(Comparison {
                 ranks,
                 bytes,
@@ -66,7 +92,7 @@ pub fn compare_file(path: &Path, link: &Link) -> Result<Vec<Comparison>> {
                 measured_us,
                 model_us,
                 ratio: model_us.filter(|m| *m > 0.0).map(|m| measured_us / m),
-                model_messages: model.map(|t| t.messages),
+                model_messages: model.map(|(_, messages)| messages),
             })
         })
         .collect()
@@ -118,12 +144,37 @@ mod tests {
                                "fragments": 1, "median_us": median_us})
         };
         std::fs::write(&path, serde_json::json!([row("tree", 700.0), row("mpi", 600.0)]).to_string()).unwrap();
-        let rows = compare_file(&path, &l).unwrap();
+        let rows = compare_file(&path, &Links { between: l, within: l }, 1).unwrap();
         // The tree at 2 ranks: reduce then broadcast, 2 messages of 64 KiB.
         let model = 2.0 * (10.0 + 65536.0 * 1e-2);
         assert!((rows[0].model_us.unwrap() - model).abs() < 1e-9, "{:?}", rows[0]);
         assert!((rows[0].ratio.unwrap() - 700.0 / model).abs() < 1e-12, "{:?}", rows[0]);
         assert_eq!(rows[0].model_messages, Some(2.0));
         assert!(rows[1].model_us.is_none() && rows[1].model_messages.is_none(), "{:?}", rows[1]);
+    }
+
+    #[test]
+    fn rows_from_nodes_of_several_ranks_take_the_two_level_rounds() {
+        let net = Link { alpha: 1e-5, beta: 1e-8, gamma: 0.0 };
+        let links = Links { between: net, within: Link { alpha: 1e-6, beta: 1e-10, gamma: 0.0 } };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("allreduce.json");
+        let row = |ranks: usize| {
+            serde_json::json!({"bytes": 1 << 20, "ranks": ranks, "algorithm": "auto", "selected": "hier",
+                               "fragments": 2, "median_us": 1000.0})
+        };
+        std::fs::write(&path, serde_json::json!([row(4)]).to_string()).unwrap();
+        let rows = compare_file(&path, &links, 2).unwrap();
+        // Two fragments of 512 KiB on 2 nodes x 2 ranks, each timed by its rounds (whose
+        // times two_level's tests check by hand).
+        let place = Placement { hosts: 2, ranks_per_host: 2 };
+        let one = schedule(Algorithm::Hier, (1 << 19) as f64, place).unwrap();
+        let want = 2.0 * one.seconds(place, &links, Wire::F32) * 1e6;
+        assert!((rows[0].model_us.unwrap() - want).abs() < 1e-9, "{:?} vs {want}", rows[0]);
+        // Each fragment: 2 rounds inside the node, 2 across.
+        assert_eq!(rows[0].model_messages, Some(8.0));
+        std::fs::write(&path, serde_json::json!([row(3)]).to_string()).unwrap();
+        let err = compare_file(&path, &links, 2).unwrap_err().to_string();
+        assert!(err.contains("3 ranks") && err.contains("--ranks-per-node"), "{err}");
     }
 }

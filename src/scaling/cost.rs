@@ -2,7 +2,7 @@
 //! ranks from alpha (seconds per message), beta (seconds per byte sent) and gamma (seconds per
 //! byte reduced), along the critical path of each hand-written algorithm, including the fold
 //! of the extra ranks when p is not a power of two, and a bucket cut into fragments as the
-//! comm thread cuts it.
+//! comm thread cuts it. Nodes that run several ranks each are `two_level`'s.
 
 use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
@@ -10,6 +10,7 @@ use crate::comm::allreduce::fold::pow2_floor;
 use crate::comm::allreduce::hierarchical;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::engine::fragments;
+use crate::scaling::two_level::{self, Links, Placement};
 
 /// Link and CPU constants of the model.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -97,9 +98,8 @@ pub fn terms(algo: Algorithm, n: f64, p: usize) -> Option<Terms> {
             bytes_sent: 2.0 * (pf - 1.0) / pf * n,
             bytes_reduced: (pf - 1.0) / pf * n,
         },
-        // The model's nodes hold one rank each, and there `hier` is its between-hosts
-        // algorithm on the whole vector (the two-level cost needs a second link, the host's
-        // shared memory, which the model does not have).
+        // With one rank per node `hier` is its between-hosts algorithm on the whole vector;
+        // nodes of several ranks need a second link (shared memory): `two_level`.
         Algorithm::Hier => return terms(hierarchical::across_hosts(n as usize, p), n, p),
         Algorithm::Mpi => return None,
     };
@@ -111,6 +111,17 @@ pub fn allreduce_time(algo: Algorithm, bytes: usize, p: usize, link: &Link) -> O
     terms(algo, bytes as f64, p).map(|t| t.time(link))
 }
 
+/// Seconds of one allreduce of `bytes` (as f32) on the ranks of `place`, its values
+/// travelling as `wire` (None for `Mpi`): the closed forms where every node runs one rank,
+/// the rounds of `two_level` where nodes run several.
+pub fn allreduce_seconds_on(algo: Algorithm, bytes: f64, place: Placement, links: &Links, wire: Wire) -> Option<f64> {
+    if place.ranks_per_host == 1 {
+        terms(algo, bytes, place.hosts).map(|t| t.on_wire(wire).time(&links.between))
+    } else {
+        two_level::allreduce_seconds(algo, bytes, place, links, wire)
+    }
+}
+
 /// How the comm thread averages a bucket: cut into fragments, each its own allreduce with the
 /// algorithm the table picks for the (first) fragment's size.
 #[derive(Clone, Debug)]
@@ -120,14 +131,15 @@ pub enum Choice {
     Auto(SelectionTable),
 }
 
-/// (algorithm, seconds) of averaging a bucket of `bytes` (as f32) on `p` ranks, its values
-/// travelling as `wire`. Fragments and the algorithm follow the f32 size, as on the comm thread.
+/// (algorithm, seconds) of averaging a bucket of `bytes` (as f32) on the ranks of `place`, its
+/// values travelling as `wire`. Fragments and the algorithm follow the f32 size, as on the
+/// comm thread.
 pub fn bucket_time(
     choice: &Choice,
     bytes: usize,
     fragment_bytes: usize,
-    p: usize,
-    link: &Link,
+    place: Placement,
+    links: &Links,
     wire: Wire,
 ) -> (Algorithm, f64) {
     let frags = fragments(bytes / 4, fragment_bytes);
@@ -137,8 +149,10 @@ pub fn bucket_time(
     };
     // Mpi is not modelled: treat it as the power-of-two optimum, vhd (documented as such).
     let modelled = if algo == Algorithm::Mpi { Algorithm::Vhd } else { algo };
-    let secs =
-        frags.iter().map(|f| terms(modelled, (f.len() * 4) as f64, p).expect("not mpi").on_wire(wire).time(link)).sum();
+    let secs = frags
+        .iter()
+        .map(|f| allreduce_seconds_on(modelled, (f.len() * 4) as f64, place, links, wire).expect("not mpi"))
+        .sum();
     (algo, secs)
 }
 
@@ -147,6 +161,11 @@ mod tests {
     use super::*;
 
     const L: Link = Link { alpha: 10e-6, beta: 8e-9, gamma: 0.25e-9 };
+    const ONE_LINK: Links = Links { between: L, within: L };
+
+    fn nodes(p: usize) -> Placement {
+        Placement { hosts: p, ranks_per_host: 1 }
+    }
 
     #[test]
     fn power_of_two_rows_of_the_design_table() {
@@ -164,7 +183,7 @@ mod tests {
     fn one_rank_costs_nothing_and_fragments_add_up() {
         assert_eq!(allreduce_time(Algorithm::Ring, 1 << 20, 1, &L), Some(0.0));
         // 4 MiB in 1 MiB fragments = 4 allreduces of 1 MiB.
-        let (a, t4) = bucket_time(&Choice::Fixed(Algorithm::Vhd), 4 << 20, 1 << 20, 4, &L, Wire::F32);
+        let (a, t4) = bucket_time(&Choice::Fixed(Algorithm::Vhd), 4 << 20, 1 << 20, nodes(4), &ONE_LINK, Wire::F32);
         let t1 = allreduce_time(Algorithm::Vhd, 1 << 20, 4, &L).unwrap();
         assert_eq!(a, Algorithm::Vhd);
         assert!((t4 - 4.0 * t1).abs() < 1e-12);
@@ -175,8 +194,8 @@ mod tests {
         // vhd on 4 ranks, 1 MiB: 4 messages, 1.5 MiB sent, 0.75 MiB reduced; bf16 sends 0.75 MiB.
         let n = (1 << 20) as f64;
         let choice = Choice::Fixed(Algorithm::Vhd);
-        let (_, f32_s) = bucket_time(&choice, 1 << 20, 1 << 20, 4, &L, Wire::F32);
-        let (_, bf16_s) = bucket_time(&choice, 1 << 20, 1 << 20, 4, &L, Wire::Bf16);
+        let (_, f32_s) = bucket_time(&choice, 1 << 20, 1 << 20, nodes(4), &ONE_LINK, Wire::F32);
+        let (_, bf16_s) = bucket_time(&choice, 1 << 20, 1 << 20, nodes(4), &ONE_LINK, Wire::Bf16);
         let by_hand = |sent: f64| 4.0 * L.alpha + sent * L.beta + 0.75 * n * L.gamma;
         assert!((f32_s - by_hand(1.5 * n)).abs() < 1e-12, "{f32_s}");
         assert!((bf16_s - by_hand(0.75 * n)).abs() < 1e-12, "{bf16_s}");

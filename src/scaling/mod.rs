@@ -8,3 +8,4 @@ pub mod pingpong;
 pub mod program;
 pub mod replay;
 pub mod simulate;
+pub mod two_level;

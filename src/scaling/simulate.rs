@@ -2,10 +2,11 @@
 //! model and print, per algorithm and node count, the predicted step time, the MPI paper's
 //! eq. (1) weak-scaling speedup, the communication per step and how much of it is hidden.
 
-use super::cost::{Choice, Link, allreduce_time, bucket_time};
+use super::cost::{Choice, Link, allreduce_seconds_on, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::{self, BucketSpec, StepProgram};
 use super::replay::{Outcome, WARM_STEPS, replay};
+use super::two_level::{Links, Placement};
 use crate::cli::comm::Wire;
 use crate::cli::scaling::SimulateScalingArgs;
 use crate::cli::size::format_bytes;
@@ -93,6 +94,8 @@ pub struct BucketRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub nodes: u64,
+    /// nodes x --ranks-per-node: eq. (1)'s N.
+    pub ranks: u64,
     pub algorithm: String,
     pub step_ms: f64,
     pub speedup_eq1: f64,
@@ -116,6 +119,10 @@ pub struct Prediction {
     pub alpha_us: f64,
     pub beta_ns_per_byte: f64,
     pub gamma_ns_per_byte: f64,
+    /// Ranks on each node, in blocks; above 1 the messages inside a node take the intra link.
+    pub ranks_per_node: u64,
+    pub intra_alpha_us: f64,
+    pub intra_beta_ns_per_byte: f64,
     /// How gradient values travel in the prediction.
     pub wire: Wire,
     /// Whether every rank replayed the same step at the same time (`--identical-ranks`).
@@ -152,12 +159,13 @@ pub fn step_order(recorded: usize, ranks: usize, steps: usize, identical: bool) 
         .collect()
 }
 
-fn choice_of(name: &str, threshold: usize, p: usize) -> Result<Choice> {
+fn choice_of(name: &str, threshold: usize, place: Placement) -> Result<Choice> {
     Ok(match name {
-        "auto" => Choice::Auto(Policy::Threshold(threshold).table(p)?),
+        // As the comm thread picks from the hosts it finds: hier where nodes run several ranks.
+        "auto" => Choice::Auto(Policy::Threshold(threshold).table_on(place.ranks(), &place.host_numbers())?),
         other => match Algorithm::from_name(other) {
             Some(Algorithm::Mpi) | None => {
-                bail!("--algorithms: unknown or unmodelled algorithm '{other}': use auto, tree, rd, vhd or ring")
+                bail!("--algorithms: unknown or unmodelled algorithm '{other}': use auto, tree, rd, vhd, ring or hier")
             }
             Some(a) => Choice::Fixed(a),
         },
@@ -175,13 +183,15 @@ pub struct Replay<'a> {
     pub identical: bool,
 }
 
-/// The prediction for one algorithm at `p` nodes.
-pub fn predict(run: &RunInfo, rp: &Replay, link: &Link, algo: &str, p: u64) -> Result<Row> {
-    let choice = choice_of(algo, run.threshold, p as usize)?;
+/// The prediction for one algorithm at `nodes` nodes of `ranks_per_node` ranks each.
+pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64, ranks_per_node: u64) -> Result<Row> {
+    let place = Placement { hosts: nodes as usize, ranks_per_host: ranks_per_node as usize };
+    let p = place.ranks() as u64;
+    let choice = choice_of(algo, run.threshold, place)?;
     let mut buckets = Vec::new();
     let mut secs = Vec::new();
     for b in &run.buckets {
-        let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, p as usize, link, run.wire);
+        let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, place, links, run.wire);
         buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
         secs.push(s);
     }
@@ -189,12 +199,13 @@ pub fn predict(run: &RunInfo, rp: &Replay, link: &Link, algo: &str, p: u64) -> R
         Choice::Fixed(a) => *a,
         Choice::Auto(t) => t.pick(METRICS_BYTES),
     };
-    let metrics_s = allreduce_time(metrics_algo, METRICS_BYTES, p as usize, link).unwrap_or(0.0);
+    let metrics_s = allreduce_seconds_on(metrics_algo, METRICS_BYTES as f64, place, links, Wire::F32).unwrap_or(0.0);
     let order = step_order(rp.programs.len(), p as usize, rp.steps, rp.identical);
     let o: Outcome = replay(rp.programs, &|r, k| order[r][k], p as usize, &secs, metrics_s, rp.steps, p > 1);
     let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
-        nodes: p,
+        nodes,
+        ranks: p,
         algorithm: algo.to_string(),
         step_ms: o.step_s * 1e3,
         speedup_eq1: speedup,
@@ -207,36 +218,55 @@ pub fn predict(run: &RunInfo, rp: &Replay, link: &Link, algo: &str, p: u64) -> R
     })
 }
 
-/// alpha, beta, gamma: flags over --links over the defaults (15 us, 1 Gbit/s, measured here).
-pub fn link_of(args: &SimulateScalingArgs) -> Result<Link> {
-    let report: Option<LinkReport> = match &args.links {
-        Some(p) => {
-            let t = std::fs::read_to_string(p).with_context(|| format!("cannot read --links {}", p.display()))?;
-            Some(serde_json::from_str(&t).with_context(|| {
-                format!("--links {} is not the JSON of `dcgan-train ping-pong --json FILE`", p.display())
-            })?)
+fn link_report(path: &Option<PathBuf>, flag: &str) -> Result<Option<LinkReport>> {
+    let Some(p) = path else { return Ok(None) };
+    let t = std::fs::read_to_string(p).with_context(|| format!("cannot read {flag} {}", p.display()))?;
+    Ok(Some(
+        serde_json::from_str(&t).with_context(|| {
+            format!("{flag} {} is not the JSON of `dcgan-train ping-pong --json FILE`", p.display())
+        })?,
+    ))
+}
+
+fn check_times(values: &[(&str, f64)]) -> Result<()> {
+    for (name, v) in values {
+        if !(v.is_finite() && *v >= 0.0) {
+            bail!("{name} {v} is not a time: give a non-negative number");
         }
-        None => None,
-    };
+    }
+    Ok(())
+}
+
+/// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
+/// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
+/// through shared memory), with the same gamma.
+pub fn links_of(args: &SimulateScalingArgs) -> Result<Links> {
+    let report = link_report(&args.links, "--links")?;
     let alpha = args.alpha.or(report.as_ref().map(|r| r.alpha_us)).unwrap_or(15.0);
     let beta = args.beta.or(report.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(8.0);
     let gamma = match args.gamma.or(report.as_ref().map(|r| r.gamma_ns_per_byte)) {
         Some(g) => g,
         None => measure_gamma() * 1e9,
     };
-    for (name, v) in [("--alpha", alpha), ("--beta", beta), ("--gamma", gamma)] {
-        if !(v.is_finite() && v >= 0.0) {
-            bail!("{name} {v} is not a time: give a non-negative number");
-        }
-    }
-    Ok(Link { alpha: alpha * 1e-6, beta: beta * 1e-9, gamma: gamma * 1e-9 })
+    let intra = link_report(&args.intra_links, "--intra-links")?;
+    let intra_alpha = args.intra_alpha.or(intra.as_ref().map(|r| r.alpha_us)).unwrap_or(1.0);
+    let intra_beta = args.intra_beta.or(intra.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(0.1);
+    check_times(&[
+        ("--alpha", alpha),
+        ("--beta", beta),
+        ("--gamma", gamma),
+        ("--intra-alpha", intra_alpha),
+        ("--intra-beta", intra_beta),
+    ])?;
+    let link = |alpha: f64, beta: f64| Link { alpha: alpha * 1e-6, beta: beta * 1e-9, gamma: gamma * 1e-9 };
+    Ok(Links { between: link(alpha, beta), within: link(intra_alpha, intra_beta) })
 }
 
 pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
     let mut run = RunInfo::from_summary(summary)?;
     run.wire = args.wire.unwrap_or(run.wire);
     for a in &args.algorithms {
-        choice_of(a, run.threshold, 2)?;
+        choice_of(a, run.threshold, Placement { hosts: 2, ranks_per_host: 1 })?;
     }
     let trace = match (&args.trace, &run.trace) {
         (Some(t), _) => t.clone(),
@@ -246,7 +276,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
             summary.display()
         ),
     };
-    let link = link_of(args)?;
+    let links = links_of(args)?;
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     if !args.identical_ranks {
         program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
@@ -259,7 +289,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     let mut rows = Vec::new();
     for algo in &args.algorithms {
         for &p in &args.nodes {
-            rows.push(predict(&run, &rp, &link, algo, p)?);
+            rows.push(predict(&run, &rp, &links, algo, p, args.ranks_per_node)?);
         }
     }
     Ok(Prediction {
@@ -269,9 +299,12 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         compute_ms_per_step: t1 * 1e3,
         measured_ms_per_step: run.ms_per_step,
         measured_ranks: run.ranks,
-        alpha_us: link.alpha * 1e6,
-        beta_ns_per_byte: link.beta * 1e9,
-        gamma_ns_per_byte: link.gamma * 1e9,
+        alpha_us: links.between.alpha * 1e6,
+        beta_ns_per_byte: links.between.beta * 1e9,
+        gamma_ns_per_byte: links.between.gamma * 1e9,
+        ranks_per_node: args.ranks_per_node,
+        intra_alpha_us: links.within.alpha * 1e6,
+        intra_beta_ns_per_byte: links.within.beta * 1e9,
         wire: run.wire,
         identical_ranks: args.identical_ranks,
         rows,
@@ -315,12 +348,22 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
         "Each rank replays the recorded steps in an order of its own, so a rank whose step ran long is waited for \
          (column \"of it, slowest rank\"); --identical-ranks leaves that out.\n\n"
     });
-    s.push_str("| nodes | algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | of it, slowest rank | hidden | algorithm per bucket |\n");
-    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for r in &pred.rows {
+    let several = pred.ranks_per_node > 1;
+    if several {
         s.push_str(&format!(
-            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.1} | {:.3} | {} |\n",
-            r.nodes,
+            "Nodes of {} ranks each, in blocks: messages between ranks of one node take alpha {:.2} us and beta {:.3} ns/B \
+             (shared memory); the ranks of a node share its network link. Speedup and efficiency count ranks.\n\n",
+            pred.ranks_per_node, pred.intra_alpha_us, pred.intra_beta_ns_per_byte
+        ));
+    }
+    s.push_str(if several { "| nodes | ranks " } else { "| nodes " });
+    s.push_str("| algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | of it, slowest rank | hidden | algorithm per bucket |\n");
+    s.push_str(if several { "|---:|---:" } else { "|---:" });
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in &pred.rows {
+        let who = if several { format!("{} | {}", r.nodes, r.ranks) } else { r.nodes.to_string() };
+        s.push_str(&format!(
+            "| {who} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.1} | {:.3} | {} |\n",
             r.algorithm,
             r.step_ms,
             r.speedup_eq1,
@@ -329,7 +372,7 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
             r.exposed_comm_ms_per_step,
             r.slowest_rank_ms_per_step,
             r.hidden_comm_fraction,
-            if r.nodes > 1 { bucket_summary(r, fragment_bytes) } else { "-".into() }
+            if r.ranks > 1 { bucket_summary(r, fragment_bytes) } else { "-".into() }
         ));
     }
     s
@@ -338,16 +381,27 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
 pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
     let mut out = serde_json::Map::new();
     if !args.bench_allreduce.is_empty() {
-        let link = link_of(&args)?;
+        let links = links_of(&args)?;
         let mut rows = Vec::new();
         for f in &args.bench_allreduce {
-            rows.extend(super::compare::compare_file(f, &link)?);
+            rows.extend(super::compare::compare_file(f, &links, args.ranks_per_node as usize)?);
         }
+        let (l, w) = (links.between, links.within);
+        let intra = if args.ranks_per_node > 1 {
+            format!(
+                "; {} ranks per node, {:.2} us and {:.3} ns/B inside one",
+                args.ranks_per_node,
+                w.alpha * 1e6,
+                w.beta * 1e9
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B):\n",
-            link.alpha * 1e6,
-            link.beta * 1e9,
-            link.gamma * 1e9
+            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B{intra}):\n",
+            l.alpha * 1e6,
+            l.beta * 1e9,
+            l.gamma * 1e9
         );
         print!("{}", super::compare::markdown(&rows));
         out.insert("allreduce".into(), serde_json::to_value(&rows)?);
