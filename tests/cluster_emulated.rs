@@ -273,6 +273,20 @@ fn two_hosts_of_two_ranks_average_in_two_levels() {
     assert!(o.status.success(), "2 emulated hosts x 2 ranks, --wire bf16:\n{}", String::from_utf8_lossy(&o.stderr));
     assert!(algorithms(&summary(&bf16)).contains(&"hier".to_string()));
 
+    // bench-allreduce times hier by default across hosts of two ranks, and not on one host
+    // (where it would be ring under another name).
+    let bench = |ranks: usize| {
+        let o = cluster.run(ranks, &["bench-allreduce", "--sizes", "64KiB", "--iters", "3"]);
+        assert!(o.status.success(), "bench-allreduce on {ranks} ranks:\n{}", String::from_utf8_lossy(&o.stderr));
+        let rows = String::from_utf8_lossy(&o.stdout).into_owned();
+        let timed = |algo: &str| rows.lines().any(|l| l.split_whitespace().nth(1) == Some(algo));
+        (timed("hier"), timed("ring"), rows)
+    };
+    let (hier, ring, rows) = bench(4);
+    assert!(hier && ring, "4 ranks on 2 hosts of 2:\n{rows}");
+    let (hier, ring, rows) = bench(2);
+    assert!(!hier && ring, "2 ranks on one host:\n{rows}");
+
     // More ranks than the hosts' slots: one line naming the limit.
     let o = cluster.run(5, &["info"]);
     let e = String::from_utf8_lossy(&o.stderr);

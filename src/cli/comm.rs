@@ -140,6 +140,15 @@ pub fn default_sizes() -> Vec<usize> {
     (0..=12).map(|k| 4usize << (2 * k)).collect()
 }
 
+/// What `bench-allreduce` times when `--algos` is not given; `two_levels`: the job's hosts
+/// each run the same number (two or more) of ranks, so that hier is an algorithm of its own.
+pub fn default_bench_algos(two_levels: bool) -> Vec<BenchAlgo> {
+    use BenchAlgo::*;
+    let flat = [Tree, Rd, Vhd, Ring];
+    let hier: &[BenchAlgo] = if two_levels { &[Hier] } else { &[] };
+    [&flat[..], hier, &[Mpi, Auto]].concat()
+}
+
 /// `dcgan-train bench-allreduce`
 #[derive(Args, Clone, Debug)]
 pub struct BenchAllreduceArgs {
@@ -149,8 +158,10 @@ pub struct BenchAllreduceArgs {
     /// Default: 4B to 64MiB in x4 steps.
     #[arg(long, value_delimiter = ',', value_parser = parse_message_size)]
     pub sizes: Vec<usize>,
-    /// Algorithms to time, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "tree,rd,vhd,ring,mpi,auto")]
+    /// Algorithms to time, comma-separated. Default: tree,rd,vhd,ring,mpi,auto, and hier
+    /// where the job runs on two or more hosts of the same number (two or more) of ranks
+    /// (elsewhere hier is ring or the across-hosts algorithm under another name).
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub algos: Vec<BenchAlgo>,
     /// Timed calls per size and algorithm (default: about a quarter second per row, from
     /// 10,000 for small messages down to 10 for 64 MiB).
@@ -276,8 +287,10 @@ mod tests {
         assert_eq!(b.sizes, vec![4, 1024, 4 << 20]);
         assert_eq!(b.algos, vec![BenchAlgo::Rd, BenchAlgo::Auto]);
         let b = B::parse_from(["x"]).bench;
-        assert!(b.sizes.is_empty());
-        assert_eq!(b.algos.len(), 6);
+        assert!(b.sizes.is_empty() && b.algos.is_empty());
+        assert_eq!(default_bench_algos(false).len(), 6);
+        assert!(!default_bench_algos(false).contains(&BenchAlgo::Hier));
+        assert_eq!(default_bench_algos(true)[4], BenchAlgo::Hier);
         let e = B::try_parse_from(["x", "--sizes", "4B,6B"]).err().unwrap().to_string();
         assert!(e.contains("--sizes") && e.contains("multiples of 4"), "{e}");
         let e = B::try_parse_from(["x", "--algos", "rd,best"]).err().unwrap().to_string();

@@ -5,9 +5,9 @@
 //! For the stall detector's integration test, `DCGAN_TEST_DELAY_RANK=r` makes rank r's comm
 //! thread sleep for 20 stall timeouts (at most 60 s) before its first collective.
 
-use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_sizes};
+use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_bench_algos, default_sizes};
 use crate::cli::size::format_bytes;
-use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::allreduce::select::{SelectionTable, large_message_algorithm_on};
 use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
 use crate::comm::engine::{first_fragment_bytes, fragments};
 use crate::comm::transport::{CommError, TAG_BENCH, Transport};
@@ -276,6 +276,13 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
             let nap = cfg.stall_timeout.saturating_mul(20);
             std::thread::sleep(nap.min(std::time::Duration::from_secs(60)));
         }
+        // hier only where it is two levels: elsewhere it is ring or the across-hosts
+        // algorithm under another name.
+        let algos = if args.algos.is_empty() {
+            default_bench_algos(large_message_algorithm_on(p, t.hosts()) == Algorithm::Hier)
+        } else {
+            args.algos.clone()
+        };
         let mut rows = Vec::new();
         for &bytes in &sizes {
             let n = bytes / 4;
@@ -283,8 +290,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
             let expected = bench_expected(p, n);
             let iters = args.iters.unwrap_or_else(|| default_iters(bytes));
             let warmup = args.warmup.unwrap_or((iters / 10).max(2));
-            let cases: Vec<Case> =
-                args.algos.iter().map(|&a| Case::new(a, &table, bytes, cfg.fragment_bytes)).collect();
+            let cases: Vec<Case> = algos.iter().map(|&a| Case::new(a, &table, bytes, cfg.fragment_bytes)).collect();
             t.activity().enter(&format!("bench-allreduce at {bytes} bytes"));
             let timings = time_cases(t, &cases, &input, &expected, iters, warmup, check)
                 .unwrap_or_else(|e| fatal(t, e, cfg.stall_timeout));
