@@ -41,6 +41,8 @@ MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
 log() { echo "bench-scaling: $*" >&2; }
+# shellcheck source=bench-common.sh
+source "$HERE/bench-common.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -84,13 +86,7 @@ done
 command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
 python3 -c 'import matplotlib' 2>/dev/null \
     || die "python3 has no matplotlib (for the plot): pip install matplotlib, or apt-get install python3-matplotlib"
-BIN="${DCGAN_TRAIN:-}"
-if [ -z "$BIN" ]; then
-    log "building (cargo build --release)"
-    (cd "$REPO" && cargo build --release -q) || die "cargo build --release failed"
-    BIN="$REPO/target/release/dcgan-train"
-fi
-[ -x "$BIN" ] || die "$BIN is not an executable dcgan-train (set DCGAN_TRAIN)"
+resolve_binary
 export DCGAN_TRAIN="$BIN"
 OUT="${OUT:-$REPO/runs/scaling-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT/runs"
@@ -108,11 +104,7 @@ trap 'exit 130' INT TERM
 cleanup
 
 {
-    echo "binary: $BIN"
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "machine: $(nproc) cores, $(uname -sr)"
-    "$HERE/cpu-info.sh"
-    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    environment_header
     echo "settings: --rate $RATE${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 

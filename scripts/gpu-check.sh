@@ -13,11 +13,12 @@
 #    (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
 # 2. On the GPU machine, from the repository root, carrying target/gpu-bin (and .ompi):
 #
-#      bash scripts/gpu-check.sh [STAGE...]        (default: every stage but ncu and scaling;
-#                                                   "all": every stage but scaling)
+#      bash scripts/gpu-check.sh [STAGE...]        (default: every stage but ncu, scaling and
+#                                                   two-level; "all": every stage but the last two)
 #
-#    Stages: env nvrtc tests sanitize bench torch binary mpi ncu scaling. Everything measured goes
-#    under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark lines, summary.txt.
+#    Stages: env nvrtc tests sanitize bench torch binary mpi ncu scaling two-level. Everything
+#    measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
+#    lines, summary.txt.
 #    The device tool returns at most 8 files: run it as
 #      OUT=/tmp/gc bash scripts/gpu-check.sh; tar czf "$DEVICE_OUT/gc.tgz" -C /tmp gc
 #    Each stage has a time limit; if one call is too short for all of them, run
@@ -41,6 +42,8 @@
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 #    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (issue 7's
 #              targets; about 8 minutes, so a call of its own; not default; needs .ompi)
+#    two-level scripts/bench-two-level.sh: 2 emulated hosts of 4 ranks, every algorithm
+#              against the two-level cost model (about 2 minutes; not default; needs .ompi)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -312,6 +315,21 @@ stage_mpi() {
   )
 }
 
+# The carried Open MPI for an emulated cluster (scaling, two-level), in the calling subshell.
+cluster_mpi_env() {
+  # shellcheck source=gpu-mpi-env.sh
+  source "$ROOT/scripts/gpu-mpi-env.sh" || return 1
+  # Those defaults keep a job on one host over shared memory; the emulated cluster starts
+  # its daemons through its own agent and sends over TCP between namespaces.
+  unset OMPI_MCA_plm OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
+}
+
+have_ompi() {
+  [[ -x "$ROOT/.ompi/root/usr/bin/orterun" ]] && return 0
+  note "$(printf '%-34s SKIP   no .ompi (scripts/fetch-ompi-runtime.sh here, then carry .ompi)' "$1")"
+  return 1
+}
+
 # Issue 7's weak-scaling benchmark where ranks have cores of their own (the 2-core CI machine
 # puts 4 ranks on 2 cores): scripts/bench-scaling.sh on emulated hosts of this machine, CPU
 # ranks (--device cpu, --threads 1), through the carried Open MPI. Not yet run there: the
@@ -321,16 +339,9 @@ stage_mpi() {
 # SCALING_ARGS='--repeats 3 --burst 16KiB --train-args "--device cpu --wire bf16"').
 stage_scaling() {
   have_bin dcgan-train-mpi scaling || return
-  if [[ ! -x "$ROOT/.ompi/root/usr/bin/orterun" ]]; then
-    note "$(printf '%-34s SKIP   no .ompi (scripts/fetch-ompi-runtime.sh here, then carry .ompi)' scaling)"
-    return
-  fi
+  have_ompi scaling || return
   (
-    # shellcheck source=gpu-mpi-env.sh
-    source "$ROOT/scripts/gpu-mpi-env.sh" || exit 1
-    # Those defaults keep a job on one host over shared memory; the emulated cluster starts
-    # its daemons through its own agent and sends over TCP between namespaces.
-    unset OMPI_MCA_plm OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
+    cluster_mpi_env || exit 1
     local args=()
     eval "args=(${SCALING_ARGS:---repeats 3 --train-args \"--device cpu --wire bf16\"})"
     local dir=/tmp/gpu-check-scaling
@@ -345,6 +356,26 @@ stage_scaling() {
     # The tables the targets are judged on and the step budget (with cores of their own, the
     # core taken should be near zero), into the output's tail (what the tool shows).
     [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Where the N-host|Targets)/ } show' "$dir/results.md"
+  )
+}
+
+# The two-level cost model where every rank and its comm thread have a core (on 2 cores,
+# 2 x 2 ranks take turns and the rounds run long): scripts/bench-two-level.sh, 2 hosts of 4
+# ranks by default (TWO_LEVEL_ARGS replaces the options). Not yet run there.
+stage_two_level() {
+  have_bin dcgan-train-mpi two-level || return
+  have_ompi two-level || return
+  (
+    cluster_mpi_env || exit 1
+    local args=()
+    eval "args=(${TWO_LEVEL_ARGS:---hosts 2 --slots 4 --repeats 2})"
+    local dir=/tmp/gpu-check-two-level
+    rm -rf "$dir"
+    DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step two-level "${TWO_LEVEL_LIMIT:-300}" \
+      bash "$ROOT/scripts/bench-two-level.sh" "${args[@]}" --out "$dir"
+    mkdir -p "$OUT/two-level"
+    cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/two-level/" 2>/dev/null || true
+    [[ -f "$dir/model-two-level.md" ]] && cat "$dir/environment.txt" "$dir/model-two-level.md"
   )
 }
 
@@ -399,7 +430,8 @@ STAGES=("$@")
 for s in "${STAGES[@]}"; do
   case $s in
     env | nvrtc | tests | sanitize | bench | torch | binary | mpi | ncu | scaling) "stage_$s" ;;
-    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi ncu scaling all)" >&2; exit 2 ;;
+    two-level) stage_two_level ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi ncu scaling two-level all)" >&2; exit 2 ;;
   esac
 done
 compare

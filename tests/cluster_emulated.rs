@@ -366,3 +366,34 @@ fn the_launcher_names_the_problem_and_the_fix() {
     let (ok, e) = run(&["up", "2", "--name", "bad-name"]);
     assert!(!ok && e.contains("--name 'bad-name'"), "{e}");
 }
+
+/// scripts/bench-two-level.sh end to end on 2 hosts x 2 ranks: both links measured, every
+/// algorithm timed, and the two models written where they belong. Only what the models must
+/// say is asserted (4 ranks on 2 cores make the measured times too noisy to judge here).
+#[test]
+fn bench_two_level_compares_both_models() {
+    if skipped() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(script().with_file_name("bench-two-level.sh"));
+    cmd.args(["--repeats", "1", "--out"]).arg(tmp.path()).env("DCGAN_TRAIN", env!("CARGO_BIN_EXE_dcgan-train"));
+    let o = run_limited(cmd, 300);
+    assert!(o.status.success(), "bench-two-level.sh failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    let model_us = |file: &str, algorithm: &str| -> f64 {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join(file)).unwrap()).unwrap();
+        let rows = v["allreduce"].as_array().unwrap();
+        assert_eq!(rows.len(), 20, "5 algorithms x 4 sizes in {file}");
+        let row = rows.iter().find(|r| r["algorithm"] == algorithm && r["bytes"] == 4 << 20).unwrap();
+        assert!(row["measured_us"].as_f64().unwrap() > 0.0);
+        row["model_us"].as_f64().unwrap()
+    };
+    // Two ranks of a host share its link: the two-level model charges vhd for both ranks'
+    // halves leaving at once, and hier for one share per host, so they swap places.
+    let (hier2, vhd2) = (model_us("model-two-level.json", "hier"), model_us("model-two-level.json", "vhd"));
+    let (hier1, vhd1) = (model_us("model-one-level.json", "hier"), model_us("model-one-level.json", "vhd"));
+    assert!(hier2 < 0.8 * vhd2, "two-level: hier {hier2} us, vhd {vhd2} us");
+    assert!((hier1 - vhd1).abs() < 0.01 * vhd1, "one-level: hier {hier1} us, vhd {vhd1} us");
+    let md = std::fs::read_to_string(tmp.path().join("model-two-level.md")).unwrap();
+    assert!(md.contains("2 ranks per node"), "{md}");
+}
