@@ -377,7 +377,10 @@ fn bench_two_level_compares_both_models() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(script().with_file_name("bench-two-level.sh"));
-    cmd.args(["--repeats", "1", "--out"]).arg(tmp.path()).env("DCGAN_TRAIN", env!("CARGO_BIN_EXE_dcgan-train"));
+    // A name of this test process's own, as Cluster::up gives its clusters.
+    let name = format!("t{}w", std::process::id());
+    cmd.args(["--repeats", "1", "--name", &name, "--out"]).arg(tmp.path());
+    cmd.env("DCGAN_TRAIN", env!("CARGO_BIN_EXE_dcgan-train"));
     let o = run_limited(cmd, 300);
     assert!(o.status.success(), "bench-two-level.sh failed:\n{}", String::from_utf8_lossy(&o.stderr));
     let model_us = |file: &str, algorithm: &str| -> f64 {
@@ -394,6 +397,10 @@ fn bench_two_level_compares_both_models() {
     let (hier1, vhd1) = (model_us("model-one-level.json", "hier"), model_us("model-one-level.json", "vhd"));
     assert!(hier2 < 0.8 * vhd2, "two-level: hier {hier2} us, vhd {vhd2} us");
     assert!((hier1 - vhd1).abs() < 0.01 * vhd1, "one-level: hier {hier1} us, vhd {vhd1} us");
+    // bench-allreduce records where its ranks ran, which simulate-scaling checks.
+    let bench: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("bench-1.json")).unwrap()).unwrap();
+    assert!(bench.as_array().unwrap().iter().all(|r| r["placement"] == "2x2"), "{bench}");
     let md = std::fs::read_to_string(tmp.path().join("model-two-level.md")).unwrap();
     assert!(md.contains("2 ranks per node"), "{md}");
 }

@@ -199,4 +199,9 @@ fn bad_input_gets_one_line_with_the_fix() {
         "cannot read --intra-links nope.json",
     );
     fails_with(&["--summary", summary, "--algorithms", "fast"], "unknown or unmodelled algorithm 'fast'");
+    fails_with(&["--summary", summary, "--trace", "x", "--intra-alpha", "1"], "add --ranks-per-node L");
+    fails_with(
+        &["--summary", summary, "--trace", "x", "--nodes", "2,2048", "--ranks-per-node", "1024"],
+        "--nodes 2048 x --ranks-per-node 1024 is 2097152 ranks",
+    );
 }

@@ -7,6 +7,7 @@
 
 use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_bench_algos, default_sizes};
 use crate::cli::size::format_bytes;
+use crate::comm::allreduce::hierarchical::HostLayout;
 use crate::comm::allreduce::select::{SelectionTable, large_message_algorithm_on};
 use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
 use crate::comm::engine::{first_fragment_bytes, fragments};
@@ -41,6 +42,11 @@ pub struct Row {
     pub busbw: f64,
     /// Every checked result equal, bit for bit, to the expected mean on every rank.
     pub correct: bool,
+    /// Where the ranks ran: "HxL" (H hosts of L consecutive ranks) or "mixed"; what
+    /// `simulate-scaling --bench-allreduce` checks its --ranks-per-node against. None where
+    /// not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// Integer-valued input of rank r, element i (|x| <= 15): sums over thousands of ranks are
@@ -211,7 +217,7 @@ fn header(world: &WorldInfo, cfg: &CommConfig, table: &SelectionTable, iters: &s
     )
 }
 
-pub fn make_row(case: &Case, tm: &Timings, bytes: usize, p: usize, iters: u64) -> Row {
+pub fn make_row(case: &Case, tm: &Timings, bytes: usize, p: usize, iters: u64, placement: &str) -> Row {
     let x = &tm.seconds;
     let avg = x.iter().sum::<f64>() / x.len() as f64;
     let min = x.iter().copied().fold(f64::INFINITY, f64::min);
@@ -231,6 +237,7 @@ pub fn make_row(case: &Case, tm: &Timings, bytes: usize, p: usize, iters: u64) -
         algbw,
         busbw: algbw * 2.0 * (p as f64 - 1.0) / p as f64,
         correct: tm.correct,
+        placement: Some(placement.to_string()),
     }
 }
 
@@ -283,6 +290,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
         } else {
             args.algos.clone()
         };
+        let placement = HostLayout::new(t.hosts(), p).placement();
         let mut rows = Vec::new();
         for &bytes in &sizes {
             let n = bytes / 4;
@@ -296,7 +304,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|e| fatal(t, e, cfg.stall_timeout));
             t.activity().leave();
             for (case, tm) in cases.iter().zip(timings) {
-                let row = make_row(case, &tm, bytes, p, iters);
+                let row = make_row(case, &tm, bytes, p, iters, &placement);
                 if world.rank == 0 {
                     println!("{}", format_row(&row));
                     let _ = std::io::stdout().flush();

@@ -101,6 +101,7 @@ pub fn run(args: &BenchAllreduceArgs) -> anyhow::Result<(Vec<Row>, usize)> {
             algbw,
             busbw: algbw * 2.0 * (p as f64 - 1.0) / p as f64,
             correct,
+            placement: None,
         };
         if rank == 0 {
             println!("{}", format_row(&row));

@@ -58,6 +58,38 @@ fn model_on(algo: Algorithm, bytes: usize, fragments: usize, place: Placement, l
     })
 }
 
+/// A row's recorded placement ("HxL" or "mixed"; absent in files from before it was recorded)
+/// against the placement asked for. One rank per node on a file of nodes of several ranks is
+/// allowed, to compare with the one-level model, and said once on stderr.
+fn check_placement(path: &Path, placement: Option<&str>, ranks_per_node: usize) -> Result<()> {
+    let Some(placement) = placement else { return Ok(()) };
+    let per_host = placement.split_once('x').and_then(|(_, l)| l.parse::<usize>().ok());
+    match per_host {
+        Some(l) if l == ranks_per_node => Ok(()),
+        Some(l) if ranks_per_node == 1 => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "note: {} ran on hosts of {l} ranks ({placement}); modelled as one rank per node \
+                     (--ranks-per-node {l} models the hosts)",
+                    path.display()
+                )
+            });
+            Ok(())
+        }
+        Some(l) => anyhow::bail!(
+            "{}: the benchmark ran on hosts of {l} ranks ({placement}), not {ranks_per_node}: pass --ranks-per-node {l}",
+            path.display()
+        ),
+        None if ranks_per_node == 1 => Ok(()),
+        None => anyhow::bail!(
+            "{}: the benchmark's ranks were not in blocks of equal size on each host ({placement}), as the \
+             two-level model places them: run it with mpiexec's default placement (by slot), or leave out --ranks-per-node",
+            path.display()
+        ),
+    }
+}
+
 /// Compare every row of a `bench-allreduce --json` file, run on nodes of `ranks_per_node`
 /// ranks each (in blocks). The measured time is the median of the calls (robust to the odd
 /// call slowed by a neighbour on a shared machine).
@@ -73,6 +105,7 @@ pub fn compare_file(path: &Path, links: &Links, ranks_per_node: usize) -> Result
             let selected = r["selected"].as_str().ok_or_else(bad)?.to_string();
             let fragments = r["fragments"].as_u64().ok_or_else(bad)? as usize;
             let measured_us = r["median_us"].as_f64().ok_or_else(bad)?;
+            check_placement(path, r["placement"].as_str(), ranks_per_node)?;
             if !ranks.is_multiple_of(ranks_per_node) {
                 anyhow::bail!(
                     "{}: a row ran on {ranks} ranks, which do not fill nodes of {ranks_per_node}: pass the \
@@ -176,5 +209,23 @@ mod tests {
         std::fs::write(&path, serde_json::json!([row(3)]).to_string()).unwrap();
         let err = compare_file(&path, &links, 2).unwrap_err().to_string();
         assert!(err.contains("3 ranks") && err.contains("--ranks-per-node"), "{err}");
+
+        // The placement bench-allreduce records: the wrong --ranks-per-node, or ranks not in
+        // blocks, is named; one rank per node stays allowed (the one-level comparison).
+        let placed = |placement: &str| {
+            let mut r = row(4);
+            r["placement"] = placement.into();
+            std::fs::write(&path, serde_json::json!([r]).to_string()).unwrap();
+        };
+        placed("1x4");
+        let err = compare_file(&path, &links, 2).unwrap_err().to_string();
+        assert!(err.contains("hosts of 4 ranks") && err.contains("--ranks-per-node 4"), "{err}");
+        placed("mixed");
+        let err = compare_file(&path, &links, 2).unwrap_err().to_string();
+        assert!(err.contains("not in blocks"), "{err}");
+        assert!(compare_file(&path, &links, 1).is_ok());
+        placed("2x2");
+        assert!(compare_file(&path, &links, 2).is_ok());
+        assert!(compare_file(&path, &links, 1).is_ok());
     }
 }

@@ -240,6 +240,9 @@ fn check_times(values: &[(&str, f64)]) -> Result<()> {
 /// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
 /// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
 /// through shared memory), with the same gamma.
+/// The most ranks a replay models (nodes times ranks per node).
+const MAX_RANKS: u64 = 1 << 20;
+
 pub fn links_of(args: &SimulateScalingArgs) -> Result<Links> {
     let report = link_report(&args.links, "--links")?;
     let alpha = args.alpha.or(report.as_ref().map(|r| r.alpha_us)).unwrap_or(15.0);
@@ -248,6 +251,13 @@ pub fn links_of(args: &SimulateScalingArgs) -> Result<Links> {
         Some(g) => g,
         None => measure_gamma() * 1e9,
     };
+    let intra_given = args.intra_links.is_some() || args.intra_alpha.is_some() || args.intra_beta.is_some();
+    if intra_given && args.ranks_per_node == 1 {
+        bail!(
+            "--intra-links, --intra-alpha and --intra-beta describe the link between ranks of one node: \
+             add --ranks-per-node L (2 or more), or leave them out"
+        );
+    }
     let intra = link_report(&args.intra_links, "--intra-links")?;
     let intra_alpha = args.intra_alpha.or(intra.as_ref().map(|r| r.alpha_us)).unwrap_or(1.0);
     let intra_beta = args.intra_beta.or(intra.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(0.1);
@@ -276,6 +286,16 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
             summary.display()
         ),
     };
+    // The replay keeps every rank's state: the one-rank-per-node limit (--nodes 1048576) bounds
+    // nodes of several ranks too (at the limit, about 25 s and 5 GB here).
+    if let Some(&too_many) = args.nodes.iter().find(|&&p| p * args.ranks_per_node > MAX_RANKS) {
+        bail!(
+            "--nodes {too_many} x --ranks-per-node {} is {} ranks: the replay goes up to {MAX_RANKS}; \
+             give fewer nodes",
+            args.ranks_per_node,
+            too_many * args.ranks_per_node
+        );
+    }
     let links = links_of(args)?;
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     if !args.identical_ranks {

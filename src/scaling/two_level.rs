@@ -255,8 +255,11 @@ fn hier(n: f64, place: Placement) -> Vec<Round> {
 fn concurrent(parts: Vec<Vec<Round>>) -> Vec<Round> {
     let mut merged = parts[0].clone();
     for other in &parts[1..] {
+        // Parts of one shape by construction (every part is n/L bytes); a mismatch would
+        // silently drop rounds from the model.
+        assert_eq!(merged.len(), other.len(), "concurrent schedules of different lengths");
         for (m, o) in merged.iter_mut().zip(other) {
-            debug_assert_eq!(m.repeat, o.repeat);
+            assert_eq!(m.repeat, o.repeat, "concurrent rounds of different repeats");
             m.messages.extend_from_slice(&o.messages);
         }
     }
@@ -324,6 +327,19 @@ mod tests {
             (leaving(Algorithm::Vhd), leaving(Algorithm::Ring), leaving(Algorithm::Hier)),
             (2.0 * n, 1.5 * n, n)
         );
+    }
+
+    #[test]
+    fn three_hosts_of_three_ranks_hier_by_hand() {
+        // An odd L and H: a 3-rank ring inside each host (2 rounds of n/3 each way); each third
+        // averaged across the 3 hosts by ring (H is not a power of two), the three groups at
+        // once, so every round puts 3 messages of n/9 on each host's link; the allgather inside.
+        let n = 9e6;
+        let (a, b, ai, bi, g) = (NET.alpha, NET.beta, SHM.alpha, SHM.beta, NET.gamma);
+        let inside = 4.0 * (ai + n / 3.0 * bi) + 2.0 * (n / 3.0) * g;
+        let across = 4.0 * (a + 3.0 * (n / 9.0) * b) + 2.0 * (n / 9.0) * g;
+        let got = seconds(Algorithm::Hier, n, 3, 3, Wire::F32);
+        assert!((got - (inside + across)).abs() < 1e-12, "{got} vs {}", inside + across);
     }
 
     #[test]

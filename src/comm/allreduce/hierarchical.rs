@@ -73,6 +73,22 @@ impl HostLayout {
     pub fn peers(&self, l: usize) -> Vec<usize> {
         self.ranks.iter().map(|g| g[l]).collect()
     }
+
+    /// "HxL" where H hosts each run L consecutive ranks (mpiexec's default, by slot, and the
+    /// placement the two-level cost model assumes), else "mixed".
+    pub fn placement(&self) -> String {
+        let mut next = 0;
+        let blocks = self.ranks_per_host().filter(|_| {
+            self.ranks.iter().flatten().all(|&r| {
+                next += 1;
+                r == next - 1
+            })
+        });
+        match blocks {
+            Some(l) => format!("{}x{l}", self.host_count()),
+            None => "mixed".into(),
+        }
+    }
 }
 
 pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, scale: f32) -> Result<(), CommError> {
@@ -131,6 +147,9 @@ mod tests {
         assert_eq!(cyclic.peers(1), vec![2, 3]);
         assert_eq!(cyclic.position(2), (0, 1));
         assert_eq!(HostLayout::new(&[0, 0, 1], 3).ranks_per_host(), None);
+        assert_eq!((blocks.placement(), cyclic.placement()), ("3x2".to_string(), "mixed".to_string()));
+        assert_eq!(HostLayout::new(&[0, 0, 1], 3).placement(), "mixed");
+        assert_eq!(HostLayout::new(&[], 4).placement(), "1x4");
         // Host numbers need not start at 0, be dense, or follow rank order: hosts are
         // ordered by number, ranks within a host by rank.
         let unordered = HostLayout::new(&[5, 5, 2, 2], 4);
