@@ -237,12 +237,12 @@ fn check_times(values: &[(&str, f64)]) -> Result<()> {
     Ok(())
 }
 
-/// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
-/// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
-/// through shared memory), with the same gamma.
 /// The most ranks a replay models (nodes times ranks per node).
 const MAX_RANKS: u64 = 1 << 20;
 
+/// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
+/// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
+/// through shared memory), with the same gamma.
 pub fn links_of(args: &SimulateScalingArgs) -> Result<Links> {
     let report = link_report(&args.links, "--links")?;
     let alpha = args.alpha.or(report.as_ref().map(|r| r.alpha_us)).unwrap_or(15.0);

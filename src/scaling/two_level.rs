@@ -13,7 +13,7 @@ use super::cost::Link;
 use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use crate::comm::allreduce::fold::pow2_floor;
-use crate::comm::allreduce::hierarchical::across_hosts;
+use crate::comm::allreduce::hierarchical::{HostLayout, across_hosts};
 
 /// Ranks in blocks: host h runs ranks h L .. (h+1) L (mpiexec's default, `--map-by slot`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,16 +29,6 @@ impl Placement {
 
     pub fn host_of(&self, rank: usize) -> usize {
         rank / self.ranks_per_host
-    }
-
-    /// Host h's ranks.
-    fn host(&self, h: usize) -> Vec<usize> {
-        (h * self.ranks_per_host..(h + 1) * self.ranks_per_host).collect()
-    }
-
-    /// The rank with local index l on every host, in host order.
-    fn peers(&self, l: usize) -> Vec<usize> {
-        (0..self.hosts).map(|h| h * self.ranks_per_host + l).collect()
     }
 
     /// The host number of every rank (`Transport::hosts`' form).
@@ -236,16 +226,18 @@ fn ring_half(n: f64, g: &[usize], reduced: bool) -> Vec<Round> {
 /// hosts at once (each by the ranks of one local index), a ring allgather on every host.
 fn hier(n: f64, place: Placement) -> Vec<Round> {
     let (h, l) = (place.hosts, place.ranks_per_host);
+    // The grouping the code itself uses.
+    let layout = HostLayout::new(&place.host_numbers(), place.ranks());
     let across = |n: f64, g: &[usize]| flat_rounds(across_hosts(n as usize, h), n, g);
     if h == 1 {
-        return flat_rounds(Algorithm::Ring, n, &place.host(0));
+        return flat_rounds(Algorithm::Ring, n, layout.host(0));
     }
     if l == 1 {
-        return across(n, &place.peers(0));
+        return across(n, &layout.peers(0));
     }
-    let every_host = |half: bool| concurrent((0..h).map(|x| ring_half(n, &place.host(x), half)).collect());
+    let every_host = |half: bool| concurrent((0..h).map(|x| ring_half(n, layout.host(x), half)).collect());
     let mut rounds = every_host(true);
-    rounds.extend(concurrent((0..l).map(|x| across(n / l as f64, &place.peers(x))).collect()));
+    rounds.extend(concurrent((0..l).map(|x| across(n / l as f64, &layout.peers(x))).collect()));
     rounds.extend(every_host(false));
     rounds
 }

@@ -77,14 +77,9 @@ impl HostLayout {
     /// "HxL" where H hosts each run L consecutive ranks (mpiexec's default, by slot, and the
     /// placement the two-level cost model assumes), else "mixed".
     pub fn placement(&self) -> String {
-        let mut next = 0;
-        let blocks = self.ranks_per_host().filter(|_| {
-            self.ranks.iter().flatten().all(|&r| {
-                next += 1;
-                r == next - 1
-            })
-        });
-        match blocks {
+        let p = self.ranks.iter().map(Vec::len).sum();
+        let in_order = self.ranks.iter().flatten().copied().eq(0..p);
+        match self.ranks_per_host().filter(|_| in_order) {
             Some(l) => format!("{}x{l}", self.host_count()),
             None => "mixed".into(),
         }
