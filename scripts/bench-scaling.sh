@@ -25,6 +25,9 @@
 # 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
 #    --no-exchange trace replayed at N to predict the N-host run (checked against it). Every
 #    step is traced: on a noisy machine the first few alone missed their run's step by 8%.
+#    Where the run has 2 hosts with overlap and with --no-exchange, both again with the
+#    exchange's CPU cost (--comm-cpu-from, measured on each repeat's 2-host pair): these ranks
+#    compute on every core, so the comm thread's CPU is taken from compute.
 # 6. results.md (tables, targets met or not) and speedup.png (speedup against hosts, measured
 #    and simulated, next to the ideal line), written by scripts/scaling-report.py.
 #
@@ -185,8 +188,20 @@ for n in "${HOSTS[@]}"; do
     for rep in $(seq 1 "$REPEATS"); do
         "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
             --nodes "$n" --algorithms auto --json "$OUT/predict-$n-$rep.json" >/dev/null
+        pair="$OUT/runs/2-overlap-$rep/summary.json,$OUT/runs/2-no-exchange-$rep/summary.json"
+        [ -f "$OUT/runs/2-overlap-$rep/summary.json" ] && [ -f "$OUT/runs/2-no-exchange-$rep/summary.json" ] || continue
+        "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
+            --nodes "$n" --algorithms auto --comm-cpu-from "$pair" --json "$OUT/predict-cpu-$n-$rep.json" >/dev/null
     done
 done
+# The curve again with the exchange's CPU: the median of the repeats' 2-host calibrations.
+if compgen -G "$OUT/predict-cpu-2-*.json" >/dev/null; then
+    cpu=$(python3 -c 'import json, statistics, sys
+print(statistics.median(json.load(open(f))["prediction"]["comm_cpu_ns_per_byte"] for f in sys.argv[1:]))' \
+        "$OUT"/predict-cpu-2-*.json)
+    "$BIN" simulate-scaling --summary "$OUT/runs/1-overlap-1/summary.json" --links "$OUT/links.json" \
+        --comm-cpu-ns-per-byte "$cpu" --json "$OUT/simulated-cpu.json" >"$OUT/simulated-cpu.md"
+fi
 
 log "6/6 report"
 python3 "$HERE/scaling-report.py" "$OUT"

@@ -295,11 +295,17 @@ def main():
             links["beta_ns_per_byte"], os.cpu_count() or 1, w)
 
     # Predictions against the measurements.
-    errors = predictions_section(out, hosts, meas, w)
+    errors, cpu_errors = predictions_section(out, hosts, meas, w)
     sim = load(opt("simulated.json"))["prediction"] if opt("simulated.json") else None
+    sim_cpu = load(opt("simulated-cpu.json"))["prediction"] if opt("simulated-cpu.json") else None
     if sim:
         w("## Simulated: up to 1024 nodes\n")
         w(open(os.path.join(out, "simulated.md")).read())
+    if sim_cpu:
+        w("\n### The same, with the exchange's CPU\n")
+        w("For ranks that compute on every core, as these do: the comm thread and the network stack take their "
+          "time from compute. (The table above is for ranks whose comm thread has a core of its own, a GPU rank's.)\n")
+        w(open(os.path.join(out, "simulated-cpu.md")).read())
 
     # Targets: on the paired ratios where the run has them, the medians of medians beside them;
     # a target this run has no runs for is listed as not measured, not left out.
@@ -308,10 +314,11 @@ def main():
         w("This sitting was noisy (\"How steady the machine was\" above): judge the targets on a steadier run.\n")
     targets = []
 
-    def target(name, value, ok, text, repeats=None):
+    def target(name, value, ok, text, repeats=None, extra=None):
         """repeats: (paired values, threshold, higher_is_better, fmt) for a target judged on
-        the paired median: whether this sitting's repeats can tell it met from missed."""
-        entry = dict(target=name, value=value, met=bool(ok))
+        the paired median: whether this sitting's repeats can tell it met from missed; extra:
+        more fields for results.json."""
+        entry = dict(target=name, value=value, met=bool(ok), **(extra or {}))
         line = f"- {text}: {'met' if ok else 'NOT met'}"
         if repeats:
             noise, entry["decided"], iv = intervals.verdict(*repeats)
@@ -371,8 +378,10 @@ def main():
     for h in [h for h in hosts if h > 1]:
         if h in errors:
             e = errors[h]
+            also = f" (with the exchange's CPU: {100 * cpu_errors[h]:+.1f}%)" if h in cpu_errors else ""
             target(f"simulate-scaling within 15% at {h} hosts", e, abs(e) <= 0.15,
-                   f"simulate-scaling within 15% of the measured {h}-host run: {100 * e:+.1f}%")
+                   f"simulate-scaling within 15% of the measured {h}-host run: {100 * e:+.1f}%{also}",
+                   extra={"with_comm_cpu": cpu_errors[h]} if h in cpu_errors else None)
         else:
             unmeasured(f"simulate-scaling within 15% at {h} hosts", "--modes with overlap and no-exchange")
     text = "\n".join(lines) + "\n"
@@ -391,16 +400,19 @@ def main():
         json.dump(figures, f, indent=1)
     print(text)
     if not no_plot:
-        plot(out, hosts, meas, sim, links, R[(1, "overlap")][0]["batch_size_per_rank"])
+        plot(out, hosts, meas, sim, sim_cpu, links, R[(1, "overlap")][0]["batch_size_per_rank"])
 
 
 def predictions_section(out, hosts, meas, w):
     """Each N-host --no-exchange trace replayed at N against the N-host run with overlap;
-    returns {hosts: relative error}."""
+    returns {hosts: relative error} for the wire-only replay and for the replay with the
+    exchange's CPU (empty where the run has no 2-host pair to measure it on)."""
     rows = [(h, sorted(glob.glob(os.path.join(out, f"predict-{h}-*.json")))) for h in hosts]
     rows = [(h, files) for h, files in rows if files and (h, "overlap") in meas]
     if not rows:
-        return {}
+        return {}, {}
+    cpu_files = {h: sorted(glob.glob(os.path.join(out, f"predict-cpu-{h}-*.json"))) for h, _ in rows}
+    with_cpu = any(cpu_files.values())
     w("## simulate-scaling against the measured runs\n")
     w("Each N-host `--no-exchange` run's trace (the compute of that placement) replayed at N with the cost model, "
       "against the N-host run with overlap; also the 1-host trace replayed at N.\n")
@@ -409,13 +421,21 @@ def predictions_section(out, hosts, meas, w):
       "Where they differ, so does the prediction, whatever the model.\n")
     w("The exposed columns compare the waits for gradient buckets: predicted (of it, waiting for the slowest rank, "
       "from the ranks replaying the traced steps in orders of their own) against the run's summary.\n")
-    w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error "
-      "| predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")
-    w("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if with_cpu:
+        cs = [load(f)["prediction"]["comm_cpu_ns_per_byte"] for f in cpu_files.get(2, [])]
+        w("*With its CPU*: the same replay charging the exchange's CPU to compute (`--comm-cpu-from`), measured on "
+          "each repeat's 2-host pair as the compute time the exchange added per byte a rank moved each way "
+          f"({min(cs):.2f} to {max(cs):.2f} ns/B, median {median(cs):.2f}). At 2 hosts that is the pair it was "
+          "measured on; at 4 hosts it is a prediction, where twice the ranks share the cores, so each byte "
+          "takes more compute than at 2.\n")
+    cpu_head = " with its CPU | error |" if with_cpu else ""
+    w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error |"
+      f"{cpu_head} predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")
+    w("|---:|---:|---:|---:|---:|" + ("---:|---:|" if with_cpu else "") + "---:|---:|---:|")
     sim_path = os.path.join(out, "simulated.json")
     sim = load(sim_path)["prediction"]["rows"] if os.path.exists(sim_path) else []
     sim_auto = {r["nodes"]: r for r in sim if r["algorithm"] == "auto"}
-    errors = {}
+    errors, cpu_errors = {}, {}
     for h, files in rows:
         preds = [load(f)["prediction"] for f in files]
         pred = median([p["rows"][0]["step_ms"] for p in preds])
@@ -426,13 +446,21 @@ def predictions_section(out, hosts, meas, w):
         own = median([p.get("measured_ms_per_step", float("nan")) for p in preds])
         exp = median([p["rows"][0]["exposed_comm_ms_per_step"] for p in preds])
         slow = median([p["rows"][0].get("slowest_rank_ms_per_step", float("nan")) for p in preds])
-        w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% | {exp:.1f} ({slow:.1f}) | "
+        cpu_cells = ""
+        if with_cpu:
+            if cpu_files[h]:
+                cpu_pred = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in cpu_files[h]])
+                cpu_errors[h] = cpu_pred / m - 1
+                cpu_cells = f" {cpu_pred:.1f} | {100 * cpu_errors[h]:+.1f}% |"
+            else:
+                cpu_cells = " - | - |"
+        w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% |{cpu_cells} {exp:.1f} ({slow:.1f}) | "
           f"{meas[(h, 'overlap')]['exposed']:.1f} | {traced:.1f} / {own:.1f} |")
     w("")
-    return errors
+    return errors, cpu_errors
 
 
-def plot(out, hosts, meas, sim, links, batch):
+def plot(out, hosts, meas, sim, sim_cpu, links, batch):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -449,6 +477,11 @@ def plot(out, hosts, meas, sim, links, batch):
             ax.plot([r["nodes"] for r in rows], [r["speedup_eq1"] for r in rows], color=color, ls=ls,
                     lw=4 if algo == "auto" else 1.2, alpha=0.5 if algo == "auto" else 1,
                     label=f"simulated, {algo}" + (" (= vhd here)" if algo == "auto" else ""))
+    cpu_rows = sorted((r for r in (sim_cpu["rows"] if sim_cpu else []) if r["algorithm"] == "auto"),
+                      key=lambda r: r["nodes"])
+    if cpu_rows:
+        ax.plot([r["nodes"] for r in cpu_rows], [r["speedup_eq1"] for r in cpu_rows], color="C0", ls="--", lw=1.5,
+                label="simulated, auto, with the exchange's CPU (CPU ranks)")
     for mode, marker in [("overlap", "o"), ("no-overlap", "s")]:
         # The 1-host run has no exchange to overlap: it starts both series.
         pts = [(1, meas[(1, "overlap")]["speedup"])]

@@ -395,3 +395,44 @@ fn the_repeats_say_whether_they_can_tell_a_target_met_from_missed() {
     assert!(two["interval"].is_null() && two["decided"].is_null() && two["met"] == true, "{two}");
     assert!(md.contains("4 repeats are too few for a 90% interval"), "{md}");
 }
+
+/// A simulate-scaling --json file as the report reads it: the predicted step and, where the
+/// exchange's CPU was charged, what it cost per byte.
+fn write_prediction(out: &Path, name: &str, step_ms: f64, comm_cpu_ns_per_byte: f64) {
+    let p = json!({"prediction": {
+        "compute_ms_per_step": 150.0, "measured_ms_per_step": 150.0,
+        "comm_cpu_ns_per_byte": comm_cpu_ns_per_byte,
+        "rows": [{"step_ms": step_ms, "exposed_comm_ms_per_step": 1.0, "slowest_rank_ms_per_step": 0.5}],
+    }});
+    std::fs::write(out.join(name), p.to_string()).unwrap();
+}
+
+#[test]
+fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
+    let tmp = bench_folder();
+    let out = tmp.path();
+    write_repeats(out, (1, "overlap"), (2, "overlap"), &[(1, 150.0, 170.0), (2, 150.0, 180.0), (3, 150.0, 175.0)]);
+    write_repeats(out, (4, "overlap"), (4, "no-exchange"), &[(1, 390.0, 330.0), (2, 400.0, 340.0), (3, 380.0, 335.0)]);
+    // Measured overlap steps (medians): 175 ms at 2 hosts, 390 at 4.
+    for (rep, wire2, cpu2, wire4, cpu4, ns) in [
+        (1, 150.0, 170.0, 330.0, 350.0, 3.0),
+        (2, 160.0, 176.0, 340.0, 370.0, 5.0),
+        (3, 155.0, 180.0, 335.0, 360.0, 4.0),
+    ] {
+        write_prediction(out, &format!("predict-2-{rep}.json"), wire2, 0.0);
+        write_prediction(out, &format!("predict-cpu-2-{rep}.json"), cpu2, ns);
+        write_prediction(out, &format!("predict-4-{rep}.json"), wire4, 0.0);
+        write_prediction(out, &format!("predict-cpu-4-{rep}.json"), cpu4, ns);
+    }
+    let (md, results) = report(out);
+    // Judged on the wire-only replay (155 / 175, 335 / 390), the CPU one beside it
+    // (176 / 175, 360 / 390), both medians over the repeats.
+    let two = target(&results, "simulate-scaling within 15% at 2 hosts");
+    assert!(close(two["value"].as_f64().unwrap(), 155.0 / 175.0 - 1.0), "{two}");
+    assert!(close(two["with_comm_cpu"].as_f64().unwrap(), 176.0 / 175.0 - 1.0), "{two}");
+    let four = target(&results, "simulate-scaling within 15% at 4 hosts");
+    assert!(close(four["with_comm_cpu"].as_f64().unwrap(), 360.0 / 390.0 - 1.0), "{four}");
+    assert!(md.contains("-14.1% (with the exchange's CPU: -7.7%)"), "{md}");
+    assert!(md.contains("(3.00 to 5.00 ns/B, median 4.00)"), "{md}");
+    assert!(md.contains("| 4 | 335.0 | nan | 390.0 | -14.1% | 360.0 | -7.7% |"), "{md}");
+}

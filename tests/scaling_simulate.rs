@@ -79,6 +79,28 @@ fn replay_of_a_real_trace() {
         assert_eq!(r["exposed_comm_ms_per_step"], 0.0);
     }
 
+    // The same with the exchange's CPU at 1 us per byte moved each way: every collective is
+    // over in an instant while the rank computes, so each step loses exactly that CPU. vhd on
+    // 2 nodes moves half of each bucket out and half in, then the same again: its bytes each
+    // way. (The 24-byte metrics are not charged.)
+    let cpu = simulate(
+        &dir,
+        &[
+            &free[..6],
+            &["--nodes", "1,2,4", "--algorithms", "vhd", "--identical-ranks", "--comm-cpu-ns-per-byte", "1000"],
+        ]
+        .concat(),
+    );
+    let bucket_bytes: f64 =
+        cpu["rows"][0]["buckets"].as_array().unwrap().iter().map(|b| b["bytes"].as_f64().unwrap()).sum();
+    assert_eq!(cpu["comm_cpu_ns_per_byte"], 1000.0);
+    for r in cpu["rows"].as_array().unwrap() {
+        let (nodes, lost) = (r["nodes"].as_f64().unwrap(), r["comm_cpu_ms_per_step"].as_f64().unwrap());
+        let want = if nodes == 1.0 { 0.0 } else { 2.0 * (nodes - 1.0) / nodes * bucket_bytes * 1e-3 };
+        assert!((lost - want).abs() < 1e-6 * mean, "{r}");
+        assert!((r["step_ms"].as_f64().unwrap() - mean - want).abs() < 1e-6 * mean, "{r}");
+    }
+
     // Free links, each rank taking the traced steps in its own order: now a rank waits
     // whenever another's step ran longer up to a hand-off. Links cost nothing, so every wait
     // is for the slowest rank, each rank's compute averages the traced mean, and the step is
@@ -200,6 +222,12 @@ fn bad_input_gets_one_line_with_the_fix() {
     );
     fails_with(&["--summary", summary, "--algorithms", "fast"], "unknown or unmodelled algorithm 'fast'");
     fails_with(&["--summary", summary, "--trace", "x", "--intra-alpha", "1"], "add --ranks-per-node L");
+    fails_with(&["--summary", summary, "--trace", "x", "--comm-cpu-from", summary], "takes two summary.json files");
+    fails_with(
+        &["--summary", summary, "--trace", "x", "--comm-cpu-from", &format!("{summary},{summary}")],
+        "the first summary must come from a run of 2 or more ranks with the exchange",
+    );
+    fails_with(&["--summary", summary, "--trace", "x", "--comm-cpu-ns-per-byte=-1"], "is not a time");
     fails_with(
         &["--summary", summary, "--trace", "x", "--nodes", "2,2048", "--ranks-per-node", "1024"],
         "--nodes 2048 x --ranks-per-node 1024 is 2097152 ranks",

@@ -59,6 +59,18 @@ pub struct SimulateScalingArgs {
     /// as the run travelled (its summary's `--wire`), so an f32 run can be asked about bf16.
     #[arg(long, value_enum)]
     pub wire: Option<crate::cli::comm::Wire>,
+    /// Compute time a rank loses per byte it moves each way, in nanoseconds: the CPU the comm
+    /// thread and the kernel's network stack take from compute where every core computes (CPU
+    /// ranks). Charged for the part of each allreduce that runs beside compute. Default 0: the
+    /// exchange costs wire time only, as where the comm thread has a core of its own (GPU ranks).
+    #[arg(long, value_name = "NS_PER_BYTE", conflicts_with = "comm_cpu_from")]
+    pub comm_cpu_ns_per_byte: Option<f64>,
+    /// Measure --comm-cpu-ns-per-byte from two runs of the same ranks on the same hosts: the
+    /// summary.json of one with the exchange overlapped and of one with --no-exchange
+    /// (comma-separated, in that order); the compute time the exchange added over the bytes
+    /// moved.
+    #[arg(long, value_name = "WITH,WITHOUT", value_delimiter = ',')]
+    pub comm_cpu_from: Vec<PathBuf>,
     /// Algorithms to predict, comma-separated: auto, tree, rd, vhd, ring, hier.
     #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
     pub algorithms: Vec<String>,

@@ -131,6 +131,19 @@ pub enum Choice {
     Auto(SelectionTable),
 }
 
+/// The algorithm the comm thread uses for a bucket of `bytes` (as f32) and the f32 bytes of
+/// each fragment it cuts it into; Mpi is not modelled and is priced as the power-of-two
+/// optimum, vhd (documented as such).
+fn bucket_plan(choice: &Choice, bytes: usize, fragment_bytes: usize) -> (Algorithm, Algorithm, Vec<f64>) {
+    let frags = fragments(bytes / 4, fragment_bytes);
+    let algo = match choice {
+        Choice::Fixed(a) => *a,
+        Choice::Auto(table) => table.pick(frags[0].len() * 4),
+    };
+    let modelled = if algo == Algorithm::Mpi { Algorithm::Vhd } else { algo };
+    (algo, modelled, frags.iter().map(|f| (f.len() * 4) as f64).collect())
+}
+
 /// (algorithm, seconds) of averaging a bucket of `bytes` (as f32) on the ranks of `place`, its
 /// values travelling as `wire`. Fragments and the algorithm follow the f32 size, as on the
 /// comm thread.
@@ -142,18 +155,44 @@ pub fn bucket_time(
     links: &Links,
     wire: Wire,
 ) -> (Algorithm, f64) {
-    let frags = fragments(bytes / 4, fragment_bytes);
-    let algo = match choice {
-        Choice::Fixed(a) => *a,
-        Choice::Auto(table) => table.pick(frags[0].len() * 4),
-    };
-    // Mpi is not modelled: treat it as the power-of-two optimum, vhd (documented as such).
-    let modelled = if algo == Algorithm::Mpi { Algorithm::Vhd } else { algo };
-    let secs = frags
-        .iter()
-        .map(|f| allreduce_seconds_on(modelled, (f.len() * 4) as f64, place, links, wire).expect("not mpi"))
-        .sum();
+    let (algo, modelled, frags) = bucket_plan(choice, bytes, fragment_bytes);
+    let secs = frags.iter().map(|&f| allreduce_seconds_on(modelled, f, place, links, wire).expect("not mpi")).sum();
     (algo, secs)
+}
+
+/// Bytes the busiest rank moves each way (on the wire, over either link) averaging a bucket as
+/// `bucket_time` does: the measure of the exchange's CPU cost, which grows with what a rank
+/// pushes through its network stack and takes out of it.
+pub fn bucket_bytes_moved(choice: &Choice, bytes: usize, fragment_bytes: usize, place: Placement, wire: Wire) -> f64 {
+    let (_, modelled, frags) = bucket_plan(choice, bytes, fragment_bytes);
+    frags.iter().map(|&f| bytes_moved_on(modelled, f, place, wire)).sum()
+}
+
+/// Of the ranks of `place`, the most bytes one sends plus receives in one allreduce of `bytes`
+/// (as f32) with `algo` (not Mpi), halved: what one rank moves each way.
+pub fn bytes_moved_on(algo: Algorithm, bytes: f64, place: Placement, wire: Wire) -> f64 {
+    let on_wire = wire.bytes_per_value() as f64 / 4.0;
+    let p = place.ranks();
+    if p <= 1 || bytes == 0.0 {
+        return 0.0;
+    }
+    if place.ranks_per_host > 1 {
+        let s = two_level::schedule(algo, bytes, place).expect("not mpi");
+        return (0..p).map(|r| s.bytes_moved_by(r)).fold(0.0, f64::max) * on_wire;
+    }
+    // One rank per node: closed forms (the busiest rank is the tree's root, the fold's partner).
+    let n = bytes;
+    let p2 = pow2_floor(p);
+    let fold = if p2 == p { 0.0 } else { n };
+    let each_way = match algo {
+        Algorithm::Tree => depth(p) * n,
+        Algorithm::Rd => fold + lg(p2) * n,
+        Algorithm::Vhd => fold + 2.0 * (p2 as f64 - 1.0) / p2 as f64 * n,
+        Algorithm::Ring => 2.0 * (p as f64 - 1.0) / p as f64 * n,
+        Algorithm::Hier => return bytes_moved_on(hierarchical::across_hosts(n as usize, p), bytes, place, wire),
+        Algorithm::Mpi => panic!("the library's allreduce is not modelled"),
+    };
+    each_way * on_wire
 }
 
 #[cfg(test)]
@@ -199,6 +238,29 @@ mod tests {
         let by_hand = |sent: f64| 4.0 * L.alpha + sent * L.beta + 0.75 * n * L.gamma;
         assert!((f32_s - by_hand(1.5 * n)).abs() < 1e-12, "{f32_s}");
         assert!((bf16_s - by_hand(0.75 * n)).abs() < 1e-12, "{bf16_s}");
+    }
+
+    #[test]
+    fn bytes_moved_by_hand_and_as_the_rounds_count_them() {
+        // vhd on 4 nodes, 4 MiB in 1 MiB fragments, bf16: 4 x 1.5 MiB / 2.
+        let mib = (1 << 20) as f64;
+        let vhd = Choice::Fixed(Algorithm::Vhd);
+        assert_eq!(bucket_bytes_moved(&vhd, 4 << 20, 1 << 20, nodes(4), Wire::Bf16), 3.0 * mib);
+        // Two nodes of two ranks, ring over all four: each rank sends 2 (p-1)/p n, by hand.
+        let ring = Choice::Fixed(Algorithm::Ring);
+        let two_by_two = Placement { hosts: 2, ranks_per_host: 2 };
+        assert_eq!(bucket_bytes_moved(&ring, 1 << 20, 1 << 20, two_by_two, Wire::F32), 1.5 * mib);
+        // The tree's root takes the whole vector in once per level and sends it out once per level.
+        assert_eq!(bytes_moved_on(Algorithm::Tree, mib, nodes(8), Wire::F32), 3.0 * mib);
+        // The closed forms agree with the rounds, folds included.
+        for algo in [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring, Algorithm::Hier] {
+            for p in 2..=13 {
+                let s = two_level::schedule(algo, mib, nodes(p)).unwrap();
+                let rounds = (0..p).map(|r| s.bytes_moved_by(r)).fold(0.0, f64::max);
+                let closed = bytes_moved_on(algo, mib, nodes(p), Wire::F32);
+                assert!((closed - rounds).abs() < 1e-6 * mib, "{algo:?} p={p}: {closed} against {rounds}");
+            }
+        }
     }
 
     #[test]

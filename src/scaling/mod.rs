@@ -2,9 +2,11 @@
 //! `ping-pong` that measures its constants on real links, and `simulate-scaling`, which
 //! replays a run's recorded step against the model at any node count.
 
+pub mod comm_cpu;
 pub mod compare;
 pub mod cost;
 pub mod pingpong;
+pub mod prediction_table;
 pub mod program;
 pub mod replay;
 pub mod simulate;

@@ -5,12 +5,33 @@
 //! reports, averaged over ranks: step time, comm time per step, the part of it the compute
 //! thread waited for (and of that, the part spent waiting for the slowest rank), and so the
 //! hidden fraction.
+//!
+//! A collective may also cost the compute thread CPU (`CollectiveCost::cpu_s`): on ranks whose
+//! cores all compute, the comm thread and the kernel's network stack take their time from
+//! the compute. The replay charges it in proportion to how much of the collective ran while
+//! the rank computed (none of it while the rank sat waiting), when the rank reaches the wait.
 
 use super::program::{Item, StepProgram};
 
 /// Steps at the start of a replay that are not counted: G's buckets of step s are waited for
 /// in step s+1, so the first steps are not yet in the steady state.
 pub const WARM_STEPS: usize = 2;
+
+/// What one collective costs once every rank has handed it over.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CollectiveCost {
+    /// Seconds from start to end (the cost model's wire time).
+    pub wire_s: f64,
+    /// Compute seconds each rank loses to it if it computes the whole time the collective runs.
+    pub cpu_s: f64,
+}
+
+impl CollectiveCost {
+    /// A collective that takes no CPU from compute (its comm thread has a core of its own).
+    pub fn wire_only(wire_s: f64) -> CollectiveCost {
+        CollectiveCost { wire_s, cpu_s: 0.0 }
+    }
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Outcome {
@@ -24,6 +45,8 @@ pub struct Outcome {
     /// Of `exposed_s`, the part before the last rank handed the bucket over (what
     /// scripts/wait-report.py calls waiting for the slowest rank).
     pub slowest_rank_s: f64,
+    /// Compute time per step lost to the collectives' CPU (included in `step_s`).
+    pub cpu_s: f64,
 }
 
 impl Outcome {
@@ -35,7 +58,7 @@ impl Outcome {
 
 /// One allreduce (a bucket or the metrics) as every rank takes part in it.
 struct Collective {
-    cost_s: f64,
+    cost: CollectiveCost,
     /// Per rank: when it handed the data over, and whether that was in a counted step.
     handed: Vec<Option<(f64, bool)>>,
     /// When the last rank handed it over, and when it ended; known once every rank has.
@@ -56,36 +79,37 @@ struct RankState {
     comm: f64,
     exposed: f64,
     slowest: f64,
+    cpu: f64,
 }
 
 /// Replay `steps` steps on `ranks` ranks; rank r runs `programs[order(r, k)]` as its step k.
-/// `bucket_s[i]` seconds to average bucket i once every rank has it, `metrics_s` for the
-/// metrics. `exchange = false`: nothing is sent and nothing waited for (one rank alone).
+/// `buckets[i]` is what averaging bucket i costs once every rank has it, `metrics` the same
+/// for the metrics. `exchange = false`: nothing is sent and nothing waited for (one rank alone).
 /// Every program must hand over the same collectives in the same order (see
 /// `program::check_same_handoffs`).
 pub fn replay(
     programs: &[StepProgram],
     order: &dyn Fn(usize, usize) -> usize,
     ranks: usize,
-    bucket_s: &[f64],
-    metrics_s: f64,
+    buckets: &[CollectiveCost],
+    metrics: CollectiveCost,
     steps: usize,
     exchange: bool,
 ) -> Outcome {
     assert!(!programs.is_empty() && steps > WARM_STEPS && ranks >= 1);
-    let mut state = vec![RankState { pending: vec![None; bucket_s.len()], ..Default::default() }; ranks];
+    let mut state = vec![RankState { pending: vec![None; buckets.len()], ..Default::default() }; ranks];
     let mut colls: Vec<Collective> = Vec::new();
     let (mut next_to_end, mut comm_free) = (0usize, 0.0f64);
     loop {
         let mut moved = false;
         for (r, s) in state.iter_mut().enumerate() {
-            moved |= advance(r, s, programs, order, steps, exchange, &mut colls, bucket_s, metrics_s, ranks);
+            moved |= advance(r, s, programs, order, steps, exchange, &mut colls, buckets, metrics, ranks);
         }
         // Collectives run one after another in hand-off order, each from the moment the last
         // rank's comm thread has it; a rank's comm thread is busy from when it has it.
         while let Some(c) = colls.get_mut(next_to_end).filter(|c| c.handed.iter().all(Option::is_some)) {
             let last = c.handed.iter().map(|h| h.unwrap().0).fold(f64::MIN, f64::max);
-            let end = last.max(comm_free) + c.cost_s;
+            let end = last.max(comm_free) + c.cost.wire_s;
             for (s, h) in state.iter_mut().zip(&c.handed) {
                 let (at, counted) = h.unwrap();
                 if counted {
@@ -109,6 +133,7 @@ pub fn replay(
         comm_s: mean(|s| s.comm),
         exposed_s: mean(|s| s.exposed),
         slowest_rank_s: mean(|s| s.slowest),
+        cpu_s: mean(|s| s.cpu),
     }
 }
 
@@ -123,8 +148,8 @@ fn advance(
     steps: usize,
     exchange: bool,
     colls: &mut Vec<Collective>,
-    bucket_s: &[f64],
-    metrics_s: f64,
+    buckets: &[CollectiveCost],
+    metrics: CollectiveCost,
     ranks: usize,
 ) -> bool {
     let mut moved = false;
@@ -139,20 +164,20 @@ fn advance(
             continue;
         };
         let counted = s.step >= WARM_STEPS;
-        let mut hand_over = |cost_s: f64, s: &mut RankState| -> usize {
+        let mut hand_over = |cost: CollectiveCost, s: &mut RankState| -> usize {
             let id = s.handed;
             s.handed += 1;
             if colls.len() == id {
-                colls.push(Collective { cost_s, handed: vec![None; ranks], last_and_end: None });
+                colls.push(Collective { cost, handed: vec![None; ranks], last_and_end: None });
             }
-            debug_assert_eq!(colls[id].cost_s, cost_s, "collective {id} differs between ranks");
+            debug_assert_eq!(colls[id].cost, cost, "collective {id} differs between ranks");
             colls[id].handed[r] = Some((s.t, counted));
             id
         };
         match *item {
             Item::Compute(secs) => s.t += secs,
-            Item::Submit(b) if exchange => s.pending[b] = Some(hand_over(bucket_s[b], s)),
-            Item::SubmitMetrics if exchange => s.pending_metrics = Some(hand_over(metrics_s, s)),
+            Item::Submit(b) if exchange => s.pending[b] = Some(hand_over(buckets[b], s)),
+            Item::SubmitMetrics if exchange => s.pending_metrics = Some(hand_over(metrics, s)),
             Item::Submit(_) | Item::SubmitMetrics => {}
             Item::Wait(_) | Item::WaitMetrics => {
                 let slot = match *item {
@@ -164,6 +189,22 @@ fn advance(
                         return moved;
                     };
                     *slot = None;
+                    // The compute before this wait ran late by the CPU the collective took
+                    // while both ran: the part of its run (start to end) before now.
+                    let cost = colls[id].cost;
+                    if cost.cpu_s > 0.0 {
+                        let start = end - cost.wire_s;
+                        let beside_compute = match cost.wire_s {
+                            // Over in an instant: beside compute if the rank was computing then.
+                            0.0 => f64::from(u8::from(s.t >= end)),
+                            wire_s => ((s.t.min(end) - start) / wire_s).clamp(0.0, 1.0),
+                        };
+                        let lost = cost.cpu_s * beside_compute;
+                        s.t += lost;
+                        if counted {
+                            s.cpu += lost;
+                        }
+                    }
                     if end > s.t {
                         if counted {
                             s.exposed += end - s.t;
@@ -189,16 +230,21 @@ mod tests {
         vec![StepProgram { step: 1, items }]
     }
 
+    /// Collectives that take wire time only.
+    fn wire(seconds: &[f64]) -> Vec<CollectiveCost> {
+        seconds.iter().map(|&s| CollectiveCost::wire_only(s)).collect()
+    }
+
     /// One rank: every step runs the one program.
     fn alone(p: &[StepProgram], bucket_s: &[f64], steps: usize, exchange: bool) -> Outcome {
-        replay(p, &|_, _| 0, 1, bucket_s, 0.0, steps, exchange)
+        replay(p, &|_, _| 0, 1, &wire(bucket_s), CollectiveCost::default(), steps, exchange)
     }
 
     #[test]
     fn one_rank_is_pure_compute() {
         let p = prog(vec![Compute(1.0), Submit(0), Wait(0), Compute(2.0)]);
         let o = alone(&p, &[5.0], 10, false);
-        assert_eq!(o, Outcome { step_s: 3.0, comm_s: 0.0, exposed_s: 0.0, slowest_rank_s: 0.0 });
+        assert_eq!(o, Outcome { step_s: 3.0, ..Default::default() });
     }
 
     #[test]
@@ -216,6 +262,29 @@ mod tests {
     }
 
     #[test]
+    fn the_collectives_cpu_delays_only_the_compute_it_overlaps() {
+        let cost = |wire_s, cpu_s| vec![CollectiveCost { wire_s, cpu_s }];
+        let run =
+            |p: &[StepProgram], c: &[CollectiveCost]| replay(p, &|_, _| 0, 1, c, CollectiveCost::default(), 10, true);
+        // Hidden behind the next step's first second: all 0.2 s of its CPU is lost to compute.
+        let p = prog(vec![Compute(1.0), Wait(0), Compute(2.0), Submit(0)]);
+        let o = run(&p, &cost(0.5, 0.2));
+        assert!((o.step_s - 3.2).abs() < 1e-12 && o.exposed_s == 0.0 && (o.cpu_s - 0.2).abs() < 1e-12, "{o:?}");
+        // Runs 1 s to 2 s; the rank computes until 1.5 s, so half the CPU (0.2 s) is lost, and
+        // the wait shrinks by as much: the step is no longer than without the CPU.
+        let p = prog(vec![Compute(1.0), Submit(0), Compute(0.5), Wait(0), Compute(1.0)]);
+        let o = run(&p, &cost(1.0, 0.4));
+        assert!((o.step_s - 3.0).abs() < 1e-12 && (o.cpu_s - 0.2).abs() < 1e-12, "{o:?}");
+        assert!((o.exposed_s - 0.3).abs() < 1e-12, "{o:?}");
+        // Computing the whole time, with more CPU than the wait hid: the step grows by the rest.
+        let p = prog(vec![Compute(1.0), Submit(0), Compute(1.0), Wait(0), Compute(1.0)]);
+        let o = run(&p, &cost(1.0, 0.8));
+        assert!((o.step_s - 3.8).abs() < 1e-12 && o.exposed_s == 0.0 && (o.cpu_s - 0.8).abs() < 1e-12, "{o:?}");
+        // No exchange, no CPU.
+        assert_eq!(alone(&p, &[1.0], 10, false).cpu_s, 0.0);
+    }
+
+    #[test]
     fn the_comm_thread_serves_buckets_in_order() {
         // Two buckets handed off together; the second waits behind the first.
         let p = prog(vec![Compute(1.0), Submit(0), Submit(1), Wait(1), Wait(0)]);
@@ -230,14 +299,14 @@ mod tests {
             StepProgram { step: 1, items: vec![Compute(1.0), Submit(0), Wait(0), Compute(1.0)] },
             StepProgram { step: 2, items: vec![Compute(2.0), Submit(0), Wait(0), Compute(1.0)] },
         ];
-        let o = replay(&p, &|r, _| r, 2, &[0.5], 0.0, 10, true);
+        let o = replay(&p, &|r, _| r, 2, &wire(&[0.5]), CollectiveCost::default(), 10, true);
         // Both end every step at 2 + 0.5 + 1 s. Rank 0 waits 1.5 s (1 s of it for rank 1),
         // rank 1 waits 0.5 s; rank 0's comm thread holds the bucket for 1.5 s, rank 1's 0.5 s.
         assert!((o.step_s - 3.5).abs() < 1e-12, "{o:?}");
         assert!((o.exposed_s - 1.0).abs() < 1e-12 && (o.slowest_rank_s - 0.5).abs() < 1e-12, "{o:?}");
         assert!((o.comm_s - 1.0).abs() < 1e-12 && o.hidden_fraction().abs() < 1e-12, "{o:?}");
         // The same ranks taking turns at being late: each step still waits for the late one.
-        let o = replay(&p, &|r, k| (r + k) % 2, 2, &[0.5], 0.0, 10, true);
+        let o = replay(&p, &|r, k| (r + k) % 2, 2, &wire(&[0.5]), CollectiveCost::default(), 10, true);
         assert!((o.step_s - 3.5).abs() < 1e-12 && (o.slowest_rank_s - 0.5).abs() < 1e-12, "{o:?}");
     }
 
@@ -247,8 +316,8 @@ mod tests {
             StepProgram { step: 1, items: vec![Compute(1.0), Wait(0), Compute(0.5), Submit(1), Wait(1), Submit(0)] },
             StepProgram { step: 2, items: vec![Compute(1.5), Wait(0), Compute(0.25), Submit(1), Wait(1), Submit(0)] },
         ];
-        let one = replay(&p, &|_, k| k % 2, 1, &[1.2, 0.3], 0.0, 12, true);
-        let many = replay(&p, &|_, k| k % 2, 5, &[1.2, 0.3], 0.0, 12, true);
+        let one = replay(&p, &|_, k| k % 2, 1, &wire(&[1.2, 0.3]), CollectiveCost::default(), 12, true);
+        let many = replay(&p, &|_, k| k % 2, 5, &wire(&[1.2, 0.3]), CollectiveCost::default(), 12, true);
         // Equal up to the rounding of averaging over 5 ranks.
         let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
         assert!(near(one.step_s, many.step_s) && near(one.comm_s, many.comm_s), "{one:?} {many:?}");

@@ -2,14 +2,14 @@
 //! model and print, per algorithm and node count, the predicted step time, the MPI paper's
 //! eq. (1) weak-scaling speedup, the communication per step and how much of it is hidden.
 
-use super::cost::{Choice, Link, allreduce_seconds_on, bucket_time};
+use super::comm_cpu::{CommCpu, calibrate};
+use super::cost::{Choice, Link, allreduce_seconds_on, bucket_bytes_moved, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::{self, BucketSpec, StepProgram};
-use super::replay::{Outcome, WARM_STEPS, replay};
+use super::replay::{CollectiveCost, Outcome, WARM_STEPS, replay};
 use super::two_level::{Links, Placement};
 use crate::cli::comm::Wire;
 use crate::cli::scaling::SimulateScalingArgs;
-use crate::cli::size::format_bytes;
 use crate::comm::Algorithm;
 use crate::comm::allreduce::select::Policy;
 use anyhow::{Context, Result, bail};
@@ -105,6 +105,8 @@ pub struct Row {
     /// Of the exposed time, the part spent waiting for the slowest rank to hand a bucket over.
     pub slowest_rank_ms_per_step: f64,
     pub hidden_comm_fraction: f64,
+    /// Compute time per step lost to the exchange's CPU (in `step_ms`; 0 without a CPU cost).
+    pub comm_cpu_ms_per_step: f64,
     pub buckets: Vec<BucketRow>,
 }
 
@@ -127,6 +129,10 @@ pub struct Prediction {
     pub wire: Wire,
     /// Whether every rank replayed the same step at the same time (`--identical-ranks`).
     pub identical_ranks: bool,
+    /// Compute lost per byte a rank moves each way (0: wire time only).
+    pub comm_cpu_ns_per_byte: f64,
+    /// Where it was measured (`--comm-cpu-from`), if it was.
+    pub comm_cpu_from: Option<CommCpu>,
     pub rows: Vec<Row>,
 }
 
@@ -181,6 +187,8 @@ pub struct Replay<'a> {
     pub t1: f64,
     /// `--identical-ranks`.
     pub identical: bool,
+    /// Compute seconds lost per byte a rank moves each way.
+    pub comm_cpu_s_per_byte: f64,
 }
 
 /// The prediction for one algorithm at `nodes` nodes of `ranks_per_node` ranks each.
@@ -189,11 +197,15 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     let p = place.ranks() as u64;
     let choice = choice_of(algo, run.threshold, place)?;
     let mut buckets = Vec::new();
-    let mut secs = Vec::new();
+    let mut costs = Vec::new();
     for b in &run.buckets {
         let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, place, links, run.wire);
         buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
-        secs.push(s);
+        let cpu_s = match rp.comm_cpu_s_per_byte {
+            0.0 => 0.0,
+            c => c * bucket_bytes_moved(&choice, b.bytes, run.fragment_bytes, place, run.wire),
+        };
+        costs.push(CollectiveCost { wire_s: s, cpu_s });
     }
     let metrics_algo = match &choice {
         Choice::Fixed(a) => *a,
@@ -201,7 +213,9 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     };
     let metrics_s = allreduce_seconds_on(metrics_algo, METRICS_BYTES as f64, place, links, Wire::F32).unwrap_or(0.0);
     let order = step_order(rp.programs.len(), p as usize, rp.steps, rp.identical);
-    let o: Outcome = replay(rp.programs, &|r, k| order[r][k], p as usize, &secs, metrics_s, rp.steps, p > 1);
+    // The metrics' 24 bytes cost no CPU worth counting (and the calibration leaves them out).
+    let metrics = CollectiveCost::wire_only(metrics_s);
+    let o: Outcome = replay(rp.programs, &|r, k| order[r][k], p as usize, &costs, metrics, rp.steps, p > 1);
     let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
         nodes,
@@ -214,6 +228,7 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
         exposed_comm_ms_per_step: o.exposed_s * 1e3,
         slowest_rank_ms_per_step: o.slowest_rank_s * 1e3,
         hidden_comm_fraction: o.hidden_fraction(),
+        comm_cpu_ms_per_step: o.cpu_s * 1e3,
         buckets,
     })
 }
@@ -297,6 +312,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         );
     }
     let links = links_of(args)?;
+    let (comm_cpu_ns_per_byte, comm_cpu_from) = comm_cpu_of(args)?;
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     if !args.identical_ranks {
         program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
@@ -304,8 +320,15 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     // Whole passes over the recorded steps, so that each weighs the same.
     let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
     let steps = WARM_STEPS + passes * programs.len();
-    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &vec![0.0; run.buckets.len()], 0.0, steps, false).step_s;
-    let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks };
+    let nothing = vec![CollectiveCost::default(); run.buckets.len()];
+    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
+    let rp = Replay {
+        programs: &programs,
+        steps,
+        t1,
+        identical: args.identical_ranks,
+        comm_cpu_s_per_byte: comm_cpu_ns_per_byte * 1e-9,
+    };
     let mut rows = Vec::new();
     for algo in &args.algorithms {
         for &p in &args.nodes {
@@ -327,75 +350,30 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         intra_beta_ns_per_byte: links.within.beta * 1e9,
         wire: run.wire,
         identical_ranks: args.identical_ranks,
+        comm_cpu_ns_per_byte,
+        comm_cpu_from,
         rows,
     })
 }
 
-/// "G[1] vhd x5, D[3+2] vhd, D[1] rd": the algorithm per bucket (and fragments when cut).
-fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
-    row.buckets
-        .iter()
-        .map(|b| {
-            let k = crate::comm::engine::fragments(b.bytes / 4, fragment_bytes).len();
-            if k > 1 { format!("{} {} x{k}", b.bucket, b.algorithm) } else { format!("{} {}", b.bucket, b.algorithm) }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
-    let mut s = format!(
-        "Replay of {} (rank's compute track, steps {:?}: {:.1} ms of compute per step; the run measured {:.1} ms/step on {} rank(s)) \
-         with alpha {:.2} us, beta {:.3} ns/B ({:.3} Gbit/s), gamma {:.3} ns/B, fragments of {}, gradients on the wire as {}.\n\n",
-        pred.trace,
-        pred.replayed_steps,
-        pred.compute_ms_per_step,
-        pred.measured_ms_per_step,
-        pred.measured_ranks,
-        pred.alpha_us,
-        pred.beta_ns_per_byte,
-        8.0 / pred.beta_ns_per_byte.max(1e-12),
-        pred.gamma_ns_per_byte,
-        format_bytes(fragment_bytes),
-        match pred.wire {
-            Wire::F32 => "f32",
-            Wire::Bf16 => "bf16 (half the bytes)",
-        },
-    );
-    s.push_str(if pred.identical_ranks {
-        "Every rank replays the same recorded step at the same time (--identical-ranks): no rank waits for another.\n\n"
-    } else {
-        "Each rank replays the recorded steps in an order of its own, so a rank whose step ran long is waited for \
-         (column \"of it, slowest rank\"); --identical-ranks leaves that out.\n\n"
-    });
-    let several = pred.ranks_per_node > 1;
-    if several {
-        s.push_str(&format!(
-            "Nodes of {} ranks each, in blocks: messages between ranks of one node take alpha {:.2} us and beta {:.3} ns/B \
-             (shared memory); the ranks of a node share its network link. Speedup and efficiency count ranks.\n\n",
-            pred.ranks_per_node, pred.intra_alpha_us, pred.intra_beta_ns_per_byte
-        ));
+/// --comm-cpu-ns-per-byte, or measured from --comm-cpu-from's two runs, or 0.
+fn comm_cpu_of(args: &SimulateScalingArgs) -> Result<(f64, Option<CommCpu>)> {
+    match (&args.comm_cpu_from[..], args.comm_cpu_ns_per_byte) {
+        ([], None) => Ok((0.0, None)),
+        ([], Some(ns)) => {
+            check_times(&[("--comm-cpu-ns-per-byte", ns)])?;
+            Ok((ns, None))
+        }
+        ([with, without], _) => {
+            let c = calibrate(with, without)?;
+            Ok((c.ns_per_byte, Some(c)))
+        }
+        (files, _) => bail!(
+            "--comm-cpu-from takes two summary.json files, WITH,WITHOUT (the exchange overlapped, then --no-exchange), \
+             not {}",
+            files.len()
+        ),
     }
-    s.push_str(if several { "| nodes | ranks " } else { "| nodes " });
-    s.push_str("| algorithm | step ms | speedup eq.(1) | efficiency | comm ms/step | exposed ms/step | of it, slowest rank | hidden | algorithm per bucket |\n");
-    s.push_str(if several { "|---:|---:" } else { "|---:" });
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for r in &pred.rows {
-        let who = if several { format!("{} | {}", r.nodes, r.ranks) } else { r.nodes.to_string() };
-        s.push_str(&format!(
-            "| {who} | {} | {:.1} | {:.2} | {:.3} | {:.1} | {:.1} | {:.1} | {:.3} | {} |\n",
-            r.algorithm,
-            r.step_ms,
-            r.speedup_eq1,
-            r.efficiency,
-            r.comm_ms_per_step,
-            r.exposed_comm_ms_per_step,
-            r.slowest_rank_ms_per_step,
-            r.hidden_comm_fraction,
-            if r.ranks > 1 { bucket_summary(r, fragment_bytes) } else { "-".into() }
-        ));
-    }
-    s
 }
 
 pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
@@ -432,7 +410,7 @@ pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
         }
         let pred = simulate(&args, summary)?;
         let run = RunInfo::from_summary(summary)?;
-        print!("{}", markdown(&pred, run.fragment_bytes));
+        print!("{}", super::prediction_table::markdown(&pred, run.fragment_bytes));
         out.insert("prediction".into(), serde_json::to_value(&pred)?);
     }
     if let Some(path) = &args.json {

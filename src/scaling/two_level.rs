@@ -106,6 +106,16 @@ impl Schedule {
         self.rounds.iter().filter(|x| x.messages.iter().any(|m| m.from == r || m.to == r)).map(|x| x.repeat).sum()
     }
 
+    /// Bytes (as f32) rank `r` sends plus receives over the whole allreduce, halved.
+    pub fn bytes_moved_by(&self, r: usize) -> f64 {
+        let mine = |m: &&Message| m.from == r || m.to == r;
+        self.rounds
+            .iter()
+            .map(|x| x.repeat as f64 * x.messages.iter().filter(mine).map(|m| m.bytes).sum::<f64>())
+            .sum::<f64>()
+            / 2.0
+    }
+
     /// Bytes (as f32) that leave host `h` over the whole allreduce.
     pub fn bytes_leaving(&self, place: Placement, h: usize) -> f64 {
         let leaves = |m: &&Message| place.host_of(m.from) == h && place.host_of(m.to) != h;

@@ -1,0 +1,179 @@
+//! The exchange's CPU cost, for the replay: how much compute a rank loses per byte it moves,
+//! measured by training the same ranks on the same hosts twice, with the exchange overlapped
+//! and with `--no-exchange`, and dividing the compute time the exchange added by the bytes each
+//! rank moved.
+//!
+//! Why it is needed: the cost model prices wire time, which is all an exchange costs when the
+//! comm thread has a core of its own (a GPU rank). A CPU rank computes on every core, so the
+//! comm thread and the kernel's network stack (copies, TCP, the shaper's timers) take their
+//! time from the compute, and a step with the exchange hidden still runs longer. The compute
+//! thread's own clock shows it, waits excluded: the summary's `compute_ms_per_step`.
+
+use super::cost::{Choice, bucket_bytes_moved};
+use super::two_level::Placement;
+use crate::cli::comm::Wire;
+use crate::comm::Algorithm;
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::Path;
+
+/// The calibration and where it came from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommCpu {
+    /// Compute lost per byte a rank moves each way, in nanoseconds.
+    pub ns_per_byte: f64,
+    pub with_exchange: String,
+    pub without_exchange: String,
+    pub compute_with_ms: f64,
+    pub compute_without_ms: f64,
+    /// Bytes the busiest rank moved each way per step in the run with the exchange.
+    pub bytes_moved_per_step: f64,
+}
+
+fn read(path: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read --comm-cpu-from {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("--comm-cpu-from {} is not JSON", path.display()))
+}
+
+/// A number the summary must have.
+fn field(s: &Value, path: &Path, pointer: &str) -> Result<f64> {
+    s.pointer(pointer).and_then(Value::as_f64).with_context(|| {
+        format!("--comm-cpu-from {} has no {pointer}: pass summary.json files of dcgan-train runs", path.display())
+    })
+}
+
+/// Bytes the busiest rank moved each way per step: every gradient bucket with the algorithm
+/// the run recorded for it, cut into the run's fragments. (The 24-byte metrics are left out,
+/// here and in the replay.)
+pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
+    let ranks = field(s, path, "/ranks")? as usize;
+    let hosts = field(s, path, "/host_count")? as usize;
+    if hosts == 0 || !ranks.is_multiple_of(hosts) {
+        bail!("--comm-cpu-from {}: {ranks} ranks on {hosts} hosts are not in equal blocks", path.display());
+    }
+    let place = Placement { hosts, ranks_per_host: ranks / hosts };
+    let fragment_bytes = field(s, path, "/options/comm/fragment_bytes")? as usize;
+    let wire = match s.pointer("/options/comm/wire").and_then(Value::as_str) {
+        None | Some("f32") => Wire::F32,
+        Some("bf16") => Wire::Bf16,
+        Some(other) => bail!("--comm-cpu-from {}: unknown options.comm.wire '{other}'", path.display()),
+    };
+    let buckets = s.pointer("/comm/buckets").and_then(Value::as_array).with_context(|| {
+        format!("--comm-cpu-from {} has no comm.buckets: pass summary.json files of dcgan-train runs", path.display())
+    })?;
+    let mut total = 0.0;
+    for b in buckets {
+        let name = b["algorithm"].as_str().unwrap_or("");
+        let algo = match Algorithm::from_name(name) {
+            Some(Algorithm::Mpi) => Algorithm::Vhd,
+            Some(a) => a,
+            None => bail!(
+                "--comm-cpu-from {}: bucket {} records algorithm '{name}': the first file must be a run with the exchange",
+                path.display(),
+                b["bucket"]
+            ),
+        };
+        let bytes = b["bytes"].as_u64().context("bucket bytes")? as usize;
+        total += bucket_bytes_moved(&Choice::Fixed(algo), bytes, fragment_bytes, place, wire);
+    }
+    Ok(total)
+}
+
+/// The calibration from `with` (a run with the exchange overlapped) and `without` (the same
+/// ranks, hosts and batch with `--no-exchange`). Noise can make the difference negative; that
+/// is read as no cost.
+pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
+    let (w, wo) = (read(with)?, read(without)?);
+    let flag = |s: &Value, name: &str| s.pointer(&format!("/options/parallel/{name}")).and_then(Value::as_bool);
+    if field(&w, with, "/ranks")? < 2.0 || flag(&w, "no_exchange") != Some(false) {
+        bail!(
+            "--comm-cpu-from {}: the first summary must come from a run of 2 or more ranks with the exchange",
+            with.display()
+        );
+    }
+    if flag(&w, "no_overlap") != Some(false) {
+        bail!(
+            "--comm-cpu-from {}: that run used --no-overlap, so its exchange never ran beside compute: \
+             give a run with overlap",
+            with.display()
+        );
+    }
+    if flag(&wo, "no_exchange") != Some(true) {
+        bail!("--comm-cpu-from {}: the second summary must come from a run with --no-exchange", without.display());
+    }
+    for key in ["/ranks", "/host_count", "/batch_size_per_rank", "/threads_per_rank"] {
+        let (a, b) = (w.pointer(key), wo.pointer(key));
+        if a != b {
+            bail!(
+                "--comm-cpu-from: the two runs differ in {} ({} against {}): train both with the same ranks, hosts, \
+                 batch and threads",
+                &key[1..],
+                a.unwrap_or(&Value::Null),
+                b.unwrap_or(&Value::Null)
+            );
+        }
+    }
+    let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
+    let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
+    let bytes = bytes_moved_per_step(&w, with)?;
+    let ns_per_byte = if bytes > 0.0 { ((compute_with_ms - compute_without_ms) * 1e6 / bytes).max(0.0) } else { 0.0 };
+    Ok(CommCpu {
+        ns_per_byte,
+        with_exchange: with.display().to_string(),
+        without_exchange: without.display().to_string(),
+        compute_with_ms,
+        compute_without_ms,
+        bytes_moved_per_step: bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn summary(no_exchange: bool, compute_ms: f64, algorithm: &str) -> Value {
+        json!({
+            "ranks": 2, "host_count": 2, "batch_size_per_rank": 64, "threads_per_rank": 1,
+            "compute_ms_per_step": compute_ms,
+            "options": {"comm": {"fragment_bytes": 1 << 20, "wire": "bf16"},
+                        "parallel": {"no_exchange": no_exchange, "no_overlap": false}},
+            "comm": {"buckets": [
+                {"bucket": "G[1]", "bytes": 4 << 20, "algorithm": algorithm},
+                {"bucket": "D[1]", "bytes": 4096, "algorithm": if no_exchange { "none" } else { "rd" }},
+            ]},
+        })
+    }
+
+    fn write(dir: &Path, name: &str, v: &Value) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    }
+
+    #[test]
+    fn compute_added_per_byte_moved() {
+        let dir = std::env::temp_dir().join(format!("dcgan-comm-cpu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = write(&dir, "with.json", &summary(false, 170.0, "vhd"));
+        let without = write(&dir, "without.json", &summary(true, 150.0, "none"));
+        let c = calibrate(&with, &without).unwrap();
+        // 2 ranks, bf16: vhd moves 4 MiB / 2 each way, rd 4096 / 2 (one whole-vector swap).
+        let bytes = (2 << 20) as f64 + 2048.0;
+        assert_eq!(c.bytes_moved_per_step, bytes);
+        assert!((c.ns_per_byte - 20e6 / bytes).abs() < 1e-9, "{c:?}");
+        // Slower without the exchange (noise): no cost, not a negative one.
+        let faster = write(&dir, "faster.json", &summary(false, 140.0, "vhd"));
+        assert_eq!(calibrate(&faster, &without).unwrap().ns_per_byte, 0.0);
+        // The wrong way round, or mismatched runs, are refused.
+        assert!(calibrate(&without, &with).is_err());
+        let mut other = summary(true, 150.0, "none");
+        other["batch_size_per_rank"] = json!(16);
+        let other = write(&dir, "other.json", &other);
+        let e = calibrate(&with, &other).unwrap_err().to_string();
+        assert!(e.contains("batch_size_per_rank"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
