@@ -190,8 +190,10 @@ for n in "${HOSTS[@]}"; do
             --nodes "$n" --algorithms auto --json "$OUT/predict-$n-$rep.json" >/dev/null
         pair="$OUT/runs/2-overlap-$rep/summary.json,$OUT/runs/2-no-exchange-$rep/summary.json"
         [ -f "$OUT/runs/2-overlap-$rep/summary.json" ] && [ -f "$OUT/runs/2-no-exchange-$rep/summary.json" ] || continue
+        # A pair the calibration refuses (say, --train-args with --no-overlap) leaves this out.
         "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
-            --nodes "$n" --algorithms auto --comm-cpu-from "$pair" --json "$OUT/predict-cpu-$n-$rep.json" >/dev/null
+            --nodes "$n" --algorithms auto --comm-cpu-from "$pair" --json "$OUT/predict-cpu-$n-$rep.json" >/dev/null \
+            || log "no prediction with the exchange's CPU for $n hosts, repeat $rep (above: why)"
     done
 done
 # The curve again with the exchange's CPU: the median of the repeats' 2-host calibrations.

@@ -422,12 +422,12 @@ def predictions_section(out, hosts, meas, w):
     w("The exposed columns compare the waits for gradient buckets: predicted (of it, waiting for the slowest rank, "
       "from the ranks replaying the traced steps in orders of their own) against the run's summary.\n")
     if with_cpu:
-        cs = [load(f)["prediction"]["comm_cpu_ns_per_byte"] for f in cpu_files.get(2, [])]
+        cs = [load(f)["prediction"]["comm_cpu_ns_per_byte"] for fs in cpu_files.values() for f in fs]
         w("*With its CPU*: the same replay charging the exchange's CPU to compute (`--comm-cpu-from`), measured on "
-          "each repeat's 2-host pair as the compute time the exchange added per byte a rank moved each way "
-          f"({min(cs):.2f} to {max(cs):.2f} ns/B, median {median(cs):.2f}). At 2 hosts that is the pair it was "
-          "measured on; at 4 hosts it is a prediction, where twice the ranks share the cores, so each byte "
-          "takes more compute than at 2.\n")
+          "each repeat's 2-host pair as the compute time the exchange added per byte a rank moved each way beside "
+          f"compute ({min(cs):.2f} to {max(cs):.2f} ns/B, median {median(cs):.2f}). At 2 hosts that is the pair it "
+          "was measured on; at more hosts it is a prediction. (On an emulated cluster more hosts also put more "
+          "ranks on the same cores, so each byte can take more compute than it took at 2.)\n")
     cpu_head = " with its CPU | error |" if with_cpu else ""
     w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error |"
       f"{cpu_head} predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")

@@ -3,13 +3,15 @@
 //! counts, per rank, the exchange steps (alpha), the bytes moved per step (beta: the larger of
 //! what is sent and what is received, the links being full duplex) and the bytes reduced
 //! (gamma). The busiest rank's counts must be what the model charges, at every rank count
-//! from 2 to 16 (powers of two and the folded ones).
+//! from 2 to 16 (powers of two and the folded ones). Also what a rank sends plus receives,
+//! halved, which the replay charges the exchange's CPU by.
 
+use dcgan_train::cli::comm::Wire;
 use dcgan_train::comm::Algorithm;
 use dcgan_train::comm::allreduce::allreduce_mean;
 use dcgan_train::comm::status::{Activity, StatusReply};
 use dcgan_train::comm::transport::{Combine, CommError, Local, Tag, Transport, WaitPolicy};
-use dcgan_train::scaling::cost::{Terms, terms};
+use dcgan_train::scaling::cost::{Terms, bytes_moved_on, terms};
 use dcgan_train::scaling::two_level::{Placement, schedule};
 use std::ops::Range;
 use std::time::Duration;
@@ -21,6 +23,8 @@ struct Counts {
     bytes_reduced: f64,
     /// Bytes sent to ranks on another host.
     bytes_across: f64,
+    /// Bytes sent plus bytes received.
+    bytes_through: f64,
 }
 
 struct Counting {
@@ -62,6 +66,7 @@ impl Transport for Counting {
         if s + r > 0 {
             self.c.steps += 1.0;
             self.c.bytes_moved += 4.0 * s.max(r) as f64;
+            self.c.bytes_through += 4.0 * (s + r) as f64;
         }
         if let Some((to, range)) = &send {
             let hosts = self.inner.hosts();
@@ -147,6 +152,12 @@ fn closed_forms_match_what_the_algorithms_do() {
             let slack = 4.0 * counted.messages;
             assert!((counted.bytes_sent - model.bytes_sent).abs() <= slack, "{ctx}");
             assert!((counted.bytes_reduced - model.bytes_reduced).abs() <= slack, "{ctx}");
+            // What the busiest rank sends plus receives, halved (the tree's root, the fold's
+            // partner): what the exchange's CPU is charged by.
+            let through = count(algo, p, n).iter().map(|c| c.bytes_through / 2.0).fold(0.0, f64::max);
+            let nodes = Placement { hosts: p, ranks_per_host: 1 };
+            let each_way = bytes_moved_on(algo, (n * 4) as f64, nodes, Wire::F32);
+            assert!((through - each_way).abs() <= slack, "{ctx}: each way {through}, model {each_way}");
         }
     }
 }
@@ -216,6 +227,15 @@ fn two_level_rounds_are_what_the_algorithms_do_on_hosts_of_several_ranks() {
             let model = schedule(algo, bytes, place).unwrap();
             for (r, c) in counted.iter().enumerate() {
                 assert_eq!(model.rounds_of(r) as f64, c.steps, "{algo:?} on {h} hosts x {l}: rank {r}'s rounds");
+            }
+            for (r, c) in counted.iter().enumerate() {
+                let slack = 4.0 * c.steps;
+                let each_way = c.bytes_through / 2.0;
+                assert!(
+                    (model.bytes_moved_by(r) - each_way).abs() <= slack,
+                    "{algo:?} on {h} hosts x {l}: rank {r} moved {each_way} each way, model {}",
+                    model.bytes_moved_by(r)
+                );
             }
             for host in 0..h {
                 let sent: f64 = counted[host * l..(host + 1) * l].iter().map(|c| c.bytes_across).sum();

@@ -1,7 +1,12 @@
 //! The exchange's CPU cost, for the replay: how much compute a rank loses per byte it moves,
 //! measured by training the same ranks on the same hosts twice, with the exchange overlapped
 //! and with `--no-exchange`, and dividing the compute time the exchange added by the bytes each
-//! rank moved.
+//! rank moved beside compute (the bytes moved times the run's hidden-comm fraction: while the
+//! rank waited, the exchange took nothing from compute, and the replay charges it the same way).
+//!
+//! Two simplifications, both of them the replay's too: every rank is charged the busiest
+//! rank's bytes (the tree's root, the fold's partner), and bytes between ranks of one node
+//! cost what bytes over the network cost.
 //!
 //! Why it is needed: the cost model prices wire time, which is all an exchange costs when the
 //! comm thread has a core of its own (a GPU rank). A CPU rank computes on every core, so the
@@ -29,6 +34,8 @@ pub struct CommCpu {
     pub compute_without_ms: f64,
     /// Bytes the busiest rank moved each way per step in the run with the exchange.
     pub bytes_moved_per_step: f64,
+    /// That run's hidden-comm fraction: the share of its exchange that ran beside compute.
+    pub hidden_comm_fraction: f64,
 }
 
 fn read(path: &Path) -> Result<Value> {
@@ -66,14 +73,14 @@ pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
     let mut total = 0.0;
     for b in buckets {
         let name = b["algorithm"].as_str().unwrap_or("");
-        let algo = match Algorithm::from_name(name) {
-            Some(Algorithm::Mpi) => Algorithm::Vhd,
-            Some(a) => a,
-            None => bail!(
-                "--comm-cpu-from {}: bucket {} records algorithm '{name}': the first file must be a run with the exchange",
+        // (The library's own allreduce, "mpi", is priced as vhd, as everywhere in the model.)
+        let Some(algo) = Algorithm::from_name(name) else {
+            bail!(
+                "--comm-cpu-from {}: bucket {} records the algorithm '{name}', which the model does not know: \
+                 pass the summary.json of a run with the exchange",
                 path.display(),
                 b["bucket"]
-            ),
+            );
         };
         let bytes = b["bytes"].as_u64().context("bucket bytes")? as usize;
         total += bucket_bytes_moved(&Choice::Fixed(algo), bytes, fragment_bytes, place, wire);
@@ -86,29 +93,36 @@ pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
 /// is read as no cost.
 pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
     let (w, wo) = (read(with)?, read(without)?);
-    let flag = |s: &Value, name: &str| s.pointer(&format!("/options/parallel/{name}")).and_then(Value::as_bool);
-    if field(&w, with, "/ranks")? < 2.0 || flag(&w, "no_exchange") != Some(false) {
+    let flag = |s: &Value, path: &Path, name: &str| {
+        s.pointer(&format!("/options/parallel/{name}")).and_then(Value::as_bool).with_context(|| {
+            format!(
+                "--comm-cpu-from {} has no options.parallel.{name}: pass summary.json files of dcgan-train runs",
+                path.display()
+            )
+        })
+    };
+    if field(&w, with, "/ranks")? < 2.0 || flag(&w, with, "no_exchange")? {
         bail!(
             "--comm-cpu-from {}: the first summary must come from a run of 2 or more ranks with the exchange",
             with.display()
         );
     }
-    if flag(&w, "no_overlap") != Some(false) {
+    if flag(&w, with, "no_overlap")? {
         bail!(
             "--comm-cpu-from {}: that run used --no-overlap, so its exchange never ran beside compute: \
              give a run with overlap",
             with.display()
         );
     }
-    if flag(&wo, "no_exchange") != Some(true) {
+    if !flag(&wo, without, "no_exchange")? {
         bail!("--comm-cpu-from {}: the second summary must come from a run with --no-exchange", without.display());
     }
-    for key in ["/ranks", "/host_count", "/batch_size_per_rank", "/threads_per_rank"] {
+    for key in ["/ranks", "/host_count", "/batch_size_per_rank", "/threads_per_rank", "/device", "/image_size"] {
         let (a, b) = (w.pointer(key), wo.pointer(key));
         if a != b {
             bail!(
                 "--comm-cpu-from: the two runs differ in {} ({} against {}): train both with the same ranks, hosts, \
-                 batch and threads",
+                 batch, threads and device",
                 &key[1..],
                 a.unwrap_or(&Value::Null),
                 b.unwrap_or(&Value::Null)
@@ -118,7 +132,13 @@ pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
     let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
     let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
     let bytes = bytes_moved_per_step(&w, with)?;
-    let ns_per_byte = if bytes > 0.0 { ((compute_with_ms - compute_without_ms) * 1e6 / bytes).max(0.0) } else { 0.0 };
+    let hidden = field(&w, with, "/comm/hidden_comm_fraction")?;
+    let beside_compute = bytes * hidden;
+    let ns_per_byte = if beside_compute > 0.0 {
+        ((compute_with_ms - compute_without_ms) * 1e6 / beside_compute).max(0.0)
+    } else {
+        0.0
+    };
     Ok(CommCpu {
         ns_per_byte,
         with_exchange: with.display().to_string(),
@@ -126,6 +146,7 @@ pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
         compute_with_ms,
         compute_without_ms,
         bytes_moved_per_step: bytes,
+        hidden_comm_fraction: hidden,
     })
 }
 
@@ -137,10 +158,11 @@ mod tests {
     fn summary(no_exchange: bool, compute_ms: f64, algorithm: &str) -> Value {
         json!({
             "ranks": 2, "host_count": 2, "batch_size_per_rank": 64, "threads_per_rank": 1,
+            "device": "cpu (1 threads)", "image_size": 28,
             "compute_ms_per_step": compute_ms,
             "options": {"comm": {"fragment_bytes": 1 << 20, "wire": "bf16"},
                         "parallel": {"no_exchange": no_exchange, "no_overlap": false}},
-            "comm": {"buckets": [
+            "comm": {"hidden_comm_fraction": if no_exchange { 0.0 } else { 0.8 }, "buckets": [
                 {"bucket": "G[1]", "bytes": 4 << 20, "algorithm": algorithm},
                 {"bucket": "D[1]", "bytes": 4096, "algorithm": if no_exchange { "none" } else { "rd" }},
             ]},
@@ -160,10 +182,14 @@ mod tests {
         let with = write(&dir, "with.json", &summary(false, 170.0, "vhd"));
         let without = write(&dir, "without.json", &summary(true, 150.0, "none"));
         let c = calibrate(&with, &without).unwrap();
-        // 2 ranks, bf16: vhd moves 4 MiB / 2 each way, rd 4096 / 2 (one whole-vector swap).
+        // 2 ranks, bf16: vhd moves 4 MiB / 2 each way, rd 4096 / 2 (one whole-vector swap);
+        // 80% of it beside compute.
         let bytes = (2 << 20) as f64 + 2048.0;
         assert_eq!(c.bytes_moved_per_step, bytes);
-        assert!((c.ns_per_byte - 20e6 / bytes).abs() < 1e-9, "{c:?}");
+        assert!((c.ns_per_byte - 20e6 / (0.8 * bytes)).abs() < 1e-9, "{c:?}");
+        // The library's allreduce is priced as vhd.
+        let mpi = write(&dir, "mpi.json", &summary(false, 170.0, "mpi"));
+        assert_eq!(calibrate(&mpi, &without).unwrap().bytes_moved_per_step, bytes);
         // Slower without the exchange (noise): no cost, not a negative one.
         let faster = write(&dir, "faster.json", &summary(false, 140.0, "vhd"));
         assert_eq!(calibrate(&faster, &without).unwrap().ns_per_byte, 0.0);
@@ -174,6 +200,16 @@ mod tests {
         let other = write(&dir, "other.json", &other);
         let e = calibrate(&with, &other).unwrap_err().to_string();
         assert!(e.contains("batch_size_per_rank"), "{e}");
+        // An exchange that never ran beside compute cannot measure what it takes from it.
+        let mut serial = summary(false, 170.0, "vhd");
+        serial["options"]["parallel"]["no_overlap"] = json!(true);
+        let serial = write(&dir, "serial.json", &serial);
+        assert!(calibrate(&serial, &without).unwrap_err().to_string().contains("--no-overlap"));
+        let mut bare = summary(false, 170.0, "vhd");
+        bare["options"]["parallel"] = json!({});
+        let bare = write(&dir, "bare.json", &bare);
+        let e = calibrate(&bare, &without).unwrap_err().to_string();
+        assert!(e.contains("has no options.parallel.no_exchange"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

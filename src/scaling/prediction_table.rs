@@ -49,12 +49,14 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
             pred.comm_cpu_ns_per_byte,
             match &pred.comm_cpu_from {
                 Some(c) => format!(
-                    "; measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step",
+                    "; measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
+                     {:.0}% of it beside compute",
                     c.with_exchange,
                     c.without_exchange,
                     c.compute_with_ms,
                     c.compute_without_ms,
-                    format_bytes(c.bytes_moved_per_step as usize)
+                    format_bytes(c.bytes_moved_per_step as usize),
+                    100.0 * c.hidden_comm_fraction
                 ),
                 None => String::new(),
             }
