@@ -25,9 +25,10 @@
 # 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
 #    --no-exchange trace replayed at N to predict the N-host run (checked against it). Every
 #    step is traced: on a noisy machine the first few alone missed their run's step by 8%.
-#    Where the run has 2 hosts with overlap and with --no-exchange, both again with the
-#    exchange's CPU cost (--comm-cpu-from, measured on each repeat's 2-host pair): these ranks
-#    compute on every core, so the comm thread's CPU is taken from compute.
+#    Where the run has 2 hosts with overlap and with --no-exchange, both again with compute and
+#    the exchange sharing cores (--comm-cpu-from, measured on each repeat's 2-host pair: the
+#    compute the exchange takes per byte, and the wire speed it keeps beside compute): these
+#    ranks compute on every core.
 # 6. results.md (tables, targets met or not) and speedup.png (speedup against hosts, measured
 #    and simulated, next to the ideal line), written by scripts/scaling-report.py.
 #
@@ -196,13 +197,17 @@ for n in "${HOSTS[@]}"; do
             || log "no prediction with the exchange's CPU for $n hosts, repeat $rep (above: why)"
     done
 done
-# The curve again with the exchange's CPU: the median of the repeats' 2-host calibrations.
+# The curve again with the cores shared: the medians of the repeats' 2-host calibrations.
 if compgen -G "$OUT/predict-cpu-2-*.json" >/dev/null; then
-    cpu=$(python3 -c 'import json, statistics, sys
-print(statistics.median(json.load(open(f))["prediction"]["comm_cpu_ns_per_byte"] for f in sys.argv[1:]))' \
-        "$OUT"/predict-cpu-2-*.json)
+    median_of() {
+        python3 -c 'import json, statistics, sys
+print(statistics.median(json.load(open(f))["prediction"][sys.argv[1]] for f in sys.argv[2:]))' "$1" \
+            "$OUT"/predict-cpu-2-*.json
+    }
     "$BIN" simulate-scaling --summary "$OUT/runs/1-overlap-1/summary.json" --links "$OUT/links.json" \
-        --comm-cpu-ns-per-byte "$cpu" --json "$OUT/simulated-cpu.json" >"$OUT/simulated-cpu.md"
+        --comm-cpu-ns-per-byte "$(median_of comm_cpu_ns_per_byte)" \
+        --comm-speed-beside-compute "$(median_of comm_speed_beside_compute)" \
+        --json "$OUT/simulated-cpu.json" >"$OUT/simulated-cpu.md"
 fi
 
 log "6/6 report"

@@ -302,9 +302,9 @@ def main():
         w("## Simulated: up to 1024 nodes\n")
         w(open(os.path.join(out, "simulated.md")).read())
     if sim_cpu:
-        w("\n### The same, with the exchange's CPU\n")
-        w("For ranks that compute on every core, as these do: the comm thread and the network stack take their "
-          "time from compute. (The table above is for ranks whose comm thread has a core of its own, a GPU rank's.)\n")
+        w("\n### The same, sharing cores\n")
+        w("For ranks that compute on every core, as these do: the exchange takes compute's time and runs slower "
+          "beside it. (The table above is for ranks whose comm thread has a core of its own, a GPU rank's.)\n")
         w(open(os.path.join(out, "simulated-cpu.md")).read())
 
     # Targets: on the paired ratios where the run has them, the medians of medians beside them;
@@ -378,7 +378,7 @@ def main():
     for h in [h for h in hosts if h > 1]:
         if h in errors:
             e = errors[h]
-            also = f" (with the exchange's CPU: {100 * cpu_errors[h]:+.1f}%)" if h in cpu_errors else ""
+            also = f" (sharing cores: {100 * cpu_errors[h]:+.1f}%)" if h in cpu_errors else ""
             target(f"simulate-scaling within 15% at {h} hosts", e, abs(e) <= 0.15,
                    f"simulate-scaling within 15% of the measured {h}-host run: {100 * e:+.1f}%{also}",
                    extra={"with_comm_cpu": cpu_errors[h]} if h in cpu_errors else None)
@@ -422,13 +422,16 @@ def predictions_section(out, hosts, meas, w):
     w("The exposed columns compare the waits for gradient buckets: predicted (of it, waiting for the slowest rank, "
       "from the ranks replaying the traced steps in orders of their own) against the run's summary.\n")
     if with_cpu:
-        cs = [load(f)["prediction"]["comm_cpu_ns_per_byte"] for fs in cpu_files.values() for f in fs]
-        w("*With its CPU*: the same replay charging the exchange's CPU to compute (`--comm-cpu-from`), measured on "
-          "each repeat's 2-host pair as the compute time the exchange added per byte a rank moved each way beside "
-          f"compute ({min(cs):.2f} to {max(cs):.2f} ns/B, median {median(cs):.2f}). At 2 hosts that is the pair it "
-          "was measured on; at more hosts it is a prediction. (On an emulated cluster more hosts also put more "
-          "ranks on the same cores, so each byte can take more compute than it took at 2.)\n")
-    cpu_head = " with its CPU | error |" if with_cpu else ""
+        preds = [load(f)["prediction"] for fs in cpu_files.values() for f in fs]
+        cs = [p["comm_cpu_ns_per_byte"] for p in preds]
+        ss = [p.get("comm_speed_beside_compute", 1.0) for p in preds]
+        w("*Sharing cores*: the same replay with compute and the exchange sharing cores (`--comm-cpu-from`), measured "
+          "on each repeat's 2-host pair: the compute the exchange took per byte a rank moved each way beside compute "
+          f"({min(cs):.2f} to {max(cs):.2f} ns/B, median {median(cs):.2f}), and the share of its wire speed a "
+          f"collective kept beside compute ({min(ss):.2f} to {max(ss):.2f}, median {median(ss):.2f}). At 2 hosts "
+          "that is the pair it was measured on; at more hosts it is a prediction. (On an emulated cluster more "
+          "hosts also put more ranks on the same cores, so each byte can cost more than it did at 2.)\n")
+    cpu_head = " sharing cores | error |" if with_cpu else ""
     w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error |"
       f"{cpu_head} predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")
     w("|---:|---:|---:|---:|---:|" + ("---:|---:|" if with_cpu else "") + "---:|---:|---:|")
@@ -481,7 +484,7 @@ def plot(out, hosts, meas, sim, sim_cpu, links, batch):
                       key=lambda r: r["nodes"])
     if cpu_rows:
         ax.plot([r["nodes"] for r in cpu_rows], [r["speedup_eq1"] for r in cpu_rows], color="C0", ls="--", lw=1.5,
-                label="simulated, auto, with the exchange's CPU (CPU ranks)")
+                label="simulated, auto, sharing cores (CPU ranks)")
     for mode, marker in [("overlap", "o"), ("no-overlap", "s")]:
         # The 1-host run has no exchange to overlap: it starts both series.
         pts = [(1, meas[(1, "overlap")]["speedup"])]

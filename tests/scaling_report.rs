@@ -432,7 +432,7 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
     assert!(close(two["with_comm_cpu"].as_f64().unwrap(), 176.0 / 175.0 - 1.0), "{two}");
     let four = target(&results, "simulate-scaling within 15% at 4 hosts");
     assert!(close(four["with_comm_cpu"].as_f64().unwrap(), 360.0 / 390.0 - 1.0), "{four}");
-    assert!(md.contains("-14.1% (with the exchange's CPU: -7.7%)"), "{md}");
+    assert!(md.contains("-14.1% (sharing cores: -7.7%)"), "{md}");
     assert!(md.contains("(3.00 to 5.00 ns/B, median 4.00)"), "{md}");
     assert!(md.contains("| 4 | 335.0 | nan | 390.0 | -14.1% | 360.0 | -7.7% |"), "{md}");
 }

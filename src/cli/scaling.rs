@@ -65,10 +65,14 @@ pub struct SimulateScalingArgs {
     /// exchange costs wire time only, as where the comm thread has a core of its own (GPU ranks).
     #[arg(long, value_name = "NS_PER_BYTE", conflicts_with = "comm_cpu_from")]
     pub comm_cpu_ns_per_byte: Option<f64>,
-    /// Measure --comm-cpu-ns-per-byte from two runs of the same ranks on the same hosts: the
-    /// summary.json of one with the exchange overlapped and of one with --no-exchange
-    /// (comma-separated, in that order); the compute time the exchange added over the bytes
-    /// moved.
+    /// The fraction of its wire speed a collective keeps while compute runs beside it on the
+    /// same cores (the comm thread and the kernel's receive path wait for a core). Default 1.
+    #[arg(long, value_name = "FRACTION", conflicts_with = "comm_cpu_from")]
+    pub comm_speed_beside_compute: Option<f64>,
+    /// Measure --comm-cpu-ns-per-byte and --comm-speed-beside-compute from two runs of the
+    /// same ranks on the same hosts: the summary.json of one with the exchange overlapped and of
+    /// one with --no-exchange (comma-separated, in that order): the compute time the exchange
+    /// added per byte moved beside compute, and its comm time against the cost model's.
     #[arg(long, value_name = "WITH,WITHOUT", value_delimiter = ',')]
     pub comm_cpu_from: Vec<PathBuf>,
     /// Algorithms to predict, comma-separated: auto, tree, rd, vhd, ring, hier.

@@ -1,8 +1,14 @@
-//! The exchange's CPU cost, for the replay: how much compute a rank loses per byte it moves,
-//! measured by training the same ranks on the same hosts twice, with the exchange overlapped
+//! What compute and the exchange cost each other on shared cores, for the replay, measured
+//! from two runs. First, how much compute a rank loses per byte it moves, measured by training the same ranks on the same hosts twice, with the exchange overlapped
 //! and with `--no-exchange`, and dividing the compute time the exchange added by the bytes each
 //! rank moved beside compute (the bytes moved times the run's hidden-comm fraction: while the
 //! rank waited, the exchange took nothing from compute, and the replay charges it the same way).
+//!
+//! The same pair gives the other side of sharing cores: the collectives ran slower than the
+//! cost model while compute ran beside them (the comm thread and the kernel's receive path
+//! wait for a core). If a share h (the hidden fraction) of the measured comm time D ran beside
+//! compute at a fraction s of wire speed and the rest at full speed, the model's wire time W
+//! is s h D + (1 - h) D, which gives s.
 //!
 //! Two simplifications, both of them the replay's too: every rank is charged the busiest
 //! rank's bytes (the tree's root, the fold's partner), and bytes between ranks of one node
@@ -14,8 +20,8 @@
 //! time from the compute, and a step with the exchange hidden still runs longer. The compute
 //! thread's own clock shows it, waits excluded: the summary's `compute_ms_per_step`.
 
-use super::cost::{Choice, bucket_bytes_moved};
-use super::two_level::Placement;
+use super::cost::{Choice, bucket_bytes_moved, bucket_time};
+use super::two_level::{Links, Placement};
 use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use anyhow::{Context, Result, bail};
@@ -36,6 +42,20 @@ pub struct CommCpu {
     pub bytes_moved_per_step: f64,
     /// That run's hidden-comm fraction: the share of its exchange that ran beside compute.
     pub hidden_comm_fraction: f64,
+    /// Its comm time per step as measured, and as the cost model prices its buckets.
+    pub comm_measured_ms: f64,
+    pub comm_model_ms: f64,
+    /// The fraction of wire speed a collective kept while compute ran beside it.
+    pub comm_speed_beside_compute: f64,
+}
+
+/// What the replay takes from a calibration (or from flags).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharedCores {
+    /// Compute lost per byte a rank moves each way (0: none).
+    pub cpu_ns_per_byte: f64,
+    /// The fraction of wire speed a collective keeps beside compute (1: all of it).
+    pub comm_speed_beside_compute: f64,
 }
 
 fn read(path: &Path) -> Result<Value> {
@@ -51,10 +71,10 @@ fn field(s: &Value, path: &Path, pointer: &str) -> Result<f64> {
     })
 }
 
-/// Bytes the busiest rank moved each way per step: every gradient bucket with the algorithm
-/// the run recorded for it, cut into the run's fragments. (The 24-byte metrics are left out,
-/// here and in the replay.)
-pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
+/// Per step, the bytes the busiest rank moved each way and the seconds the cost model gives
+/// the exchange: every gradient bucket with the algorithm the run recorded for it, cut into
+/// the run's fragments. (The 24-byte metrics are left out, here and in the replay.)
+pub fn exchange_per_step(s: &Value, path: &Path, links: &Links) -> Result<(f64, f64)> {
     let ranks = field(s, path, "/ranks")? as usize;
     let hosts = field(s, path, "/host_count")? as usize;
     if hosts == 0 || !ranks.is_multiple_of(hosts) {
@@ -70,7 +90,7 @@ pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
     let buckets = s.pointer("/comm/buckets").and_then(Value::as_array).with_context(|| {
         format!("--comm-cpu-from {} has no comm.buckets: pass summary.json files of dcgan-train runs", path.display())
     })?;
-    let mut total = 0.0;
+    let (mut moved, mut seconds) = (0.0, 0.0);
     for b in buckets {
         let name = b["algorithm"].as_str().unwrap_or("");
         // (The library's own allreduce, "mpi", is priced as vhd, as everywhere in the model.)
@@ -83,15 +103,17 @@ pub fn bytes_moved_per_step(s: &Value, path: &Path) -> Result<f64> {
             );
         };
         let bytes = b["bytes"].as_u64().context("bucket bytes")? as usize;
-        total += bucket_bytes_moved(&Choice::Fixed(algo), bytes, fragment_bytes, place, wire);
+        moved += bucket_bytes_moved(&Choice::Fixed(algo), bytes, fragment_bytes, place, wire);
+        seconds += bucket_time(&Choice::Fixed(algo), bytes, fragment_bytes, place, links, wire).1;
     }
-    Ok(total)
+    Ok((moved, seconds))
 }
 
 /// The calibration from `with` (a run with the exchange overlapped) and `without` (the same
-/// ranks, hosts and batch with `--no-exchange`). Noise can make the difference negative; that
-/// is read as no cost.
-pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
+/// ranks, hosts and batch with `--no-exchange`), the model on `links`. Noise can make the
+/// compute difference negative, read as no cost, or the comm faster than the model, read as
+/// full speed.
+pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> {
     let (w, wo) = (read(with)?, read(without)?);
     let flag = |s: &Value, path: &Path, name: &str| {
         s.pointer(&format!("/options/parallel/{name}")).and_then(Value::as_bool).with_context(|| {
@@ -131,8 +153,12 @@ pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
     }
     let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
     let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
-    let bytes = bytes_moved_per_step(&w, with)?;
+    let (bytes, model_s) = exchange_per_step(&w, with, links)?;
     let hidden = field(&w, with, "/comm/hidden_comm_fraction")?;
+    let measured_ms = field(&w, with, "/comm/comm_ms_per_step")?;
+    let (d, model_ms) = (measured_ms, model_s * 1e3);
+    let speed =
+        if hidden > 0.0 && d > 0.0 { ((model_ms - (1.0 - hidden) * d) / (hidden * d)).clamp(0.05, 1.0) } else { 1.0 };
     let beside_compute = bytes * hidden;
     let ns_per_byte = if beside_compute > 0.0 {
         ((compute_with_ms - compute_without_ms) * 1e6 / beside_compute).max(0.0)
@@ -147,6 +173,9 @@ pub fn calibrate(with: &Path, without: &Path) -> Result<CommCpu> {
         compute_without_ms,
         bytes_moved_per_step: bytes,
         hidden_comm_fraction: hidden,
+        comm_measured_ms: measured_ms,
+        comm_model_ms: model_ms,
+        comm_speed_beside_compute: speed,
     })
 }
 
@@ -162,7 +191,8 @@ mod tests {
             "compute_ms_per_step": compute_ms,
             "options": {"comm": {"fragment_bytes": 1 << 20, "wire": "bf16"},
                         "parallel": {"no_exchange": no_exchange, "no_overlap": false}},
-            "comm": {"hidden_comm_fraction": if no_exchange { 0.0 } else { 0.8 }, "buckets": [
+            "comm": {"hidden_comm_fraction": if no_exchange { 0.0 } else { 0.8 },
+                     "comm_ms_per_step": if no_exchange { 0.0 } else { 3.0 }, "buckets": [
                 {"bucket": "G[1]", "bytes": 4 << 20, "algorithm": algorithm},
                 {"bucket": "D[1]", "bytes": 4096, "algorithm": if no_exchange { "none" } else { "rd" }},
             ]},
@@ -175,40 +205,56 @@ mod tests {
         p
     }
 
+    /// 1 ns per byte, nothing else: the model's time is the bytes each rank sends.
+    const LINKS: Links = Links {
+        between: crate::scaling::cost::Link { alpha: 0.0, beta: 1e-9, gamma: 0.0 },
+        within: crate::scaling::cost::Link { alpha: 0.0, beta: 1e-9, gamma: 0.0 },
+    };
+
     #[test]
     fn compute_added_per_byte_moved() {
         let dir = std::env::temp_dir().join(format!("dcgan-comm-cpu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let with = write(&dir, "with.json", &summary(false, 170.0, "vhd"));
         let without = write(&dir, "without.json", &summary(true, 150.0, "none"));
-        let c = calibrate(&with, &without).unwrap();
+        let c = calibrate(&with, &without, &LINKS).unwrap();
         // 2 ranks, bf16: vhd moves 4 MiB / 2 each way, rd 4096 / 2 (one whole-vector swap);
         // 80% of it beside compute.
         let bytes = (2 << 20) as f64 + 2048.0;
         assert_eq!(c.bytes_moved_per_step, bytes);
         assert!((c.ns_per_byte - 20e6 / (0.8 * bytes)).abs() < 1e-9, "{c:?}");
+        // On 2 ranks each sends what it moves each way, so the model's time is `bytes` ns
+        // (2.1 ms). 3 ms measured, 20% of it waited for at full speed: 0.8 x 3 x s + 0.6 = 2.1.
+        let model_ms = bytes * 1e-6;
+        assert!((c.comm_model_ms - model_ms).abs() < 1e-9, "{c:?}");
+        assert!((c.comm_speed_beside_compute - (model_ms - 0.6) / 2.4).abs() < 1e-9, "{c:?}");
+        // Faster than the model: full speed, not more.
+        let mut quick = summary(false, 170.0, "vhd");
+        quick["comm"]["comm_ms_per_step"] = json!(1.0);
+        let quick = write(&dir, "quick.json", &quick);
+        assert_eq!(calibrate(&quick, &without, &LINKS).unwrap().comm_speed_beside_compute, 1.0);
         // The library's allreduce is priced as vhd.
         let mpi = write(&dir, "mpi.json", &summary(false, 170.0, "mpi"));
-        assert_eq!(calibrate(&mpi, &without).unwrap().bytes_moved_per_step, bytes);
+        assert_eq!(calibrate(&mpi, &without, &LINKS).unwrap().bytes_moved_per_step, bytes);
         // Slower without the exchange (noise): no cost, not a negative one.
         let faster = write(&dir, "faster.json", &summary(false, 140.0, "vhd"));
-        assert_eq!(calibrate(&faster, &without).unwrap().ns_per_byte, 0.0);
+        assert_eq!(calibrate(&faster, &without, &LINKS).unwrap().ns_per_byte, 0.0);
         // The wrong way round, or mismatched runs, are refused.
-        assert!(calibrate(&without, &with).is_err());
+        assert!(calibrate(&without, &with, &LINKS).is_err());
         let mut other = summary(true, 150.0, "none");
         other["batch_size_per_rank"] = json!(16);
         let other = write(&dir, "other.json", &other);
-        let e = calibrate(&with, &other).unwrap_err().to_string();
+        let e = calibrate(&with, &other, &LINKS).unwrap_err().to_string();
         assert!(e.contains("batch_size_per_rank"), "{e}");
         // An exchange that never ran beside compute cannot measure what it takes from it.
         let mut serial = summary(false, 170.0, "vhd");
         serial["options"]["parallel"]["no_overlap"] = json!(true);
         let serial = write(&dir, "serial.json", &serial);
-        assert!(calibrate(&serial, &without).unwrap_err().to_string().contains("--no-overlap"));
+        assert!(calibrate(&serial, &without, &LINKS).unwrap_err().to_string().contains("--no-overlap"));
         let mut bare = summary(false, 170.0, "vhd");
         bare["options"]["parallel"] = json!({});
         let bare = write(&dir, "bare.json", &bare);
-        let e = calibrate(&bare, &without).unwrap_err().to_string();
+        let e = calibrate(&bare, &without, &LINKS).unwrap_err().to_string();
         assert!(e.contains("has no options.parallel.no_exchange"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

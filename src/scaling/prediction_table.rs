@@ -42,21 +42,24 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
         "Each rank replays the recorded steps in an order of its own, so a rank whose step ran long is waited for \
          (column \"of it, slowest rank\"); --identical-ranks leaves that out.\n\n"
     });
-    if pred.comm_cpu_ns_per_byte > 0.0 {
+    if pred.comm_cpu_ns_per_byte > 0.0 || pred.comm_speed_beside_compute < 1.0 {
         s.push_str(&format!(
-            "The exchange takes {:.2} ns of compute per byte a rank moves each way (the comm thread and the network \
-             stack on cores that compute), charged for the part of each allreduce that runs beside compute{}.\n\n",
+            "Compute and the exchange share cores: the exchange takes {:.2} ns of compute per byte a rank moves each way, \
+             and keeps {:.0}% of its wire speed, while both run at once{}.\n\n",
             pred.comm_cpu_ns_per_byte,
+            100.0 * pred.comm_speed_beside_compute,
             match &pred.comm_cpu_from {
                 Some(c) => format!(
-                    "; measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
-                     {:.0}% of it beside compute",
+                    " (measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
+                     {:.0}% of it beside compute; comm {:.1} ms/step against the model's {:.1})",
                     c.with_exchange,
                     c.without_exchange,
                     c.compute_with_ms,
                     c.compute_without_ms,
                     format_bytes(c.bytes_moved_per_step as usize),
-                    100.0 * c.hidden_comm_fraction
+                    100.0 * c.hidden_comm_fraction,
+                    c.comm_measured_ms,
+                    c.comm_model_ms
                 ),
                 None => String::new(),
             }

@@ -48,7 +48,7 @@ impl CollectiveCost {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     pub step_s: f64,
     /// Comm thread busy per step: from the moment it has the bucket (and is free) until the
@@ -62,6 +62,9 @@ pub struct Outcome {
     pub slowest_rank_s: f64,
     /// Compute time per step lost to the collectives' CPU (included in `step_s`).
     pub cpu_s: f64,
+    /// Per bucket, the share of its collectives' time that the ranks computed beside them
+    /// (the rest they sat waiting), over the counted steps; 1 for a bucket never averaged.
+    pub beside_compute: Vec<f64>,
 }
 
 impl Outcome {
@@ -79,6 +82,10 @@ struct Collective {
     /// When the last rank handed it over, when it started and when it ended; known once
     /// every rank has.
     placed: Option<Placed>,
+    /// The bucket it averages (None: the metrics).
+    bucket: Option<usize>,
+    /// Seconds the ranks together sat waiting while it ran.
+    blocked: f64,
 }
 
 #[derive(Clone, Copy)]
@@ -154,12 +161,24 @@ pub fn replay(
     }
     let n = (steps - WARM_STEPS) as f64;
     let mean = |f: fn(&RankState) -> f64| state.iter().map(f).sum::<f64>() / ranks as f64 / n;
+    // Counted collectives that ended while every rank still ran (the last ones run on after).
+    let (mut ran, mut blocked) = (vec![0.0; buckets.len()], vec![0.0; buckets.len()]);
+    let all_done = state.iter().map(|s| s.t).fold(f64::MAX, f64::min);
+    for c in colls.iter().filter(|c| c.handed.iter().all(|h| h.is_some_and(|(_, counted)| counted))) {
+        if let (Some(b), Some(p)) = (c.bucket, c.placed.filter(|p| p.end <= all_done)) {
+            ran[b] += (p.end - p.start) * ranks as f64;
+            blocked[b] += c.blocked;
+        }
+    }
+    let beside_compute =
+        ran.iter().zip(&blocked).map(|(&r, &w)| if r > 0.0 { (1.0 - w / r).clamp(0.0, 1.0) } else { 1.0 }).collect();
     Outcome {
         step_s: mean(|s| s.t - s.counted_from),
         comm_s: mean(|s| s.comm),
         exposed_s: mean(|s| s.exposed),
         slowest_rank_s: mean(|s| s.slowest),
         cpu_s: mean(|s| s.cpu),
+        beside_compute,
     }
 }
 
@@ -190,11 +209,11 @@ fn advance(
             continue;
         };
         let counted = s.step >= WARM_STEPS;
-        let mut hand_over = |cost: CollectiveCost, s: &mut RankState| -> usize {
+        let mut hand_over = |cost: CollectiveCost, bucket: Option<usize>, s: &mut RankState| -> usize {
             let id = s.handed;
             s.handed += 1;
             if colls.len() == id {
-                colls.push(Collective { cost, handed: vec![None; ranks], placed: None });
+                colls.push(Collective { cost, handed: vec![None; ranks], placed: None, bucket, blocked: 0.0 });
             }
             debug_assert_eq!(colls[id].cost, cost, "collective {id} differs between ranks");
             colls[id].handed[r] = Some((s.t, counted));
@@ -211,15 +230,20 @@ fn advance(
                 if s.taking_cpu.iter().any(|&id| colls[id].placed.is_none()) {
                     return moved;
                 }
-                let windows = s.taking_cpu.iter().map(|&id| (colls[id].placed.unwrap(), colls[id].cost.cpu_share()));
-                let end = computed_until(s.t, secs, windows);
-                if counted {
-                    s.cpu += end - s.t - secs;
+                if s.taking_cpu.is_empty() {
+                    s.t += secs;
+                } else {
+                    let windows =
+                        s.taking_cpu.iter().map(|&id| (colls[id].placed.unwrap(), colls[id].cost.cpu_share()));
+                    let end = computed_until(s.t, secs, windows);
+                    if counted {
+                        s.cpu += end - s.t - secs;
+                    }
+                    s.t = end;
                 }
-                s.t = end;
             }
-            Item::Submit(b) if exchange => s.pending[b] = Some(hand_over(buckets[b], s)),
-            Item::SubmitMetrics if exchange => s.pending_metrics = Some(hand_over(metrics, s)),
+            Item::Submit(b) if exchange => s.pending[b] = Some(hand_over(buckets[b], Some(b), s)),
+            Item::SubmitMetrics if exchange => s.pending_metrics = Some(hand_over(metrics, None, s)),
             Item::Submit(_) | Item::SubmitMetrics => {}
             Item::Wait(_) | Item::WaitMetrics => {
                 let slot = match *item {
@@ -232,6 +256,15 @@ fn advance(
                     };
                     *slot = None;
                     if end > s.t {
+                        // Waiting from now until `end`: no compute beside the collectives
+                        // running meanwhile (this one and those before it, placed in order).
+                        for c in colls[..=id].iter_mut().rev() {
+                            let p = c.placed.expect("placed in order");
+                            if p.end <= s.t {
+                                break;
+                            }
+                            c.blocked += (p.end.min(end) - p.start.max(s.t)).max(0.0);
+                        }
                         if counted {
                             s.exposed += end - s.t;
                             s.slowest += (last.min(end) - s.t).max(0.0);
@@ -289,7 +322,7 @@ mod tests {
     fn one_rank_is_pure_compute() {
         let p = prog(vec![Compute(1.0), Submit(0), Wait(0), Compute(2.0)]);
         let o = alone(&p, &[5.0], 10, false);
-        assert_eq!(o, Outcome { step_s: 3.0, ..Default::default() });
+        assert_eq!(o, Outcome { step_s: 3.0, beside_compute: vec![1.0], ..Default::default() });
     }
 
     #[test]
@@ -303,6 +336,8 @@ mod tests {
         let o = alone(&p, &[1.5], 10, true);
         assert!((o.step_s - 3.5).abs() < 1e-12, "{o:?}");
         assert!((o.exposed_s - 0.5).abs() < 1e-12 && (o.hidden_fraction() - 2.0 / 3.0).abs() < 1e-12);
+        // The rank computed beside the first 1 s of each 1.5 s collective.
+        assert!((o.beside_compute[0] - 2.0 / 3.0).abs() < 1e-12, "{o:?}");
         assert_eq!(o.slowest_rank_s, 0.0);
     }
 
@@ -322,6 +357,7 @@ mod tests {
         let p = prog(vec![Compute(1.0), Submit(0), Compute(0.5), Wait(0), Compute(1.0)]);
         let o = run(&p, &[cost(1.0, 0.4)]);
         assert!(near(o.step_s, 3.0) && near(o.cpu_s, 0.5 / 0.6 - 0.5) && near(o.exposed_s, 1.0 - 0.5 / 0.6), "{o:?}");
+        assert!(near(o.beside_compute[0], 0.5 / 0.6), "{o:?}");
         // Computing the whole time, with more CPU than the wait hid: the step grows by the rest.
         let p = prog(vec![Compute(1.0), Submit(0), Compute(1.0), Wait(0), Compute(1.0)]);
         let o = run(&p, &[cost(1.0, 0.8)]);
@@ -335,6 +371,8 @@ mod tests {
         let p = prog(vec![Compute(1.0), Submit(0), Submit(1), Compute(0.1), Wait(1), Wait(0)]);
         let o = run(&p, &[cost(1.0, 0.5), cost(0.5, 0.0)]);
         assert!(near(o.step_s, 2.5) && near(o.cpu_s, 0.1), "{o:?}");
+        // X ran 1 s to 2 s, computed beside for 0.2 s; Y 2 s to 2.5 s, waited for throughout.
+        assert!(near(o.beside_compute[0], 0.2) && o.beside_compute[1] == 0.0, "{o:?}");
         // More CPU than wire time: the collective lasts as long as its CPU, and stops compute.
         let p = prog(vec![Compute(1.0), Submit(0), Compute(1.0), Wait(0)]);
         let o = run(&p, &[cost(0.0, 0.3)]);

@@ -2,7 +2,7 @@
 //! model and print, per algorithm and node count, the predicted step time, the MPI paper's
 //! eq. (1) weak-scaling speedup, the communication per step and how much of it is hidden.
 
-use super::comm_cpu::{CommCpu, calibrate};
+use super::comm_cpu::{CommCpu, SharedCores, calibrate};
 use super::cost::{Choice, Link, allreduce_seconds_on, bucket_bytes_moved, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::{self, BucketSpec, StepProgram};
@@ -131,6 +131,8 @@ pub struct Prediction {
     pub identical_ranks: bool,
     /// Compute lost per byte a rank moves each way (0: wire time only).
     pub comm_cpu_ns_per_byte: f64,
+    /// The fraction of wire speed a collective keeps beside compute (1: all of it).
+    pub comm_speed_beside_compute: f64,
     /// Where it was measured (`--comm-cpu-from`), if it was.
     pub comm_cpu_from: Option<CommCpu>,
     pub rows: Vec<Row>,
@@ -187,9 +189,13 @@ pub struct Replay<'a> {
     pub t1: f64,
     /// `--identical-ranks`.
     pub identical: bool,
-    /// Compute seconds lost per byte a rank moves each way.
-    pub comm_cpu_s_per_byte: f64,
+    /// What sharing cores with compute costs the exchange and the compute.
+    pub shared: SharedCores,
 }
+
+/// Most rounds of the fixed point between the collectives' lengths and how much of them
+/// runs beside compute.
+const MAX_ROUNDS: usize = 50;
 
 /// The prediction for one algorithm at `nodes` nodes of `ranks_per_node` ranks each.
 pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64, ranks_per_node: u64) -> Result<Row> {
@@ -201,12 +207,13 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     for b in &run.buckets {
         let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, place, links, run.wire);
         buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
-        let cpu_s = match rp.comm_cpu_s_per_byte {
+        let cpu_s = match rp.shared.cpu_ns_per_byte {
             0.0 => 0.0,
-            c => c * bucket_bytes_moved(&choice, b.bytes, run.fragment_bytes, place, run.wire),
+            c => c * 1e-9 * bucket_bytes_moved(&choice, b.bytes, run.fragment_bytes, place, run.wire),
         };
         costs.push(CollectiveCost { wire_s: s, cpu_s });
     }
+    let wire: Vec<f64> = costs.iter().map(|c| c.wire_s).collect();
     let metrics_algo = match &choice {
         Choice::Fixed(a) => *a,
         Choice::Auto(t) => t.pick(METRICS_BYTES),
@@ -215,7 +222,38 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     let order = step_order(rp.programs.len(), p as usize, rp.steps, rp.identical);
     // The metrics' 24 bytes cost no CPU worth counting (and the calibration leaves them out).
     let metrics = CollectiveCost::wire_only(metrics_s);
-    let o: Outcome = replay(rp.programs, &|r, k| order[r][k], p as usize, &costs, metrics, rp.steps, p > 1);
+    let run_with = |costs: &[CollectiveCost]| {
+        replay(rp.programs, &|r, k| order[r][k], p as usize, costs, metrics, rp.steps, p > 1)
+    };
+    let mut o: Outcome = run_with(&costs);
+    // A collective slowed beside compute lasts longer, which changes how much of it runs
+    // beside compute: iterate to the fixed point, each bucket's length from the share of the
+    // last replay (half a step at a time, which settles it in a few rounds).
+    // (Undamped, the lengths can swing between two states at a thousand nodes and more.)
+    let speed = rp.shared.comm_speed_beside_compute;
+    for round in 0..=MAX_ROUNDS {
+        if speed >= 1.0 || p == 1 {
+            break;
+        }
+        if round == MAX_ROUNDS {
+            eprintln!(
+                "simulate-scaling: {algo} at {nodes} nodes: the collectives' lengths did not settle in {MAX_ROUNDS} rounds; \
+                 the row is the last round's"
+            );
+            break;
+        }
+        let mut moved = 0.0f64;
+        for ((c, w), h) in costs.iter_mut().zip(&wire).zip(&o.beside_compute) {
+            let target = w / (speed * h + 1.0 - h);
+            let next = 0.5 * (c.wire_s + target);
+            moved = moved.max((next - c.wire_s).abs() / next.max(1e-12));
+            c.wire_s = next;
+        }
+        o = run_with(&costs);
+        if moved < 1e-4 {
+            break;
+        }
+    }
     let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
         nodes,
@@ -302,7 +340,8 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         ),
     };
     // The replay keeps every rank's state: the one-rank-per-node limit (--nodes 1048576) bounds
-    // nodes of several ranks too (at the limit, about 25 s and 5 GB here).
+    // nodes of several ranks too (at the limit, about 25 s and 5 GB here; a dozen times the
+    // time with --comm-speed-beside-compute below 1, which replays until the lengths settle).
     if let Some(&too_many) = args.nodes.iter().find(|&&p| p * args.ranks_per_node > MAX_RANKS) {
         bail!(
             "--nodes {too_many} x --ranks-per-node {} is {} ranks: the replay goes up to {MAX_RANKS}; \
@@ -312,7 +351,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         );
     }
     let links = links_of(args)?;
-    let (comm_cpu_ns_per_byte, comm_cpu_from) = comm_cpu_of(args)?;
+    let (shared, comm_cpu_from) = shared_cores_of(args, &links)?;
     let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
     if !args.identical_ranks {
         program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
@@ -322,13 +361,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     let steps = WARM_STEPS + passes * programs.len();
     let nothing = vec![CollectiveCost::default(); run.buckets.len()];
     let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
-    let rp = Replay {
-        programs: &programs,
-        steps,
-        t1,
-        identical: args.identical_ranks,
-        comm_cpu_s_per_byte: comm_cpu_ns_per_byte * 1e-9,
-    };
+    let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks, shared };
     let mut rows = Vec::new();
     for algo in &args.algorithms {
         for &p in &args.nodes {
@@ -350,25 +383,35 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         intra_beta_ns_per_byte: links.within.beta * 1e9,
         wire: run.wire,
         identical_ranks: args.identical_ranks,
-        comm_cpu_ns_per_byte,
+        comm_cpu_ns_per_byte: shared.cpu_ns_per_byte,
+        comm_speed_beside_compute: shared.comm_speed_beside_compute,
         comm_cpu_from,
         rows,
     })
 }
 
-/// --comm-cpu-ns-per-byte, or measured from --comm-cpu-from's two runs, or 0.
-fn comm_cpu_of(args: &SimulateScalingArgs) -> Result<(f64, Option<CommCpu>)> {
-    match (&args.comm_cpu_from[..], args.comm_cpu_ns_per_byte) {
-        ([], None) => Ok((0.0, None)),
-        ([], Some(ns)) => {
+/// --comm-cpu-ns-per-byte and --comm-speed-beside-compute, or both measured from
+/// --comm-cpu-from's two runs, or none of either.
+fn shared_cores_of(args: &SimulateScalingArgs, links: &Links) -> Result<(SharedCores, Option<CommCpu>)> {
+    match &args.comm_cpu_from[..] {
+        [] => {
+            let ns = args.comm_cpu_ns_per_byte.unwrap_or(0.0);
             check_times(&[("--comm-cpu-ns-per-byte", ns)])?;
-            Ok((ns, None))
+            let speed = args.comm_speed_beside_compute.unwrap_or(1.0);
+            if !(speed > 0.0 && speed <= 1.0) {
+                bail!(
+                    "--comm-speed-beside-compute {speed} is not a fraction of wire speed: give one above 0, at most 1"
+                );
+            }
+            Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed }, None))
         }
-        ([with, without], _) => {
-            let c = calibrate(with, without)?;
-            Ok((c.ns_per_byte, Some(c)))
+        [with, without] => {
+            let c = calibrate(with, without, links)?;
+            let shared =
+                SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: c.comm_speed_beside_compute };
+            Ok((shared, Some(c)))
         }
-        (files, _) => bail!(
+        files => bail!(
             "--comm-cpu-from takes two summary.json files, WITH,WITHOUT (the exchange overlapped, then --no-exchange), \
              not {}",
             files.len()
