@@ -29,7 +29,7 @@ fn traced_run(dir: &Path) {
 }
 
 fn simulate(dir: &Path, extra: &[&str]) -> Value {
-    let json = dir.join(format!("sim-{}.json", extra.join("_").replace(['-', ',', '.'], "")));
+    let json = dir.join(format!("sim-{}.json", extra.join("_").replace(['-', ',', '.', '/'], "")));
     ok(bin()
         .arg("simulate-scaling")
         .arg("--summary")
@@ -201,6 +201,50 @@ fn replay_of_a_real_trace() {
     large(&p["rows"][0], "hier", 1.0);
     large(&p["rows"][1], "ring", 1.75);
     large(&p["rows"][2], "vhd", 4.0);
+}
+
+#[test]
+fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    traced_run(&dir);
+    // Fast links, so that the exchange runs beside compute and its speed there matters.
+    let links = ["--alpha", "5", "--beta", "0.5", "--gamma", "0", "--nodes", "2", "--algorithms", "auto"];
+    let at = |speed: &str| simulate(&dir, &[&links[..], &["--comm-speed-beside-compute", speed]].concat());
+    let (full, half) = (at("1"), at("0.5"));
+    let comm = |p: &Value| p["rows"][0]["comm_ms_per_step"].as_f64().unwrap();
+    assert!(comm(&half) > 1.05 * comm(&full), "{} against {}", comm(&half), comm(&full));
+    // A pair of 2-rank runs of this trace: without the exchange, and with it, measuring the
+    // comm time the replay gives at half speed (and no compute lost, so C is 0).
+    let base: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let pair = |no_exchange: bool| {
+        let mut s = base.clone();
+        s["ranks"] = 2.into();
+        s["host_count"] = 2.into();
+        s["options"]["parallel"]["no_exchange"] = no_exchange.into();
+        s["options"]["parallel"]["no_overlap"] = false.into();
+        if !no_exchange {
+            s["comm"]["comm_ms_per_step"] = comm(&half).into();
+            s["comm"]["hidden_comm_fraction"] = 0.9.into();
+            for (b, row) in s["comm"]["buckets"]
+                .as_array_mut()
+                .unwrap()
+                .iter_mut()
+                .zip(half["rows"][0]["buckets"].as_array().unwrap())
+            {
+                b["algorithm"] = row["algorithm"].clone();
+            }
+        }
+        let path = dir.join(if no_exchange { "without.json" } else { "with.json" });
+        std::fs::write(&path, s.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let (with, without) = (pair(false), pair(true));
+    let fitted = simulate(&dir, &[&links[..], &["--comm-cpu-from", &format!("{with},{without}")]].concat());
+    let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
+    assert!((speed - 0.5).abs() < 1e-3, "fitted {speed}, want 0.5: {:#}", fitted["comm_cpu_from"]);
+    assert_eq!(fitted["comm_cpu_ns_per_byte"], 0.0);
+    assert!((comm(&fitted) - comm(&half)).abs() < 1e-3 * comm(&half), "{} against {}", comm(&fitted), comm(&half));
 }
 
 /// Runs simulate-scaling with `args` and asserts it fails with one line containing `expected`.

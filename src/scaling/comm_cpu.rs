@@ -1,5 +1,5 @@
-//! What compute and the exchange cost each other on shared cores, for the replay, measured
-//! from two runs. First, how much compute a rank loses per byte it moves, measured by training the same ranks on the same hosts twice, with the exchange overlapped
+//! What compute and the exchange cost each other on shared cores, for the replay, from two
+//! runs. First, how much compute a rank loses per byte it moves: train the same ranks on the same hosts twice, with the exchange overlapped
 //! and with `--no-exchange`, and dividing the compute time the exchange added by the bytes each
 //! rank moved beside compute (the bytes moved times the run's hidden-comm fraction: while the
 //! rank waited, the exchange took nothing from compute, and the replay charges it the same way).
@@ -8,7 +8,9 @@
 //! cost model while compute ran beside them (the comm thread and the kernel's receive path
 //! wait for a core). If a share h (the hidden fraction) of the measured comm time D ran beside
 //! compute at a fraction s of wire speed and the rest at full speed, the model's wire time W
-//! is s h D + (1 - h) D, which gives s.
+//! is s h D + (1 - h) D, which gives a first s. It counts the comm thread's wait for a late
+//! rank as slow wire, which the replay then adds again, so `speed_fit` refines it: the s at
+//! which the replay of the `--no-exchange` run's trace gives the measured D.
 //!
 //! Two simplifications, both of them the replay's too: every rank is charged the busiest
 //! rank's bytes (the tree's root, the fold's partner), and bytes between ranks of one node
@@ -45,8 +47,14 @@ pub struct CommCpu {
     /// Its comm time per step as measured, and as the cost model prices its buckets.
     pub comm_measured_ms: f64,
     pub comm_model_ms: f64,
-    /// The fraction of wire speed a collective kept while compute ran beside it.
+    /// The fraction of wire speed a collective kept while compute ran beside it, by the
+    /// formula above.
+    pub comm_speed_formula: f64,
+    /// The same, fitted by the replay (`speed_fit`); the formula's until then.
     pub comm_speed_beside_compute: f64,
+    /// The placement of the two runs.
+    pub ranks: usize,
+    pub hosts: usize,
 }
 
 /// What the replay takes from a calibration (or from flags).
@@ -175,7 +183,10 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
         hidden_comm_fraction: hidden,
         comm_measured_ms: measured_ms,
         comm_model_ms: model_ms,
+        comm_speed_formula: speed,
         comm_speed_beside_compute: speed,
+        ranks: field(&w, with, "/ranks")? as usize,
+        hosts: field(&w, with, "/host_count")? as usize,
     })
 }
 
@@ -227,12 +238,12 @@ mod tests {
         // (2.1 ms). 3 ms measured, 20% of it waited for at full speed: 0.8 x 3 x s + 0.6 = 2.1.
         let model_ms = bytes * 1e-6;
         assert!((c.comm_model_ms - model_ms).abs() < 1e-9, "{c:?}");
-        assert!((c.comm_speed_beside_compute - (model_ms - 0.6) / 2.4).abs() < 1e-9, "{c:?}");
+        assert!((c.comm_speed_formula - (model_ms - 0.6) / 2.4).abs() < 1e-9, "{c:?}");
         // Faster than the model: full speed, not more.
         let mut quick = summary(false, 170.0, "vhd");
         quick["comm"]["comm_ms_per_step"] = json!(1.0);
         let quick = write(&dir, "quick.json", &quick);
-        assert_eq!(calibrate(&quick, &without, &LINKS).unwrap().comm_speed_beside_compute, 1.0);
+        assert_eq!(calibrate(&quick, &without, &LINKS).unwrap().comm_speed_formula, 1.0);
         // The library's allreduce is priced as vhd.
         let mpi = write(&dir, "mpi.json", &summary(false, 170.0, "mpi"));
         assert_eq!(calibrate(&mpi, &without, &LINKS).unwrap().bytes_moved_per_step, bytes);

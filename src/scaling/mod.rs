@@ -10,4 +10,5 @@ pub mod prediction_table;
 pub mod program;
 pub mod replay;
 pub mod simulate;
+pub mod speed_fit;
 pub mod two_level;

@@ -44,14 +44,15 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
     });
     if pred.comm_cpu_ns_per_byte > 0.0 || pred.comm_speed_beside_compute < 1.0 {
         s.push_str(&format!(
-            "Compute and the exchange share cores: the exchange takes {:.2} ns of compute per byte a rank moves each way, \
-             and keeps {:.0}% of its wire speed, while both run at once{}.\n\n",
+            "Compute and the exchange share cores: while both run at once, the exchange takes {:.2} ns of compute per \
+             byte a rank moves each way and keeps {:.0}% of its wire speed{}.\n\n",
             pred.comm_cpu_ns_per_byte,
             100.0 * pred.comm_speed_beside_compute,
             match &pred.comm_cpu_from {
                 Some(c) => format!(
                     " (measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
-                     {:.0}% of it beside compute; comm {:.1} ms/step against the model's {:.1})",
+                     {:.0}% of it beside compute; comm {:.1} ms/step against the model's {:.1}, which the replay of the \
+                     second run's trace gives at that speed; the closed formula gave {:.0}%)",
                     c.with_exchange,
                     c.without_exchange,
                     c.compute_with_ms,
@@ -59,7 +60,8 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
                     format_bytes(c.bytes_moved_per_step as usize),
                     100.0 * c.hidden_comm_fraction,
                     c.comm_measured_ms,
-                    c.comm_model_ms
+                    c.comm_model_ms,
+                    100.0 * c.comm_speed_formula
                 ),
                 None => String::new(),
             }

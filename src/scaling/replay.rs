@@ -23,7 +23,8 @@ pub const WARM_STEPS: usize = 2;
 /// What one collective costs once every rank has handed it over.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CollectiveCost {
-    /// Seconds on the wire (the cost model's time).
+    /// Seconds on the wire: the cost model's time, or longer where `simulate::predict` has
+    /// lengthened it for running beside compute.
     pub wire_s: f64,
     /// Compute seconds each rank loses to it if it computes the whole time the collective runs.
     pub cpu_s: f64,

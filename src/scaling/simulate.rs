@@ -107,6 +107,8 @@ pub struct Row {
     pub hidden_comm_fraction: f64,
     /// Compute time per step lost to the exchange's CPU (in `step_ms`; 0 without a CPU cost).
     pub comm_cpu_ms_per_step: f64,
+    /// Whether the collectives' lengths settled (always, at full speed beside compute).
+    pub comm_lengths_settled: bool,
     pub buckets: Vec<BucketRow>,
 }
 
@@ -213,7 +215,8 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
         };
         costs.push(CollectiveCost { wire_s: s, cpu_s });
     }
-    let wire: Vec<f64> = costs.iter().map(|c| c.wire_s).collect();
+    // The cost model's times, before any lengthening beside compute.
+    let model_s: Vec<f64> = costs.iter().map(|c| c.wire_s).collect();
     let metrics_algo = match &choice {
         Choice::Fixed(a) => *a,
         Choice::Auto(t) => t.pick(METRICS_BYTES),
@@ -228,22 +231,20 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     let mut o: Outcome = run_with(&costs);
     // A collective slowed beside compute lasts longer, which changes how much of it runs
     // beside compute: iterate to the fixed point, each bucket's length from the share of the
-    // last replay (half a step at a time, which settles it in a few rounds).
+    // last replay (half a step at a time, which settles it in about a dozen rounds).
     // (Undamped, the lengths can swing between two states at a thousand nodes and more.)
     let speed = rp.shared.comm_speed_beside_compute;
+    let mut settled = true;
     for round in 0..=MAX_ROUNDS {
         if speed >= 1.0 || p == 1 {
             break;
         }
         if round == MAX_ROUNDS {
-            eprintln!(
-                "simulate-scaling: {algo} at {nodes} nodes: the collectives' lengths did not settle in {MAX_ROUNDS} rounds; \
-                 the row is the last round's"
-            );
+            settled = false;
             break;
         }
         let mut moved = 0.0f64;
-        for ((c, w), h) in costs.iter_mut().zip(&wire).zip(&o.beside_compute) {
+        for ((c, w), h) in costs.iter_mut().zip(&model_s).zip(&o.beside_compute) {
             let target = w / (speed * h + 1.0 - h);
             let next = 0.5 * (c.wire_s + target);
             moved = moved.max((next - c.wire_s).abs() / next.max(1e-12));
@@ -267,6 +268,7 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
         slowest_rank_ms_per_step: o.slowest_rank_s * 1e3,
         hidden_comm_fraction: o.hidden_fraction(),
         comm_cpu_ms_per_step: o.cpu_s * 1e3,
+        comm_lengths_settled: settled,
         buckets,
     })
 }
@@ -365,7 +367,14 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     let mut rows = Vec::new();
     for algo in &args.algorithms {
         for &p in &args.nodes {
-            rows.push(predict(&run, &rp, &links, algo, p, args.ranks_per_node)?);
+            let row = predict(&run, &rp, &links, algo, p, args.ranks_per_node)?;
+            if !row.comm_lengths_settled {
+                eprintln!(
+                    "simulate-scaling: {algo} at {p} nodes: the collectives' lengths did not settle in {MAX_ROUNDS} \
+                     rounds; the row is the last round's"
+                );
+            }
+            rows.push(row);
         }
     }
     Ok(Prediction {
@@ -406,7 +415,8 @@ fn shared_cores_of(args: &SimulateScalingArgs, links: &Links) -> Result<(SharedC
             Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed }, None))
         }
         [with, without] => {
-            let c = calibrate(with, without, links)?;
+            let mut c = calibrate(with, without, links)?;
+            c.comm_speed_beside_compute = super::speed_fit::fit_speed(&c, without, links, args.steps)?;
             let shared =
                 SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: c.comm_speed_beside_compute };
             Ok((shared, Some(c)))
