@@ -12,9 +12,11 @@
 //! rank as slow wire, which the replay then adds again, so `speed_fit` refines it: the s at
 //! which the replay of the `--no-exchange` run's trace gives the measured D.
 //!
-//! Two simplifications, both of them the replay's too: every rank is charged the busiest
-//! rank's bytes (the tree's root, the fold's partner), and bytes between ranks of one node
-//! cost what bytes over the network cost.
+//! Simplifications, all of them the replay's too: every rank is charged the busiest rank's
+//! bytes (the tree's root, the fold's partner); bytes between ranks of one node cost what
+//! bytes over the network cost; and a collective slows by the share of it the ranks computed
+//! beside on average, where in ring or tree any one busy rank holds up all of them (kind to
+//! many ranks whose steps vary).
 //!
 //! Why it is needed: the cost model prices wire time, which is all an exchange costs when the
 //! comm thread has a core of its own (a GPU rank). A CPU rank computes on every core, so the
