@@ -25,8 +25,8 @@
 //! thread's own clock shows it, waits excluded: the summary's `compute_ms_per_step`.
 
 use super::cost::{Choice, bucket_bytes_moved, bucket_time};
+use super::simulate::recorded_wire;
 use super::two_level::{Links, Placement};
-use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -84,19 +84,9 @@ fn field(s: &Value, path: &Path, pointer: &str) -> Result<f64> {
 /// Per step, the bytes the busiest rank moved each way and the seconds the cost model gives
 /// the exchange: every gradient bucket with the algorithm the run recorded for it, cut into
 /// the run's fragments. (The 24-byte metrics are left out, here and in the replay.)
-pub fn exchange_per_step(s: &Value, path: &Path, links: &Links) -> Result<(f64, f64)> {
-    let ranks = field(s, path, "/ranks")? as usize;
-    let hosts = field(s, path, "/host_count")? as usize;
-    if hosts == 0 || !ranks.is_multiple_of(hosts) {
-        bail!("--comm-cpu-from {}: {ranks} ranks on {hosts} hosts are not in equal blocks", path.display());
-    }
-    let place = Placement { hosts, ranks_per_host: ranks / hosts };
+fn exchange_per_step(s: &Value, path: &Path, place: Placement, links: &Links) -> Result<(f64, f64)> {
     let fragment_bytes = field(s, path, "/options/comm/fragment_bytes")? as usize;
-    let wire = match s.pointer("/options/comm/wire").and_then(Value::as_str) {
-        None | Some("f32") => Wire::F32,
-        Some("bf16") => Wire::Bf16,
-        Some(other) => bail!("--comm-cpu-from {}: unknown options.comm.wire '{other}'", path.display()),
-    };
+    let wire = recorded_wire(s).map_err(|e| anyhow::anyhow!("--comm-cpu-from {}: {e}", path.display()))?;
     let buckets = s.pointer("/comm/buckets").and_then(Value::as_array).with_context(|| {
         format!("--comm-cpu-from {} has no comm.buckets: pass summary.json files of dcgan-train runs", path.display())
     })?;
@@ -161,9 +151,15 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
             );
         }
     }
+    let ranks = field(&w, with, "/ranks")? as usize;
+    let hosts = field(&w, with, "/host_count")? as usize;
+    if hosts == 0 || !ranks.is_multiple_of(hosts) {
+        bail!("--comm-cpu-from {}: {ranks} ranks on {hosts} hosts are not in equal blocks", with.display());
+    }
+    let place = Placement { hosts, ranks_per_host: ranks / hosts };
     let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
     let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
-    let (bytes, model_s) = exchange_per_step(&w, with, links)?;
+    let (bytes, model_s) = exchange_per_step(&w, with, place, links)?;
     let hidden = field(&w, with, "/comm/hidden_comm_fraction")?;
     let measured_ms = field(&w, with, "/comm/comm_ms_per_step")?;
     let (d, model_ms) = (measured_ms, model_s * 1e3);
@@ -187,8 +183,8 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
         comm_model_ms: model_ms,
         comm_speed_formula: speed,
         comm_speed_beside_compute: speed,
-        ranks: field(&w, with, "/ranks")? as usize,
-        hosts: field(&w, with, "/host_count")? as usize,
+        ranks,
+        hosts,
     })
 }
 

@@ -74,13 +74,41 @@ impl RunInfo {
             ranks: s["ranks"].as_u64().unwrap_or(1),
             ms_per_step: s["ms_per_step"].as_f64().unwrap_or(0.0),
             trace,
-            wire: match opt["comm"]["wire"].as_str() {
-                None | Some("f32") => Wire::F32,
-                Some("bf16") => Wire::Bf16,
-                Some(other) => bail!("--summary {}: unknown options.comm.wire '{other}'", path.display()),
-            },
+            wire: recorded_wire(&s).map_err(|e| anyhow::anyhow!("--summary {}: {e}", path.display()))?,
         })
     }
+}
+
+/// How a run's gradients travelled, from its summary.json (`options.comm.wire`; f32 in runs
+/// from before it).
+pub fn recorded_wire(summary: &Value) -> std::result::Result<Wire, String> {
+    match summary.pointer("/options/comm/wire").and_then(Value::as_str) {
+        None => Ok(Wire::F32),
+        Some(w) => {
+            <Wire as clap::ValueEnum>::from_str(w, false).map_err(|_| format!("unknown options.comm.wire '{w}'"))
+        }
+    }
+}
+
+/// The recorded steps of `rank` in `trace`, the steps a replay runs (`steps` rounded up to
+/// whole passes over them, so that each weighs the same) and t_1, their mean with one rank.
+/// Unless `identical`, every recorded step must hand over the same collectives in order.
+pub fn recorded_steps(
+    trace: &Path,
+    rank: usize,
+    buckets: &[BucketSpec],
+    steps: u64,
+    identical: bool,
+) -> Result<(Vec<StepProgram>, usize, f64)> {
+    let programs = program::load(trace, rank, buckets)?;
+    if !identical {
+        program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
+    }
+    let passes = (steps as usize - WARM_STEPS).div_ceil(programs.len());
+    let steps = WARM_STEPS + passes * programs.len();
+    let nothing = vec![CollectiveCost::default(); buckets.len()];
+    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
+    Ok((programs, steps, t1))
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -234,15 +262,9 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     // last replay (half a step at a time, which settles it in about a dozen rounds).
     // (Undamped, the lengths can swing between two states at a thousand nodes and more.)
     let speed = rp.shared.comm_speed_beside_compute;
-    let mut settled = true;
-    for round in 0..=MAX_ROUNDS {
-        if speed >= 1.0 || p == 1 {
-            break;
-        }
-        if round == MAX_ROUNDS {
-            settled = false;
-            break;
-        }
+    let mut settled = speed >= 1.0 || p == 1;
+    let rounds = if settled { 0 } else { MAX_ROUNDS };
+    for _ in 0..rounds {
         let mut moved = 0.0f64;
         for ((c, w), h) in costs.iter_mut().zip(&model_s).zip(&o.beside_compute) {
             let target = w / (speed * h + 1.0 - h);
@@ -252,6 +274,7 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
         }
         o = run_with(&costs);
         if moved < 1e-4 {
+            settled = true;
             break;
         }
     }
@@ -354,15 +377,8 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     }
     let links = links_of(args)?;
     let (shared, comm_cpu_from) = shared_cores_of(args, &links)?;
-    let programs = program::load(&trace, args.trace_rank, &run.buckets)?;
-    if !args.identical_ranks {
-        program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
-    }
-    // Whole passes over the recorded steps, so that each weighs the same.
-    let passes = (args.steps as usize - WARM_STEPS).div_ceil(programs.len());
-    let steps = WARM_STEPS + passes * programs.len();
-    let nothing = vec![CollectiveCost::default(); run.buckets.len()];
-    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
+    let (programs, steps, t1) =
+        recorded_steps(&trace, args.trace_rank, &run.buckets, args.steps, args.identical_ranks)?;
     let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks, shared };
     let mut rows = Vec::new();
     for algo in &args.algorithms {

@@ -4,11 +4,9 @@
 //! replay models that wait itself, so fitting through the replay counts it once.
 
 use super::comm_cpu::{CommCpu, SharedCores};
-use super::program;
-use super::replay::{CollectiveCost, WARM_STEPS, replay};
-use super::simulate::{Replay, RunInfo, predict};
+use super::simulate::{Replay, RunInfo, predict, recorded_steps};
 use super::two_level::Links;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use std::path::Path;
 
 /// Halvings of the interval of speeds: 2^-25 of it is far below the machines' noise.
@@ -28,12 +26,7 @@ pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Resu
             without.display()
         );
     };
-    let programs = program::load(trace, 0, &run.buckets)?;
-    program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
-    let passes = (steps as usize - WARM_STEPS).div_ceil(programs.len());
-    let steps = WARM_STEPS + passes * programs.len();
-    let nothing = vec![CollectiveCost::default(); run.buckets.len()];
-    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
+    let (programs, steps, t1) = recorded_steps(trace, 0, &run.buckets, steps, false)?;
     let comm_ms = |speed: f64| -> Result<f64> {
         let shared = SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed };
         let rp = Replay { programs: &programs, steps, t1, identical: false, shared };
