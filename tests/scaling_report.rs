@@ -398,10 +398,10 @@ fn the_repeats_say_whether_they_can_tell_a_target_met_from_missed() {
 
 /// A simulate-scaling --json file as the report reads it: the predicted step and, where the
 /// exchange's CPU was charged, what it cost per byte.
-fn write_prediction(out: &Path, name: &str, step_ms: f64, comm_cpu_ns_per_byte: f64) {
+fn write_prediction(out: &Path, name: &str, step_ms: f64, comm_cpu_ns_per_byte: f64, core_share: f64) {
     let p = json!({"prediction": {
         "compute_ms_per_step": 150.0, "measured_ms_per_step": 150.0,
-        "comm_cpu_ns_per_byte": comm_cpu_ns_per_byte,
+        "comm_cpu_ns_per_byte": comm_cpu_ns_per_byte, "core_share": core_share,
         "rows": [{"step_ms": step_ms, "exposed_comm_ms_per_step": 1.0, "slowest_rank_ms_per_step": 0.5}],
     }});
     std::fs::write(out.join(name), p.to_string()).unwrap();
@@ -419,10 +419,10 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
         (2, 160.0, 176.0, 340.0, 370.0, 5.0),
         (3, 155.0, 180.0, 335.0, 360.0, 4.0),
     ] {
-        write_prediction(out, &format!("predict-2-{rep}.json"), wire2, 0.0);
-        write_prediction(out, &format!("predict-cpu-2-{rep}.json"), cpu2, ns);
-        write_prediction(out, &format!("predict-4-{rep}.json"), wire4, 0.0);
-        write_prediction(out, &format!("predict-cpu-4-{rep}.json"), cpu4, ns);
+        write_prediction(out, &format!("predict-2-{rep}.json"), wire2, 0.0, 1.0);
+        write_prediction(out, &format!("predict-cpu-2-{rep}.json"), cpu2, ns, 1.0);
+        write_prediction(out, &format!("predict-4-{rep}.json"), wire4, 0.0, 0.5);
+        write_prediction(out, &format!("predict-cpu-4-{rep}.json"), cpu4, ns, 0.5);
     }
     let (md, results) = report(out);
     // Judged on the wire-only replay (155 / 175, 335 / 390), the CPU one beside it
@@ -435,4 +435,14 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
     assert!(md.contains("-14.1% (sharing cores: -7.7%)"), "{md}");
     assert!(md.contains("(3.00 to 5.00 ns/B, median 4.00)"), "{md}");
     assert!(md.contains("| 4 | 335.0 | nan | 390.0 | -14.1% | 360.0 | -7.7% |"), "{md}");
+    assert!(md.contains("(2 hosts 1.00, 4 hosts 0.50)"), "{md}");
+    // Beyond the 2 hosts it was calibrated on, the replay sharing cores is a prediction, and
+    // judged as one; at 2 hosts it is not.
+    let four = target(&results, "simulate-scaling sharing cores within 15% at 4 hosts");
+    assert!(close(four["value"].as_f64().unwrap(), 360.0 / 390.0 - 1.0) && four["met"] == true, "{four}");
+    let judged = results["targets"].as_array().unwrap();
+    assert!(
+        !judged.iter().any(|t| t["target"] == "simulate-scaling sharing cores within 15% at 2 hosts"),
+        "{judged:?}"
+    );
 }

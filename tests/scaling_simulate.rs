@@ -15,7 +15,9 @@ fn ok(o: Output) -> Output {
     o
 }
 
-/// One rank (no mpiexec), 8 steps, every step traced.
+/// One rank (no mpiexec), 8 steps, every step traced. Its summary records no wait for a
+/// core, as if the rank had one to itself: the replay scales the exchange's CPU figures by the
+/// share a run had (the test below), which the tests that count the CPU exactly leave at 1.
 fn traced_run(dir: &Path) {
     ok(bin()
         .args(["--data", "synthetic:512", "--batch-size", "8", "--max-steps", "8", "--threads", "1", "--no-progress"])
@@ -26,14 +28,23 @@ fn traced_run(dir: &Path) {
         .args(["--trace-steps", "8"])
         .output()
         .unwrap());
+    let path = dir.join("summary.json");
+    let mut s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    s["training_thread_descheduled_ms_per_step"] = 0.0.into();
+    std::fs::write(&path, s.to_string()).unwrap();
 }
 
 fn simulate(dir: &Path, extra: &[&str]) -> Value {
-    let json = dir.join(format!("sim-{}.json", extra.join("_").replace(['-', ',', '.', '/'], "")));
+    simulate_summary(dir, "summary.json", extra)
+}
+
+/// simulate-scaling on the summary `name` in `dir`.
+fn simulate_summary(dir: &Path, name: &str, extra: &[&str]) -> Value {
+    let json = dir.join(format!("sim-{name}-{}.json", extra.join("_").replace(['-', ',', '.', '/'], "")));
     ok(bin()
         .arg("simulate-scaling")
         .arg("--summary")
-        .arg(dir.join("summary.json"))
+        .arg(dir.join(name))
         .arg("--json")
         .arg(&json)
         .args(extra)
@@ -245,6 +256,63 @@ fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
     assert!((speed - 0.5).abs() < 1e-3, "fitted {speed}, want 0.5: {:#}", fitted["comm_cpu_from"]);
     assert_eq!(fitted["comm_cpu_ns_per_byte"], 0.0);
     assert!((comm(&fitted) - comm(&half)).abs() < 1e-3 * comm(&half), "{} against {}", comm(&fitted), comm(&half));
+}
+
+#[test]
+fn ranks_on_half_a_core_pay_the_exchanges_cpu_twice_and_keep_half_its_speed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    traced_run(&dir);
+    let base: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    // The traced run as 2 ranks with --no-exchange whose training thread ran `cpu` ms per
+    // step and waited `waited` ms for a core; or as a run with the exchange.
+    let variant = |name: &str, no_exchange: bool, cpu: f64, waited: f64| {
+        let mut s = base.clone();
+        s["ranks"] = 2.into();
+        s["options"]["parallel"]["no_exchange"] = no_exchange.into();
+        s["training_thread_cpu_ms_per_step"] = cpu.into();
+        s["training_thread_descheduled_ms_per_step"] = waited.into();
+        std::fs::write(dir.join(name), s.to_string()).unwrap();
+    };
+    variant("half.json", true, 150.0, 150.0);
+    variant("whole.json", true, 150.0, 0.0);
+    variant("exchange.json", false, 150.0, 150.0);
+    let links = ["--alpha", "5", "--beta", "0.5", "--gamma", "0", "--nodes", "2,4", "--algorithms", "vhd"];
+    let with = |name: &str, ns: &str, speed: &str| {
+        let p = simulate_summary(
+            &dir,
+            name,
+            &[&links[..], &["--comm-cpu-ns-per-byte", ns, "--comm-speed-beside-compute", speed]].concat(),
+        );
+        // Given for a rank with a core of its own, and reported so.
+        assert_eq!(p["comm_cpu_ns_per_byte"].as_f64().unwrap(), ns.parse::<f64>().unwrap());
+        p
+    };
+    // Half a core: the same as a whole one at twice the compute per byte and half the speed,
+    // row for row. Each side alone, as at these sizes a collective lasts as long as the
+    // longer of its wire and its CPU, so one can hide the other.
+    let same_rows = |h: &Value, w: &Value| {
+        for (h, w) in h["rows"].as_array().unwrap().iter().zip(w["rows"].as_array().unwrap()) {
+            for key in ["step_ms", "comm_ms_per_step", "comm_cpu_ms_per_step", "exposed_comm_ms_per_step"] {
+                let (a, b) = (h[key].as_f64().unwrap(), w[key].as_f64().unwrap());
+                assert!((a - b).abs() <= 1e-9 * b.max(1.0), "{key}: {a} against {b}");
+            }
+        }
+    };
+    let half = with("half.json", "300", "1");
+    assert_eq!(half["core_share"], 0.5);
+    assert_eq!(half["core_share_from"], "measured");
+    same_rows(&half, &with("whole.json", "600", "1"));
+    let cpu = |p: &Value| p["rows"][1]["comm_cpu_ms_per_step"].as_f64().unwrap();
+    assert!(cpu(&half) > 1.5 * cpu(&with("whole.json", "300", "1")), "{half}");
+    let half = with("half.json", "0", "0.8");
+    same_rows(&half, &with("whole.json", "0", "0.4"));
+    let comm = |p: &Value| p["rows"][1]["comm_ms_per_step"].as_f64().unwrap();
+    assert!(comm(&half) > 1.2 * comm(&with("whole.json", "0", "0.8")), "{half}");
+    // A run with the exchange waited for its own comm thread too: its share is not read.
+    let exchange = with("exchange.json", "300", "0.8");
+    assert_eq!(exchange["core_share"], 1.0);
+    assert_eq!(exchange["core_share_from"], "run_had_exchange");
 }
 
 /// Runs simulate-scaling with `args` and asserts it fails with one line containing `expected`.

@@ -24,6 +24,7 @@
 //! time from the compute, and a step with the exchange hidden still runs longer. The compute
 //! thread's own clock shows it, waits excluded: the summary's `compute_ms_per_step`.
 
+use super::core_share::{core_share, cpu_ns_per_byte_at, speed_at};
 use super::cost::{Choice, bucket_bytes_moved, bucket_time};
 use super::simulate::recorded_wire;
 use super::two_level::{Links, Placement};
@@ -57,15 +58,36 @@ pub struct CommCpu {
     /// The placement of the two runs.
     pub ranks: usize,
     pub hosts: usize,
+    /// The share of a core the run without the exchange had (`core_share`): the figures above
+    /// are divided back to a rank with a core of its own, C multiplied and s divided by it.
+    pub core_share: f64,
 }
 
 /// What the replay takes from a calibration (or from flags).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SharedCores {
-    /// Compute lost per byte a rank moves each way (0: none).
+    /// Compute lost per byte a rank moves each way (0: none), for a rank with a core of its own.
     pub cpu_ns_per_byte: f64,
-    /// The fraction of wire speed a collective keeps beside compute (1: all of it).
+    /// The fraction of wire speed a collective keeps beside compute (1: all of it), for a rank
+    /// with a core of its own.
     pub comm_speed_beside_compute: f64,
+    /// The share of a core each rank of the replayed run had (1: a core of its own).
+    pub core_share: f64,
+}
+
+impl SharedCores {
+    /// Nothing shared: the wire-only replay.
+    pub const NONE: SharedCores = SharedCores { cpu_ns_per_byte: 0.0, comm_speed_beside_compute: 1.0, core_share: 1.0 };
+
+    /// Compute lost per byte, in the replayed run's wall time.
+    pub fn cpu_ns_per_byte_here(&self) -> f64 {
+        cpu_ns_per_byte_at(self.cpu_ns_per_byte, self.core_share)
+    }
+
+    /// The share of wire speed a collective keeps beside compute in the replayed run.
+    pub fn speed_here(&self) -> f64 {
+        speed_at(self.comm_speed_beside_compute, self.core_share)
+    }
 }
 
 fn read(path: &Path) -> Result<Value> {
@@ -166,11 +188,15 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
     let speed =
         if hidden > 0.0 && d > 0.0 { ((model_ms - (1.0 - hidden) * d) / (hidden * d)).clamp(0.05, 1.0) } else { 1.0 };
     let beside_compute = bytes * hidden;
-    let ns_per_byte = if beside_compute > 0.0 {
+    let ns_here = if beside_compute > 0.0 {
         ((compute_with_ms - compute_without_ms) * 1e6 / beside_compute).max(0.0)
     } else {
         0.0
     };
+    // Back to a rank with a core of its own: the inverse of what the replay applies.
+    let (share, _) = core_share(&wo);
+    let ns_per_byte = ns_here * share;
+    let speed = (speed / share).min(1.0);
     Ok(CommCpu {
         ns_per_byte,
         with_exchange: with.display().to_string(),
@@ -185,6 +211,7 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
         comm_speed_beside_compute: speed,
         ranks,
         hosts,
+        core_share: share,
     })
 }
 
@@ -237,6 +264,18 @@ mod tests {
         let model_ms = bytes * 1e-6;
         assert!((c.comm_model_ms - model_ms).abs() < 1e-9, "{c:?}");
         assert!((c.comm_speed_formula - (model_ms - 0.6) / 2.4).abs() < 1e-9, "{c:?}");
+        assert_eq!(c.core_share, 1.0, "the fixture records no wait for a core");
+        // Measured on ranks with 80% of a core each (the run without the exchange waited a
+        // quarter as long for a core as it ran): per rank with a core of its own, 0.8 x the
+        // compute per byte and the speed / 0.8.
+        let mut shared = summary(true, 150.0, "none");
+        shared["training_thread_cpu_ms_per_step"] = json!(150.0);
+        shared["training_thread_descheduled_ms_per_step"] = json!(37.5);
+        let shared = write(&dir, "shared.json", &shared);
+        let h = calibrate(&with, &shared, &LINKS).unwrap();
+        assert_eq!(h.core_share, 0.8);
+        assert!((h.ns_per_byte - 0.8 * c.ns_per_byte).abs() < 1e-9, "{h:?}");
+        assert!((h.comm_speed_formula - c.comm_speed_formula / 0.8).abs() < 1e-9, "{h:?}");
         // Faster than the model: full speed, not more.
         let mut quick = summary(false, 170.0, "vhd");
         quick["comm"]["comm_ms_per_step"] = json!(1.0);

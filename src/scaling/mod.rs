@@ -4,11 +4,13 @@
 
 pub mod comm_cpu;
 pub mod compare;
+pub mod core_share;
 pub mod cost;
 pub mod pingpong;
 pub mod prediction_table;
 pub mod program;
 pub mod replay;
+pub mod run_info;
 pub mod simulate;
 pub mod speed_fit;
 pub mod two_level;

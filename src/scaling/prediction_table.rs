@@ -1,6 +1,8 @@
 //! The markdown that `simulate-scaling` prints: the replay's settings in words, then one row
 //! per algorithm and node count.
 
+use super::comm_cpu::SharedCores;
+use super::core_share::ShareSource;
 use super::simulate::{Prediction, Row};
 use crate::cli::comm::Wire;
 use crate::cli::size::format_bytes;
@@ -15,6 +17,34 @@ fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// How the replayed run's share of a core scales the two figures, in words.
+fn core_share_sentence(pred: &Prediction) -> String {
+    let shared = SharedCores {
+        cpu_ns_per_byte: pred.comm_cpu_ns_per_byte,
+        comm_speed_beside_compute: pred.comm_speed_beside_compute,
+        core_share: pred.core_share,
+    };
+    let here = format!(
+        "{:.2} ns per byte and {:.0}% of wire speed",
+        shared.cpu_ns_per_byte_here(),
+        100.0 * shared.speed_here()
+    );
+    match pred.core_share_from {
+        ShareSource::Measured => format!(
+            "The replayed run's ranks had {:.0}% of a core (its training thread's CPU time against its wait for one), \
+             so here: {here}.",
+            100.0 * pred.core_share
+        ),
+        ShareSource::RunHadExchange => format!(
+            "The replayed run had the exchange, whose comm thread took part of its core, so its ranks are taken to have \
+             a core each ({here}); replay a --no-exchange run to count cores shared between ranks."
+        ),
+        ShareSource::NotRecorded => format!(
+            "The replayed run does not record its wait for a core, so its ranks are taken to have a core each ({here})."
+        ),
+    }
 }
 
 pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
@@ -45,14 +75,15 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
     if pred.comm_cpu_ns_per_byte > 0.0 || pred.comm_speed_beside_compute < 1.0 {
         s.push_str(&format!(
             "Compute and the exchange share cores: while both run at once, the exchange takes {:.2} ns of compute per \
-             byte a rank moves each way and keeps {:.0}% of its wire speed{}.\n\n",
+             byte a rank moves each way and keeps {:.0}% of its wire speed, for a rank with a core of its own{}. {}\n\n",
             pred.comm_cpu_ns_per_byte,
             100.0 * pred.comm_speed_beside_compute,
             match &pred.comm_cpu_from {
                 Some(c) => format!(
                     " (measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
                      {:.0}% of it beside compute; comm {:.1} ms/step against the model's {:.1}, which the replay of the \
-                     second run's trace gives at that speed; the closed formula gave {:.0}%)",
+                     second run's trace gives at that speed; the closed formula gave {:.0}%; its ranks had {:.0}% of a \
+                     core)",
                     c.with_exchange,
                     c.without_exchange,
                     c.compute_with_ms,
@@ -61,10 +92,12 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
                     100.0 * c.hidden_comm_fraction,
                     c.comm_measured_ms,
                     c.comm_model_ms,
-                    100.0 * c.comm_speed_formula
+                    100.0 * c.comm_speed_formula,
+                    100.0 * c.core_share
                 ),
                 None => String::new(),
-            }
+            },
+            core_share_sentence(pred)
         ));
     }
     let several = pred.ranks_per_node > 1;

@@ -3,10 +3,12 @@
 //! eq. (1) weak-scaling speedup, the communication per step and how much of it is hidden.
 
 use super::comm_cpu::{CommCpu, SharedCores, calibrate};
+use super::core_share::ShareSource;
 use super::cost::{Choice, Link, allreduce_seconds_on, bucket_bytes_moved, bucket_time};
 use super::pingpong::{LinkReport, measure_gamma};
-use super::program::{self, BucketSpec, StepProgram};
+use super::program::StepProgram;
 use super::replay::{CollectiveCost, Outcome, WARM_STEPS, replay};
+pub use super::run_info::{RunInfo, recorded_steps, recorded_wire};
 use super::two_level::{Links, Placement};
 use crate::cli::comm::Wire;
 use crate::cli::scaling::SimulateScalingArgs;
@@ -19,97 +21,6 @@ use std::path::{Path, PathBuf};
 
 /// Bytes of the per-step metrics allreduce (6 f32).
 const METRICS_BYTES: usize = 24;
-
-/// What the replay needs from summary.json.
-pub struct RunInfo {
-    pub buckets: Vec<BucketSpec>,
-    pub batch: f64,
-    pub fragment_bytes: usize,
-    /// auto's rd/large-message threshold.
-    pub threshold: usize,
-    pub ranks: u64,
-    pub ms_per_step: f64,
-    pub trace: Option<PathBuf>,
-    /// How the run's gradients travelled (`options.comm.wire`; f32 in runs from before it),
-    /// or `--wire` to ask about the other.
-    pub wire: Wire,
-}
-
-impl RunInfo {
-    pub fn from_summary(path: &Path) -> Result<RunInfo> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read --summary {}", path.display()))?;
-        let s: Value =
-            serde_json::from_str(&text).with_context(|| format!("--summary {} is not JSON", path.display()))?;
-        let missing = |what: &str| {
-            anyhow::anyhow!("--summary {} has no {what}: pass the summary.json of a dcgan-train run", path.display())
-        };
-        let buckets = s["comm"]["buckets"]
-            .as_array()
-            .ok_or_else(|| missing("comm.buckets"))?
-            .iter()
-            .map(|b| {
-                let label = b["bucket"].as_str().ok_or_else(|| missing("bucket label"))?;
-                let bytes = b["bytes"].as_u64().ok_or_else(|| missing("bucket bytes"))? as usize;
-                BucketSpec::new(label, bytes)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let opt = &s["options"];
-        let trace = opt["parallel"]["trace"].as_str().map(|t| {
-            let p = PathBuf::from(t);
-            // A relative path was relative to where the run started; try next to the summary too.
-            if p.is_relative() && !p.exists() {
-                path.parent().map(|d| d.join(p.file_name().unwrap_or_default())).unwrap_or(p)
-            } else {
-                p
-            }
-        });
-        Ok(RunInfo {
-            buckets,
-            batch: s["batch_size_per_rank"].as_f64().ok_or_else(|| missing("batch_size_per_rank"))?,
-            fragment_bytes: opt["comm"]["fragment_bytes"]
-                .as_u64()
-                .ok_or_else(|| missing("options.comm.fragment_bytes"))? as usize,
-            threshold: opt["comm"]["allreduce_threshold"].as_u64().unwrap_or(8192) as usize,
-            ranks: s["ranks"].as_u64().unwrap_or(1),
-            ms_per_step: s["ms_per_step"].as_f64().unwrap_or(0.0),
-            trace,
-            wire: recorded_wire(&s).map_err(|e| anyhow::anyhow!("--summary {}: {e}", path.display()))?,
-        })
-    }
-}
-
-/// How a run's gradients travelled, from its summary.json (`options.comm.wire`; f32 in runs
-/// from before it).
-pub fn recorded_wire(summary: &Value) -> std::result::Result<Wire, String> {
-    match summary.pointer("/options/comm/wire").and_then(Value::as_str) {
-        None => Ok(Wire::F32),
-        Some(w) => {
-            <Wire as clap::ValueEnum>::from_str(w, false).map_err(|_| format!("unknown options.comm.wire '{w}'"))
-        }
-    }
-}
-
-/// The recorded steps of `rank` in `trace`, the steps a replay runs (`steps` rounded up to
-/// whole passes over them, so that each weighs the same) and t_1, their mean with one rank.
-/// Unless `identical`, every recorded step must hand over the same collectives in order.
-pub fn recorded_steps(
-    trace: &Path,
-    rank: usize,
-    buckets: &[BucketSpec],
-    steps: u64,
-    identical: bool,
-) -> Result<(Vec<StepProgram>, usize, f64)> {
-    let programs = program::load(trace, rank, buckets)?;
-    if !identical {
-        program::check_same_handoffs(&programs).with_context(|| trace.display().to_string())?;
-    }
-    let passes = (steps as usize - WARM_STEPS).div_ceil(programs.len());
-    let steps = WARM_STEPS + passes * programs.len();
-    let nothing = vec![CollectiveCost::default(); buckets.len()];
-    let t1 = replay(&programs, &|_, k| k % programs.len(), 1, &nothing, CollectiveCost::default(), steps, false).step_s;
-    Ok((programs, steps, t1))
-}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct BucketRow {
@@ -159,10 +70,16 @@ pub struct Prediction {
     pub wire: Wire,
     /// Whether every rank replayed the same step at the same time (`--identical-ranks`).
     pub identical_ranks: bool,
-    /// Compute lost per byte a rank moves each way (0: wire time only).
+    /// Compute lost per byte a rank moves each way (0: wire time only), for a rank with a
+    /// core of its own.
     pub comm_cpu_ns_per_byte: f64,
-    /// The fraction of wire speed a collective keeps beside compute (1: all of it).
+    /// The fraction of wire speed a collective keeps beside compute (1: all of it), for a rank
+    /// with a core of its own.
     pub comm_speed_beside_compute: f64,
+    /// The share of a core each rank of the replayed run had, which scales the two above
+    /// (`core_share`), and where it came from: measured, run_had_exchange or not_recorded.
+    pub core_share: f64,
+    pub core_share_from: ShareSource,
     /// Where it was measured (`--comm-cpu-from`), if it was.
     pub comm_cpu_from: Option<CommCpu>,
     pub rows: Vec<Row>,
@@ -237,7 +154,7 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     for b in &run.buckets {
         let (a, s) = bucket_time(&choice, b.bytes, run.fragment_bytes, place, links, run.wire);
         buckets.push(BucketRow { bucket: b.label.clone(), bytes: b.bytes, algorithm: a.name().into(), ms: s * 1e3 });
-        let cpu_s = match rp.shared.cpu_ns_per_byte {
+        let cpu_s = match rp.shared.cpu_ns_per_byte_here() {
             0.0 => 0.0,
             c => c * 1e-9 * bucket_bytes_moved(&choice, b.bytes, run.fragment_bytes, place, run.wire),
         };
@@ -259,16 +176,25 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     let mut o: Outcome = run_with(&costs);
     // A collective slowed beside compute lasts longer, which changes how much of it runs
     // beside compute: iterate to the fixed point, each bucket's length from the share of the
-    // last replay (half a step at a time, which settles it in about a dozen rounds).
-    // (Undamped, the lengths can swing between two states at a thousand nodes and more.)
-    let speed = rp.shared.comm_speed_beside_compute;
+    // last replay, half a step at a time. Undamped, the lengths can swing between two states
+    // at a thousand nodes and more; even damped they can (4 ranks on half a core each, where a
+    // longer collective runs less beside compute), so a bucket whose step turns back halves
+    // its gain: the fixed point then lies between its last two lengths.
+    let speed = rp.shared.speed_here();
     let mut settled = speed >= 1.0 || p == 1;
     let rounds = if settled { 0 } else { MAX_ROUNDS };
+    let mut gains = vec![0.5f64; costs.len()];
+    let mut last_steps = vec![0.0f64; costs.len()];
     for _ in 0..rounds {
         let mut moved = 0.0f64;
-        for ((c, w), h) in costs.iter_mut().zip(&model_s).zip(&o.beside_compute) {
-            let target = w / (speed * h + 1.0 - h);
-            let next = 0.5 * (c.wire_s + target);
+        for (b, (c, h)) in costs.iter_mut().zip(&o.beside_compute).enumerate() {
+            let target = model_s[b] / (speed * h + 1.0 - h);
+            let step = target - c.wire_s;
+            if step * last_steps[b] < 0.0 {
+                gains[b] *= 0.5;
+            }
+            last_steps[b] = step;
+            let next = c.wire_s + gains[b] * step;
             moved = moved.max((next - c.wire_s).abs() / next.max(1e-12));
             c.wire_s = next;
         }
@@ -376,7 +302,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         );
     }
     let links = links_of(args)?;
-    let (shared, comm_cpu_from) = shared_cores_of(args, &links)?;
+    let (shared, comm_cpu_from) = shared_cores_of(args, &links, run.core_share.0)?;
     let (programs, steps, t1) =
         recorded_steps(&trace, args.trace_rank, &run.buckets, args.steps, args.identical_ranks)?;
     let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks, shared };
@@ -410,6 +336,8 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         identical_ranks: args.identical_ranks,
         comm_cpu_ns_per_byte: shared.cpu_ns_per_byte,
         comm_speed_beside_compute: shared.comm_speed_beside_compute,
+        core_share: shared.core_share,
+        core_share_from: run.core_share.1,
         comm_cpu_from,
         rows,
     })
@@ -417,7 +345,12 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
 
 /// --comm-cpu-ns-per-byte and --comm-speed-beside-compute, or both measured from
 /// --comm-cpu-from's two runs, or none of either.
-fn shared_cores_of(args: &SimulateScalingArgs, links: &Links) -> Result<(SharedCores, Option<CommCpu>)> {
+/// `core_share`: the replayed run's share of a core, which the figures are scaled by.
+fn shared_cores_of(
+    args: &SimulateScalingArgs,
+    links: &Links,
+    core_share: f64,
+) -> Result<(SharedCores, Option<CommCpu>)> {
     match &args.comm_cpu_from[..] {
         [] => {
             let ns = args.comm_cpu_ns_per_byte.unwrap_or(0.0);
@@ -428,13 +361,16 @@ fn shared_cores_of(args: &SimulateScalingArgs, links: &Links) -> Result<(SharedC
                     "--comm-speed-beside-compute {speed} is not a fraction of wire speed: give one above 0, at most 1"
                 );
             }
-            Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed }, None))
+            Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed, core_share }, None))
         }
         [with, without] => {
             let mut c = calibrate(with, without, links)?;
             c.comm_speed_beside_compute = super::speed_fit::fit_speed(&c, without, links, args.steps)?;
-            let shared =
-                SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: c.comm_speed_beside_compute };
+            let shared = SharedCores {
+                cpu_ns_per_byte: c.ns_per_byte,
+                comm_speed_beside_compute: c.comm_speed_beside_compute,
+                core_share,
+            };
             Ok((shared, Some(c)))
         }
         files => bail!(

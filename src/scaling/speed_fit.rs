@@ -28,7 +28,8 @@ pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Resu
     };
     let (programs, steps, t1) = recorded_steps(trace, 0, &run.buckets, steps, false)?;
     let comm_ms = |speed: f64| -> Result<f64> {
-        let shared = SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed };
+        let shared =
+            SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed, core_share: c.core_share };
         let rp = Replay { programs: &programs, steps, t1, identical: false, shared };
         let rpn = (c.ranks / c.hosts.max(1)) as u64;
         Ok(predict(&run, &rp, links, "auto", c.hosts as u64, rpn)?.comm_ms_per_step)
