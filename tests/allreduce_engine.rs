@@ -250,7 +250,8 @@ fn config_rejects_tuning_file_with_a_fixed_algorithm() {
     let args = T::parse_from(["x", "--allreduce", "rd", "--allreduce-tuning", "rules.csv"]).comm;
     let e = CommConfig::from_args(&args).unwrap_err().to_string();
     assert!(e.contains("--allreduce-tuning applies to --allreduce auto"), "{e}");
-    let dir = std::env::temp_dir().join(format!("dcgan-rules-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rules.csv");
     std::fs::write(&dir, "ranks,min_bytes,max_bytes,algorithm\n2,0,100,rd\n3,0,inf,vhd\n").unwrap();
     let args = T::parse_from(["x", "--allreduce-tuning", dir.to_str().unwrap()]).comm;
     let e = CommConfig::from_args(&args).unwrap_err().to_string();

@@ -111,10 +111,8 @@ mod tests {
         (pixels, file)
     }
 
-    fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("dcgan-idx-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+    fn temp_file(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
         path
     }
@@ -129,7 +127,8 @@ mod tests {
     #[test]
     fn reads_a_good_raw_file() {
         let (pixels, file) = sample();
-        let path = temp_file("good-raw", &file);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "good-raw", &file);
         let (got, count, h, w) = read_idx_images(&path).unwrap();
         assert_eq!((count, h, w), (3, 2, 4));
         assert_eq!(got, pixels);
@@ -142,12 +141,14 @@ mod tests {
         enc.write_all(&file).unwrap();
         let gz = enc.finish().unwrap();
         // No .gz in the name: detection must come from the content.
-        let path = temp_file("good-compressed-no-suffix", &gz);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "good-compressed-no-suffix", &gz);
         let (got, count, h, w) = read_idx_images(&path).unwrap();
         assert_eq!((count, h, w), (3, 2, 4));
         assert_eq!(got, pixels);
         // And a raw file named .gz is read as raw.
-        let path = temp_file("raw-named.gz", &file);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "raw-named.gz", &file);
         assert_eq!(read_idx_images(&path).unwrap().0, pixels);
     }
 
@@ -157,7 +158,8 @@ mod tests {
         let mut enc = GzEncoder::new(Vec::new(), Compression::default());
         enc.write_all(&file).unwrap();
         let gz = enc.finish().unwrap();
-        let path = temp_file("cut.gz", &gz[..gz.len() / 2]);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "cut.gz", &gz[..gz.len() / 2]);
         let msg = format!("{:#}", read_idx_images(&path).unwrap_err());
         assert!(msg.contains("cut.gz") && msg.contains("gzip"), "{msg}");
     }
@@ -166,7 +168,8 @@ mod tests {
     fn wrong_magic_names_expected_and_found() {
         let (_, mut file) = sample();
         file[2] = 0x0d; // float data instead of unsigned bytes
-        let path = temp_file("wrong-magic", &file);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "wrong-magic", &file);
         let msg = format!("{:#}", read_idx_images(&path).unwrap_err());
         assert!(msg.contains("wrong-magic"), "{msg}");
         assert!(msg.contains("0x00000803") && msg.contains("0x00000d03"), "{msg}");
@@ -187,7 +190,8 @@ mod tests {
     #[test]
     fn truncated_pixels_and_header_are_errors() {
         let (_, file) = sample();
-        let path = temp_file("truncated", &file[..file.len() - 1]);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = temp_file(&tmp, "truncated", &file[..file.len() - 1]);
         let msg = format!("{:#}", read_idx_images(&path).unwrap_err());
         assert!(msg.contains("truncated") && msg.contains("expected 24") && msg.contains("found 23"), "{msg}");
         let msg = parse_idx_images(&file[..10]).unwrap_err().to_string();

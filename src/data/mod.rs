@@ -265,8 +265,8 @@ mod tests {
 
     #[test]
     fn directory_without_the_file_says_which_file() {
-        let dir = std::env::temp_dir().join(format!("dcgan-data-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let msg = format!("{:#}", Dataset::load(&DataSource::Dir(dir.clone())).unwrap_err());
         assert!(msg.contains("train-images-idx3-ubyte") && msg.contains(&*dir.to_string_lossy()), "{msg}");
         assert!(msg.contains("apt-get install dataset-fashion-mnist"), "{msg}");
@@ -274,8 +274,8 @@ mod tests {
 
     #[test]
     fn loads_a_directory_and_a_file() {
-        let dir = std::env::temp_dir().join(format!("dcgan-data-dir-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let set = tiny();
         let file = dir.join("train-images-idx3-ubyte");
         std::fs::write(&file, idx::encode_idx_images(&set.images, 3, 2, 3)).unwrap();

@@ -69,8 +69,8 @@ mod tests {
 
     #[test]
     fn lines_parse_back_and_create_truncates_and_append_appends() {
-        let dir = std::env::temp_dir().join(format!("dcgan-jsonl-{}", std::process::id()));
-        let path = dir.join("run").join("metrics.jsonl");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("run").join("metrics.jsonl");
         let rec = |step| Step { step, loss_d: 0.25 * step as f32, name: format!("a \"quoted\"\nname {step}") };
         let mut w = JsonlWriter::create(&path).unwrap();
         for s in 0..3 {

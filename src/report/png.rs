@@ -83,18 +83,13 @@ pub fn read_png_gray(path: &Path) -> Result<(Vec<u8>, usize, usize)> {
 mod tests {
     use super::*;
 
-    fn temp_dir(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("dcgan-png-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     #[test]
     fn round_trip_places_every_pixel() {
         // 5 images of 3x4 in 2 columns -> 3 rows; every value distinct-ish and in range.
         let (count, h, w, cols) = (5, 3, 4, 2);
         let images: Vec<f32> = (0..count * h * w).map(|i| (i as f32 / 59.0) * 2.0 - 1.0).collect();
-        let path = temp_dir("rt").join("samples").join("epoch-001.png");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("samples").join("epoch-001.png");
         write_grid(&path, &images, count, h, w, cols).unwrap();
         let (pixels, height, width) = read_png_gray(&path).unwrap();
         assert_eq!((height, width), (3 * (h + 2) + 2, 2 * (w + 2) + 2));
@@ -132,16 +127,18 @@ mod tests {
 
     #[test]
     fn wrong_sizes_are_errors() {
-        let dir = temp_dir("bad");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         assert!(write_grid(&dir.join("a.png"), &[0.0; 10], 2, 2, 2, 2).is_err());
         assert!(write_grid(&dir.join("b.png"), &[], 0, 2, 2, 2).is_err());
         assert!(write_grid(&dir.join("c.png"), &[0.0; 8], 2, 2, 2, 0).is_err());
-        assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing written");
+        assert!(std::fs::read_dir(dir).unwrap().next().is_none(), "nothing written");
     }
 
     #[test]
     fn overwrites_an_existing_grid() {
-        let path = temp_dir("over").join("g.png");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("g.png");
         write_grid(&path, &[-1.0; 4], 1, 2, 2, 8).unwrap();
         write_grid(&path, &[1.0; 4], 1, 2, 2, 8).unwrap();
         let (pixels, height, width) = read_png_gray(&path).unwrap();

@@ -10,10 +10,6 @@ fn parse(path: &Path) -> Vec<Value> {
     doc["traceEvents"].as_array().unwrap().clone()
 }
 
-fn temp_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("dcgan-trace-{}", std::process::id())).join(name)
-}
-
 fn by_ph<'a>(events: &'a [Value], ph: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["ph"] == ph).collect()
 }
@@ -40,7 +36,8 @@ fn two_ranks_merge_into_one_valid_trace_with_the_expected_events() {
     );
     r1.span(Track::Compute, "forward D", "compute", at(0), at(1700), &[("step", 3u64.into())]);
     r1.span(Track::CopyStream, "d2h", "copy", at(1600), at(1700), &[("neg", (-2i64).into()), ("ok", true.into())]);
-    let path = temp_path("merged.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("merged.json");
     Trace::write_merged(&path, &[r0.to_json_events(), r1.to_json_events()]).unwrap();
     let events = parse(&path);
 
@@ -126,7 +123,8 @@ fn flows_link_two_tracks_with_one_id_and_ranks_do_not_collide() {
             t0 + Duration::from_micros(121),
         );
     }
-    let path = temp_path("flow.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("flow.json");
     Trace::write_merged(&path, &[r0.to_json_events(), r1.to_json_events()]).unwrap();
     let events = parse(&path);
     let starts = by_ph(&events, "s");
@@ -151,7 +149,8 @@ fn disabled_records_nothing_and_empty_parts_still_make_valid_json() {
     t.flow(1, "f", "c", Track::Compute, now, Track::CommThread, now);
     assert!(t.is_empty() && !t.is_enabled());
     assert!(t.to_json_events().is_empty());
-    let path = temp_path("empty.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("empty.json");
     Trace::write_merged(&path, &[t.to_json_events(), Vec::new()]).unwrap();
     assert!(parse(&path).is_empty());
     // A disabled part between real ones leaves no stray comma.

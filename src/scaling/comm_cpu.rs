@@ -249,10 +249,10 @@ mod tests {
 
     #[test]
     fn compute_added_per_byte_moved() {
-        let dir = std::env::temp_dir().join(format!("dcgan-comm-cpu-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let with = write(&dir, "with.json", &summary(false, 170.0, "vhd"));
-        let without = write(&dir, "without.json", &summary(true, 150.0, "none"));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let with = write(dir, "with.json", &summary(false, 170.0, "vhd"));
+        let without = write(dir, "without.json", &summary(true, 150.0, "none"));
         let c = calibrate(&with, &without, &LINKS).unwrap();
         // 2 ranks, bf16: vhd moves 4 MiB / 2 each way, rd 4096 / 2 (one whole-vector swap);
         // 80% of it beside compute.
@@ -271,7 +271,7 @@ mod tests {
         let mut shared = summary(true, 150.0, "none");
         shared["training_thread_cpu_ms_per_step"] = json!(150.0);
         shared["training_thread_descheduled_ms_per_step"] = json!(37.5);
-        let shared = write(&dir, "shared.json", &shared);
+        let shared = write(dir, "shared.json", &shared);
         let h = calibrate(&with, &shared, &LINKS).unwrap();
         assert_eq!(h.core_share, 0.8);
         assert!((h.ns_per_byte - 0.8 * c.ns_per_byte).abs() < 1e-9, "{h:?}");
@@ -279,31 +279,30 @@ mod tests {
         // Faster than the model: full speed, not more.
         let mut quick = summary(false, 170.0, "vhd");
         quick["comm"]["comm_ms_per_step"] = json!(1.0);
-        let quick = write(&dir, "quick.json", &quick);
+        let quick = write(dir, "quick.json", &quick);
         assert_eq!(calibrate(&quick, &without, &LINKS).unwrap().comm_speed_formula, 1.0);
         // The library's allreduce is priced as vhd.
-        let mpi = write(&dir, "mpi.json", &summary(false, 170.0, "mpi"));
+        let mpi = write(dir, "mpi.json", &summary(false, 170.0, "mpi"));
         assert_eq!(calibrate(&mpi, &without, &LINKS).unwrap().bytes_moved_per_step, bytes);
         // Slower without the exchange (noise): no cost, not a negative one.
-        let faster = write(&dir, "faster.json", &summary(false, 140.0, "vhd"));
+        let faster = write(dir, "faster.json", &summary(false, 140.0, "vhd"));
         assert_eq!(calibrate(&faster, &without, &LINKS).unwrap().ns_per_byte, 0.0);
         // The wrong way round, or mismatched runs, are refused.
         assert!(calibrate(&without, &with, &LINKS).is_err());
         let mut other = summary(true, 150.0, "none");
         other["batch_size_per_rank"] = json!(16);
-        let other = write(&dir, "other.json", &other);
+        let other = write(dir, "other.json", &other);
         let e = calibrate(&with, &other, &LINKS).unwrap_err().to_string();
         assert!(e.contains("batch_size_per_rank"), "{e}");
         // An exchange that never ran beside compute cannot measure what it takes from it.
         let mut serial = summary(false, 170.0, "vhd");
         serial["options"]["parallel"]["no_overlap"] = json!(true);
-        let serial = write(&dir, "serial.json", &serial);
+        let serial = write(dir, "serial.json", &serial);
         assert!(calibrate(&serial, &without, &LINKS).unwrap_err().to_string().contains("--no-overlap"));
         let mut bare = summary(false, 170.0, "vhd");
         bare["options"]["parallel"] = json!({});
-        let bare = write(&dir, "bare.json", &bare);
+        let bare = write(dir, "bare.json", &bare);
         let e = calibrate(&bare, &without, &LINKS).unwrap_err().to_string();
         assert!(e.contains("has no options.parallel.no_exchange"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
