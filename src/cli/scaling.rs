@@ -63,10 +63,13 @@ pub struct SimulateScalingArgs {
     /// thread and the kernel's network stack take from compute where every core computes (CPU
     /// ranks). Charged for the part of each allreduce that runs beside compute. Default 0: the
     /// exchange costs wire time only, as where the comm thread has a core of its own (GPU ranks).
+    /// Given for a rank with a core of its own; the replay divides it by the share of a core
+    /// the --summary run's ranks had, where that run records it and had no exchange.
     #[arg(long, value_name = "NS_PER_BYTE", conflicts_with = "comm_cpu_from")]
     pub comm_cpu_ns_per_byte: Option<f64>,
     /// The fraction of its wire speed a collective keeps while compute runs beside it on the
-    /// same cores (the comm thread and the kernel's receive path wait for a core). Default 1.
+    /// same cores (the comm thread and the kernel's receive path wait for a core), for a rank
+    /// with a core of its own; multiplied by the --summary run's share of a core. Default 1.
     #[arg(long, value_name = "FRACTION", conflicts_with = "comm_cpu_from")]
     pub comm_speed_beside_compute: Option<f64>,
     /// Measure --comm-cpu-ns-per-byte and --comm-speed-beside-compute from two runs of the
