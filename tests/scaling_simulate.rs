@@ -256,6 +256,25 @@ fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
     assert!((speed - 0.5).abs() < 1e-3, "fitted {speed}, want 0.5: {:#}", fitted["comm_cpu_from"]);
     assert_eq!(fitted["comm_cpu_ns_per_byte"], 0.0);
     assert!((comm(&fitted) - comm(&half)).abs() < 1e-3 * comm(&half), "{} against {}", comm(&fitted), comm(&half));
+
+    // The same pair on ranks with 80% of a core (the run without the exchange waited a quarter
+    // as long for a core as it ran): half of wire speed there is 0.625 of it on a core of
+    // one's own, and replaying that run with the fitted figure gives back the measured comm.
+    let mut s: Value = serde_json::from_str(&std::fs::read_to_string(&without).unwrap()).unwrap();
+    s["training_thread_cpu_ms_per_step"] = 100.0.into();
+    s["training_thread_descheduled_ms_per_step"] = 25.0.into();
+    std::fs::write(dir.join("without-shared.json"), s.to_string()).unwrap();
+    let shared = dir.join("without-shared.json").display().to_string();
+    let fitted = simulate_summary(
+        &dir,
+        "without-shared.json",
+        &[&links[..], &["--comm-cpu-from", &format!("{with},{shared}")]].concat(),
+    );
+    assert_eq!(fitted["core_share"], 0.8);
+    assert_eq!(fitted["comm_cpu_from"]["core_share"], 0.8);
+    let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
+    assert!((speed - 0.625).abs() < 1e-3, "fitted {speed}, want 0.5 / 0.8: {:#}", fitted["comm_cpu_from"]);
+    assert!((comm(&fitted) - comm(&half)).abs() < 1e-3 * comm(&half), "{} against {}", comm(&fitted), comm(&half));
 }
 
 #[test]
@@ -302,13 +321,18 @@ fn ranks_on_half_a_core_pay_the_exchanges_cpu_twice_and_keep_half_its_speed() {
     let half = with("half.json", "300", "1");
     assert_eq!(half["core_share"], 0.5);
     assert_eq!(half["core_share_from"], "measured");
-    same_rows(&half, &with("whole.json", "600", "1"));
+    same_rows(&half, &with("whole.json", "600", "0.5"));
     let cpu = |p: &Value| p["rows"][1]["comm_cpu_ms_per_step"].as_f64().unwrap();
     assert!(cpu(&half) > 1.5 * cpu(&with("whole.json", "300", "1")), "{half}");
     let half = with("half.json", "0", "0.8");
     same_rows(&half, &with("whole.json", "0", "0.4"));
     let comm = |p: &Value| p["rows"][1]["comm_ms_per_step"].as_f64().unwrap();
     assert!(comm(&half) > 1.2 * comm(&with("whole.json", "0", "0.8")), "{half}");
+    // The wire-only replay has nothing to scale: half a core or a whole one, the same rows.
+    let wire_only = |name: &str| simulate_summary(&dir, name, &links);
+    let (half, whole) = (wire_only("half.json"), wire_only("whole.json"));
+    same_rows(&half, &whole);
+    assert_eq!((&half["core_share"], &half["core_share_from"]), (&1.0.into(), &"not_used".into()));
     // A run with the exchange waited for its own comm thread too: its share is not read.
     let exchange = with("exchange.json", "300", "0.8");
     assert_eq!(exchange["core_share"], 1.0);

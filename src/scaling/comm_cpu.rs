@@ -1,7 +1,7 @@
 //! What compute and the exchange cost each other on shared cores, for the replay, from two
-//! runs. First, how much compute a rank loses per byte it moves: train the same ranks on the same hosts twice, with the exchange overlapped
-//! and with `--no-exchange`, and dividing the compute time the exchange added by the bytes each
-//! rank moved beside compute (the bytes moved times the run's hidden-comm fraction: while the
+//! runs. First, how much compute a rank loses per byte it moves: train the same ranks on the
+//! same hosts twice, with the exchange overlapped and with `--no-exchange`, and divide the
+//! compute time the exchange added by the bytes each rank moved beside compute (the bytes moved times the run's hidden-comm fraction: while the
 //! rank waited, the exchange took nothing from compute, and the replay charges it the same way).
 //!
 //! The same pair gives the other side of sharing cores: the collectives ran slower than the
@@ -12,6 +12,11 @@
 //! rank as slow wire, which the replay then adds again, so `speed_fit` refines it: the s at
 //! which the replay of the `--no-exchange` run's trace gives the measured D.
 //!
+//! Both figures are kept for a rank with a core of its own (`core_share`): C times, and s
+//! divided by, the share of a core the `--no-exchange` run's ranks had, taken to be the share
+//! the run with the exchange had before its exchange took any. On 2 ranks with a core each
+//! that share is about 1.
+//!
 //! Simplifications, all of them the replay's too: every rank is charged the busiest rank's
 //! bytes (the tree's root, the fold's partner); bytes between ranks of one node cost what
 //! bytes over the network cost; and a collective slows by the share of it the ranks computed
@@ -21,8 +26,9 @@
 //! Why it is needed: the cost model prices wire time, which is all an exchange costs when the
 //! comm thread has a core of its own (a GPU rank). A CPU rank computes on every core, so the
 //! comm thread and the kernel's network stack (copies, TCP, the shaper's timers) take their
-//! time from the compute, and a step with the exchange hidden still runs longer. The compute
-//! thread's own clock shows it, waits excluded: the summary's `compute_ms_per_step`.
+//! time from the compute, and a step with the exchange hidden still runs longer. The summary's
+//! `compute_ms_per_step` shows it: the step's wall time less its waits for other ranks, which
+//! keeps the time the training thread waited for a core.
 
 use super::core_share::{core_share, cpu_ns_per_byte_at, speed_at};
 use super::cost::{Choice, bucket_bytes_moved, bucket_time};
@@ -37,7 +43,8 @@ use std::path::Path;
 /// The calibration and where it came from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommCpu {
-    /// Compute lost per byte a rank moves each way, in nanoseconds.
+    /// Compute lost per byte a rank moves each way, in nanoseconds, for a rank with a core of
+    /// its own (the pair's figure times `core_share`).
     pub ns_per_byte: f64,
     pub with_exchange: String,
     pub without_exchange: String,
@@ -51,9 +58,11 @@ pub struct CommCpu {
     pub comm_measured_ms: f64,
     pub comm_model_ms: f64,
     /// The fraction of wire speed a collective kept while compute ran beside it, by the
-    /// formula above.
+    /// formula above, for a rank with a core of its own (divided by `core_share`, at most 1).
     pub comm_speed_formula: f64,
-    /// The same, fitted by the replay (`speed_fit`); the formula's until then.
+    /// The same, fitted by the replay (`speed_fit`); the formula's until then. At most 1, so a
+    /// pair on part of a core cannot show a collective beside compute faster than that share
+    /// of wire speed.
     pub comm_speed_beside_compute: f64,
     /// The placement of the two runs.
     pub ranks: usize,

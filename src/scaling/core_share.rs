@@ -8,7 +8,8 @@
 //! two seconds of wall time (4 ranks' compute and exchange share 2 cores: a step of W + X CPU
 //! each lasts 2 (W + X)), and a collective that needs the CPU gets half as much of it. So the
 //! figures are kept per rank with a core of its own and scaled by the share of the run replayed:
-//! compute lost per byte C / share, wire speed beside compute s x share (at most 1).
+//! compute lost per byte C / share, wire speed beside compute s x share. The wire-only replay
+//! has no figures and leaves the share out.
 //!
 //! The share is read only where the exchange did not take part of it: a run of one rank or with
 //! `--no-exchange`. A run with the exchange waited for its own comm thread too, which the
@@ -26,6 +27,8 @@ pub enum ShareSource {
     RunHadExchange,
     /// The summary does not record the wait for a core (an older run, or no schedstat): 1.
     NotRecorded,
+    /// The wire-only replay: no figures to scale, so 1.
+    NotUsed,
 }
 
 /// The share of a core the training thread of the run `summary` describes had, and where the
@@ -51,9 +54,9 @@ pub fn cpu_ns_per_byte_at(own_core_ns_per_byte: f64, share: f64) -> f64 {
 }
 
 /// The fraction of wire speed a collective keeps beside compute on a run with `share` of a
-/// core, from the figure for a rank with a core of its own.
+/// core, from the figure for a rank with a core of its own (both at most 1).
 pub fn speed_at(own_core_speed: f64, share: f64) -> f64 {
-    (own_core_speed * share).min(1.0)
+    own_core_speed * share
 }
 
 #[cfg(test)]
@@ -86,7 +89,5 @@ mod tests {
         assert_eq!(speed_at(0.4, 0.5), 0.2);
         assert_eq!(cpu_ns_per_byte_at(4.0, 1.0), 4.0);
         assert_eq!(speed_at(0.4, 1.0), 0.4);
-        // Measured on half a core, a full-speed collective is no faster than wire speed on a whole one.
-        assert_eq!(speed_at(1.0 / 0.5, 1.0), 1.0);
     }
 }

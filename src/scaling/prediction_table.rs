@@ -44,6 +44,7 @@ fn core_share_sentence(pred: &Prediction) -> String {
         ShareSource::NotRecorded => format!(
             "The replayed run does not record its wait for a core, so its ranks are taken to have a core each ({here})."
         ),
+        ShareSource::NotUsed => String::new(),
     }
 }
 
@@ -82,7 +83,7 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
                 Some(c) => format!(
                     " (measured from {} against {}: compute {:.1} ms/step against {:.1}, for {} moved each way per step, \
                      {:.0}% of it beside compute; comm {:.1} ms/step against the model's {:.1}, which the replay of the \
-                     second run's trace gives at that speed; the closed formula gave {:.0}%; its ranks had {:.0}% of a \
+                     second run's trace gives at that speed times its ranks' share of a core; the closed formula gave {:.0}%; its ranks had {:.0}% of a \
                      core)",
                     c.with_exchange,
                     c.without_exchange,

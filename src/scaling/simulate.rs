@@ -77,7 +77,8 @@ pub struct Prediction {
     /// with a core of its own.
     pub comm_speed_beside_compute: f64,
     /// The share of a core each rank of the replayed run had, which scales the two above
-    /// (`core_share`), and where it came from: measured, run_had_exchange or not_recorded.
+    /// (`core_share`), and where it came from: measured, run_had_exchange, not_recorded, or
+    /// not_used (the wire-only replay).
     pub core_share: f64,
     pub core_share_from: ShareSource,
     /// Where it was measured (`--comm-cpu-from`), if it was.
@@ -143,6 +144,10 @@ pub struct Replay<'a> {
 /// Most rounds of the fixed point between the collectives' lengths and how much of them
 /// runs beside compute.
 const MAX_ROUNDS: usize = 50;
+/// The largest share of the way to its target a length moves in one round.
+const MAX_GAIN: f64 = 0.5;
+/// How far (relative) from its target a length may be at the fixed point.
+const SETTLED: f64 = 1e-4;
 
 /// The prediction for one algorithm at `nodes` nodes of `ranks_per_node` ranks each.
 pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64, ranks_per_node: u64) -> Result<Row> {
@@ -175,34 +180,36 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     };
     let mut o: Outcome = run_with(&costs);
     // A collective slowed beside compute lasts longer, which changes how much of it runs
-    // beside compute: iterate to the fixed point, each bucket's length from the share of the
-    // last replay, half a step at a time. Undamped, the lengths can swing between two states
-    // at a thousand nodes and more; even damped they can (4 ranks on half a core each, where a
-    // longer collective runs less beside compute), so a bucket whose step turns back halves
-    // its gain: the fixed point then lies between its last two lengths.
+    // beside compute: iterate to the fixed point, where each bucket's length is the one the
+    // share of it beside compute in the same replay gives. Each round moves a length part of
+    // the way there. Undamped, the lengths can swing between two states at a thousand nodes
+    // and more; even damped they can (4 ranks on half a core each, where a longer collective
+    // runs less beside compute), so a bucket whose step turns back halves its gain (the fixed
+    // point lies between its last two lengths), and one that keeps its direction earns gain
+    // back. Settled means the replay's lengths are its own targets, whatever the gains.
     let speed = rp.shared.speed_here();
     let mut settled = speed >= 1.0 || p == 1;
     let rounds = if settled { 0 } else { MAX_ROUNDS };
-    let mut gains = vec![0.5f64; costs.len()];
+    let mut gains = vec![MAX_GAIN; costs.len()];
     let mut last_steps = vec![0.0f64; costs.len()];
     for _ in 0..rounds {
-        let mut moved = 0.0f64;
-        for (b, (c, h)) in costs.iter_mut().zip(&o.beside_compute).enumerate() {
-            let target = model_s[b] / (speed * h + 1.0 - h);
-            let step = target - c.wire_s;
-            if step * last_steps[b] < 0.0 {
-                gains[b] *= 0.5;
-            }
-            last_steps[b] = step;
-            let next = c.wire_s + gains[b] * step;
-            moved = moved.max((next - c.wire_s).abs() / next.max(1e-12));
-            c.wire_s = next;
-        }
-        o = run_with(&costs);
-        if moved < 1e-4 {
+        let targets: Vec<f64> = model_s.iter().zip(&o.beside_compute).map(|(w, h)| w / (speed * h + 1.0 - h)).collect();
+        let off = costs.iter().zip(&targets).map(|(c, t)| (t - c.wire_s).abs() / t.max(1e-12)).fold(0.0, f64::max);
+        if off < SETTLED {
             settled = true;
             break;
         }
+        for (b, (c, target)) in costs.iter_mut().zip(targets).enumerate() {
+            let step = target - c.wire_s;
+            if step * last_steps[b] < 0.0 {
+                gains[b] *= 0.5;
+            } else if step * last_steps[b] > 0.0 {
+                gains[b] = (gains[b] * 1.25).min(MAX_GAIN);
+            }
+            last_steps[b] = step;
+            c.wire_s += gains[b] * step;
+        }
+        o = run_with(&costs);
     }
     let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
@@ -291,8 +298,9 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         ),
     };
     // The replay keeps every rank's state: the one-rank-per-node limit (--nodes 1048576) bounds
-    // nodes of several ranks too (at the limit, about 25 s and 5 GB here; a dozen times the
-    // time with --comm-speed-beside-compute below 1, which replays until the lengths settle).
+    // nodes of several ranks too (at the limit, about 25 s and 5 GB here; up to MAX_ROUNDS
+    // times the time where collectives slow beside compute, which replays until their lengths
+    // settle).
     if let Some(&too_many) = args.nodes.iter().find(|&&p| p * args.ranks_per_node > MAX_RANKS) {
         bail!(
             "--nodes {too_many} x --ranks-per-node {} is {} ranks: the replay goes up to {MAX_RANKS}; \
@@ -302,7 +310,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         );
     }
     let links = links_of(args)?;
-    let (shared, comm_cpu_from) = shared_cores_of(args, &links, run.core_share.0)?;
+    let (shared, comm_cpu_from, core_share_from) = shared_cores_of(args, &links, run.core_share)?;
     let (programs, steps, t1) =
         recorded_steps(&trace, args.trace_rank, &run.buckets, args.steps, args.identical_ranks)?;
     let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks, shared };
@@ -337,7 +345,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
         comm_cpu_ns_per_byte: shared.cpu_ns_per_byte,
         comm_speed_beside_compute: shared.comm_speed_beside_compute,
         core_share: shared.core_share,
-        core_share_from: run.core_share.1,
+        core_share_from,
         comm_cpu_from,
         rows,
     })
@@ -345,12 +353,13 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
 
 /// --comm-cpu-ns-per-byte and --comm-speed-beside-compute, or both measured from
 /// --comm-cpu-from's two runs, or none of either.
-/// `core_share`: the replayed run's share of a core, which the figures are scaled by.
+/// `core_share`: the replayed run's share of a core, which the figures are scaled by; not
+/// used (1) by the wire-only replay, which has no figures to scale.
 fn shared_cores_of(
     args: &SimulateScalingArgs,
     links: &Links,
-    core_share: f64,
-) -> Result<(SharedCores, Option<CommCpu>)> {
+    (core_share, share_from): (f64, ShareSource),
+) -> Result<(SharedCores, Option<CommCpu>, ShareSource)> {
     match &args.comm_cpu_from[..] {
         [] => {
             let ns = args.comm_cpu_ns_per_byte.unwrap_or(0.0);
@@ -361,7 +370,10 @@ fn shared_cores_of(
                     "--comm-speed-beside-compute {speed} is not a fraction of wire speed: give one above 0, at most 1"
                 );
             }
-            Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed, core_share }, None))
+            if ns == 0.0 && speed == 1.0 {
+                return Ok((SharedCores::NONE, None, ShareSource::NotUsed));
+            }
+            Ok((SharedCores { cpu_ns_per_byte: ns, comm_speed_beside_compute: speed, core_share }, None, share_from))
         }
         [with, without] => {
             let mut c = calibrate(with, without, links)?;
@@ -371,7 +383,7 @@ fn shared_cores_of(
                 comm_speed_beside_compute: c.comm_speed_beside_compute,
                 core_share,
             };
-            Ok((shared, Some(c)))
+            Ok((shared, Some(c), share_from))
         }
         files => bail!(
             "--comm-cpu-from takes two summary.json files, WITH,WITHOUT (the exchange overlapped, then --no-exchange), \
