@@ -446,10 +446,10 @@ def predictions_section(out, hosts, meas, w):
           "prediction. On an emulated cluster more hosts also put more ranks on the same cores: the replay scales "
           "both figures by the share of a core the N-host `--no-exchange` run's ranks had "
           f"({share_text}).\n")
-    cpu_head = " sharing cores | error |" if with_cpu else ""
+    cpu_head = " sharing cores | error | its exposed ms |" if with_cpu else ""
     w("| hosts | predicted step ms (from the N-host compute) | from the 1-host compute | measured step ms | error |"
       f"{cpu_head} predicted exposed ms (slowest rank) | measured exposed ms | traced compute / its run's step ms |")
-    w("|---:|---:|---:|---:|---:|" + ("---:|---:|" if with_cpu else "") + "---:|---:|---:|")
+    w("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if with_cpu else "") + "---:|---:|---:|")
     sim_path = os.path.join(out, "simulated.json")
     sim = load(sim_path)["prediction"]["rows"] if os.path.exists(sim_path) else []
     sim_auto = {r["nodes"]: r for r in sim if r["algorithm"] == "auto"}
@@ -467,11 +467,13 @@ def predictions_section(out, hosts, meas, w):
         cpu_cells = ""
         if with_cpu:
             if cpu_files[h]:
-                cpu_pred = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in cpu_files[h]])
+                cpu_rows = [load(f)["prediction"]["rows"][0] for f in cpu_files[h]]
+                cpu_pred = median([r["step_ms"] for r in cpu_rows])
+                cpu_exp = median([r["exposed_comm_ms_per_step"] for r in cpu_rows])
                 cpu_errors[h] = cpu_pred / m - 1
-                cpu_cells = f" {cpu_pred:.1f} | {100 * cpu_errors[h]:+.1f}% |"
+                cpu_cells = f" {cpu_pred:.1f} | {100 * cpu_errors[h]:+.1f}% | {cpu_exp:.1f} |"
             else:
-                cpu_cells = " - | - |"
+                cpu_cells = " - | - | - |"
         w(f"| {h} | {pred:.1f} | {one:.1f} | {m:.1f} | {100 * errors[h]:+.1f}% |{cpu_cells} {exp:.1f} ({slow:.1f}) | "
           f"{meas[(h, 'overlap')]['exposed']:.1f} | {traced:.1f} / {own:.1f} |")
     w("")

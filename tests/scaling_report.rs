@@ -396,13 +396,13 @@ fn the_repeats_say_whether_they_can_tell_a_target_met_from_missed() {
     assert!(md.contains("4 repeats are too few for a 90% interval"), "{md}");
 }
 
-/// A simulate-scaling --json file as the report reads it: the predicted step and, where the
-/// exchange's CPU was charged, what it cost per byte.
+/// A simulate-scaling --json file as the report reads it: the predicted step (its exposed wait
+/// a hundredth of it) and, where the exchange's CPU was charged, what it cost per byte.
 fn write_prediction(out: &Path, name: &str, step_ms: f64, comm_cpu_ns_per_byte: f64, core_share: f64) {
     let p = json!({"prediction": {
         "compute_ms_per_step": 150.0, "measured_ms_per_step": 150.0,
         "comm_cpu_ns_per_byte": comm_cpu_ns_per_byte, "core_share": core_share,
-        "rows": [{"step_ms": step_ms, "exposed_comm_ms_per_step": 1.0, "slowest_rank_ms_per_step": 0.5}],
+        "rows": [{"step_ms": step_ms, "exposed_comm_ms_per_step": step_ms / 100.0, "slowest_rank_ms_per_step": 0.5}],
     }});
     std::fs::write(out.join(name), p.to_string()).unwrap();
 }
@@ -434,7 +434,8 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
     assert!(close(four["with_comm_cpu"].as_f64().unwrap(), 360.0 / 390.0 - 1.0), "{four}");
     assert!(md.contains("-14.1% (sharing cores: -7.7%)"), "{md}");
     assert!(md.contains("(3.00 to 5.00 ns/B, median 4.00)"), "{md}");
-    assert!(md.contains("| 4 | 335.0 | nan | 390.0 | -14.1% | 360.0 | -7.7% |"), "{md}");
+    // Each replay's own exposed wait (here a hundredth of its step): 3.6 sharing cores, 3.4 wire only.
+    assert!(md.contains("| 4 | 335.0 | nan | 390.0 | -14.1% | 360.0 | -7.7% | 3.6 | 3.4 (0.5) |"), "{md}");
     assert!(md.contains("(2 hosts 1.00, 4 hosts 0.50)"), "{md}");
     // Beyond the 2 hosts it was calibrated on, the replay sharing cores is a prediction, and
     // judged as one; at 2 hosts it is not.
