@@ -197,7 +197,7 @@ for n in "${HOSTS[@]}"; do
         # A pair the calibration refuses (say, --train-args with --no-overlap) leaves this out.
         "$BIN" simulate-scaling --summary "$OUT/runs/$n-no-exchange-$rep/summary.json" --links "$OUT/links.json" \
             --nodes "$n" --algorithms auto --comm-cpu-from "$pair" --json "$OUT/predict-cpu-$n-$rep.json" >/dev/null \
-            || log "no prediction with the exchange's CPU for $n hosts, repeat $rep (above: why)"
+            || log "no prediction with the exchange's CPU for $n hosts, repeat $rep, from repeat $cal's pair (above: why)"
     done
 done
 # The curve again with the cores shared: the medians of the repeats' 2-host calibrations.

@@ -415,7 +415,19 @@ def main():
         json.dump(figures, f, indent=1)
     print(text)
     if not no_plot:
-        plot(out, hosts, meas, sim, sim_cpu, links, R[(1, "overlap")][0]["batch_size_per_rank"])
+        t1 = meas[(1, "overlap")]["ms"]
+
+        def predicted(kind):
+            """(hosts, speedup) of the median predict-{kind}N-R.json step at each N."""
+            points = []
+            for h in hosts:
+                files = sorted(glob.glob(os.path.join(out, f"predict-{kind}{h}-*.json")))
+                if files:
+                    points.append((h, t1 / median([load(f)["prediction"]["rows"][0]["step_ms"] for f in files]) * h))
+            return points
+
+        load_script("scaling-plot.py").plot(out, hosts, meas, sim, sim_cpu, predicted(""), predicted("cpu-"), links,
+                                            R[(1, "overlap")][0]["batch_size_per_rank"])
 
 
 def calibrated_on_own_runs(path):
@@ -496,59 +508,6 @@ def predictions_section(out, hosts, meas, w):
           f"{meas[(h, 'overlap')]['exposed']:.1f} | {traced:.1f} / {own:.1f} |")
     w("")
     return errors, cpu_errors, own_pair
-
-
-def plot(out, hosts, meas, sim, sim_cpu, links, batch):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
-    sim_rows = sim["rows"] if sim else []
-    nodes = sorted({r["nodes"] for r in sim_rows} | set(hosts))
-    ax.plot(nodes, nodes, "k--", lw=1, label="ideal (s = N)")
-    styles = {"auto": ("C0", "-"), "ring": ("C3", ":"), "tree": ("C2", ":"), "rd": ("C4", ":"), "vhd": ("C1", ":")}
-    for algo, (color, ls) in styles.items():
-        rows = sorted((r for r in sim_rows if r["algorithm"] == algo), key=lambda r: r["nodes"])
-        if rows:
-            ax.plot([r["nodes"] for r in rows], [r["speedup_eq1"] for r in rows], color=color, ls=ls,
-                    lw=4 if algo == "auto" else 1.2, alpha=0.5 if algo == "auto" else 1,
-                    label=f"simulated, {algo}" + (" (= vhd here)" if algo == "auto" else ""))
-    cpu_rows = sorted((r for r in (sim_cpu["rows"] if sim_cpu else []) if r["algorithm"] == "auto"),
-                      key=lambda r: r["nodes"])
-    if cpu_rows:
-        ax.plot([r["nodes"] for r in cpu_rows], [r["speedup_eq1"] for r in cpu_rows], color="C0", ls="--", lw=1.5,
-                label="simulated, auto, sharing cores (CPU ranks)")
-    for mode, marker in [("overlap", "o"), ("no-overlap", "s")]:
-        # The 1-host run has no exchange to overlap: it starts both series.
-        pts = [(1, meas[(1, "overlap")]["speedup"])]
-        pts += [(h, meas[(h, mode)]["speedup"]) for h in hosts if h > 1 and (h, mode) in meas]
-        if len(pts) > 1 or mode == "overlap":
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=7, mfc="none" if mode == "no-overlap" else None,
-                    color="k", label=f"measured, {mode} (emulated cluster)")
-    # The replay of each N-host --no-exchange trace (that placement's compute) at N.
-    t1 = meas[(1, "overlap")]["ms"]
-    pred = []
-    for h in hosts:
-        files = sorted(glob.glob(os.path.join(out, f"predict-{h}-*.json")))
-        if files:
-            ms = median([load(f)["prediction"]["rows"][0]["step_ms"] for f in files])
-            pred.append((h, t1 / ms * h))
-    if pred:
-        ax.plot([p[0] for p in pred], [p[1] for p in pred], "x", ms=9, color="C3",
-                label="simulated from the N-host --no-exchange compute")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("hosts N (one rank each)")
-    ax.set_ylabel("speedup s by eq. (1)")
-    ax.set_title(f"DCGAN weak scaling, batch {batch} per rank, links {8 / links['beta_ns_per_byte']:.2f} Gbit/s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "speedup.png"))
 
 
 if __name__ == "__main__":
