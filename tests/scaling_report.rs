@@ -465,4 +465,16 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
     let two = target(&results, "simulate-scaling sharing cores within 15% at 2 hosts");
     assert!(close(two["value"].as_f64().unwrap(), 176.0 / 175.0 - 1.0) && two["met"] == true, "{two}");
     assert!(md.contains("no repeat is predicted from its own runs"), "{md}");
+
+    // The plot of the same folder, where matplotlib is installed (bench-scaling's machines;
+    // CI's setup does not install it).
+    let has_matplotlib = Command::new("python3").args(["-c", "import matplotlib"]).status().is_ok_and(|s| s.success());
+    if !has_matplotlib {
+        eprintln!("skipping the plot: python3 has no matplotlib (pip install matplotlib)");
+        return;
+    }
+    let o = Command::new("python3").arg("scripts/scaling-report.py").arg(out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let png = std::fs::read(out.join("speedup.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{} bytes", png.len());
 }
