@@ -275,6 +275,23 @@ fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
     let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
     assert!((speed - 0.625).abs() < 1e-3, "fitted {speed}, want 0.5 / 0.8: {:#}", fitted["comm_cpu_from"]);
     assert!((comm(&fitted) - comm(&half)).abs() < 1e-3 * comm(&half), "{} against {}", comm(&fitted), comm(&half));
+
+    // A pair trained with --allreduce tree is fitted through the tree (on 2 ranks it takes
+    // twice vhd's time, so fitting through auto would find another speed).
+    let tree_links = [&links[..8], &["--algorithms", "tree"]].concat();
+    let tree_half = simulate(&dir, &[&tree_links[..], &["--comm-speed-beside-compute", "0.5"]].concat());
+    assert!(comm(&tree_half) > 1.3 * comm(&half), "{} against {}", comm(&tree_half), comm(&half));
+    let mut s: Value = serde_json::from_str(&std::fs::read_to_string(&with).unwrap()).unwrap();
+    s["options"]["comm"]["allreduce"] = "tree".into();
+    s["comm"]["comm_ms_per_step"] = comm(&tree_half).into();
+    for b in s["comm"]["buckets"].as_array_mut().unwrap() {
+        b["algorithm"] = "tree".into();
+    }
+    std::fs::write(dir.join("with-tree.json"), s.to_string()).unwrap();
+    let with_tree = dir.join("with-tree.json").display().to_string();
+    let fitted = simulate(&dir, &[&tree_links[..], &["--comm-cpu-from", &format!("{with_tree},{without}")]].concat());
+    let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
+    assert!((speed - 0.5).abs() < 1e-3, "fitted {speed} through the tree, want 0.5: {:#}", fitted["comm_cpu_from"]);
 }
 
 #[test]

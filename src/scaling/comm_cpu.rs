@@ -67,6 +67,9 @@ pub struct CommCpu {
     /// The placement of the two runs.
     pub ranks: usize,
     pub hosts: usize,
+    /// The run's `--allreduce` ("auto" or one algorithm; the library's, "mpi", as vhd), which
+    /// the fit replays.
+    pub allreduce: String,
     /// The share of a core the run without the exchange had (`core_share`): the figures above
     /// are divided back to a rank with a core of its own, C multiplied and s divided by it.
     pub core_share: f64,
@@ -188,6 +191,10 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
         bail!("--comm-cpu-from {}: {ranks} ranks on {hosts} hosts are not in equal blocks", with.display());
     }
     let place = Placement { hosts, ranks_per_host: ranks / hosts };
+    let allreduce = match w.pointer("/options/comm/allreduce").and_then(Value::as_str).unwrap_or("auto") {
+        "mpi" => "vhd".to_string(),
+        other => other.to_string(),
+    };
     let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
     let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
     let (bytes, model_s) = exchange_per_step(&w, with, place, links)?;
@@ -220,6 +227,7 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
         comm_speed_beside_compute: speed,
         ranks,
         hosts,
+        allreduce,
         core_share: share,
     })
 }

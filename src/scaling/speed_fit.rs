@@ -15,8 +15,8 @@ const HALVINGS: usize = 25;
 pub const SLOWEST: f64 = 0.05;
 
 /// The s in [SLOWEST, 1] at which replaying `without`'s trace on the pair's placement, with
-/// the pair's compute cost per byte, gives the comm time per step the run with the exchange
-/// measured (`steps` as simulate-scaling's `--steps`).
+/// the pair's compute cost per byte and the `--allreduce` of the run with the exchange, gives
+/// the comm time per step that run measured (`steps` as simulate-scaling's `--steps`).
 pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Result<f64> {
     let run = RunInfo::from_summary(without)?;
     let Some(trace) = &run.trace else {
@@ -32,7 +32,7 @@ pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Resu
             SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed, core_share: c.core_share };
         let rp = Replay { programs: &programs, steps, t1, identical: false, shared };
         let rpn = (c.ranks / c.hosts.max(1)) as u64;
-        Ok(predict(&run, &rp, links, "auto", c.hosts as u64, rpn)?.comm_ms_per_step)
+        Ok(predict(&run, &rp, links, &c.allreduce, c.hosts as u64, rpn)?.comm_ms_per_step)
     };
     // Slower collectives only ever take longer: bisect.
     let target = c.comm_measured_ms;
