@@ -292,6 +292,16 @@ fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
     let fitted = simulate(&dir, &[&tree_links[..], &["--comm-cpu-from", &format!("{with_tree},{without}")]].concat());
     let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
     assert!((speed - 0.5).abs() < 1e-3, "fitted {speed} through the tree, want 0.5: {:#}", fitted["comm_cpu_from"]);
+
+    // With --identical-ranks the fit replays as the prediction does: every rank in step.
+    let same = [&tree_links[..], &["--identical-ranks"]].concat();
+    let tree_same = simulate(&dir, &[&same[..], &["--comm-speed-beside-compute", "0.5"]].concat());
+    s["comm"]["comm_ms_per_step"] = comm(&tree_same).into();
+    std::fs::write(dir.join("with-tree-same.json"), s.to_string()).unwrap();
+    let with_same = dir.join("with-tree-same.json").display().to_string();
+    let fitted = simulate(&dir, &[&same[..], &["--comm-cpu-from", &format!("{with_same},{without}")]].concat());
+    let speed = fitted["comm_speed_beside_compute"].as_f64().unwrap();
+    assert!((speed - 0.5).abs() < 1e-3, "fitted {speed} in step, want 0.5: {:#}", fitted["comm_cpu_from"]);
 }
 
 #[test]

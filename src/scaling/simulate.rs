@@ -377,7 +377,8 @@ fn shared_cores_of(
         }
         [with, without] => {
             let mut c = calibrate(with, without, links)?;
-            c.comm_speed_beside_compute = super::speed_fit::fit_speed(&c, without, links, args.steps)?;
+            c.comm_speed_beside_compute =
+                super::speed_fit::fit_speed(&c, without, links, args.steps, args.identical_ranks)?;
             let shared = SharedCores {
                 cpu_ns_per_byte: c.ns_per_byte,
                 comm_speed_beside_compute: c.comm_speed_beside_compute,

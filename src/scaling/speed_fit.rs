@@ -16,8 +16,9 @@ pub const SLOWEST: f64 = 0.05;
 
 /// The s in [SLOWEST, 1] at which replaying `without`'s trace on the pair's placement, with
 /// the pair's compute cost per byte and the `--allreduce` of the run with the exchange, gives
-/// the comm time per step that run measured (`steps` as simulate-scaling's `--steps`).
-pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Result<f64> {
+/// the comm time per step that run measured (`steps` and `identical` as simulate-scaling's
+/// `--steps` and `--identical-ranks`, so that the fit replays as the prediction does).
+pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64, identical: bool) -> Result<f64> {
     let run = RunInfo::from_summary(without)?;
     let Some(trace) = &run.trace else {
         bail!(
@@ -26,11 +27,11 @@ pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64) -> Resu
             without.display()
         );
     };
-    let (programs, steps, t1) = recorded_steps(trace, 0, &run.buckets, steps, false)?;
+    let (programs, steps, t1) = recorded_steps(trace, 0, &run.buckets, steps, identical)?;
     let comm_ms = |speed: f64| -> Result<f64> {
         let shared =
             SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed, core_share: c.core_share };
-        let rp = Replay { programs: &programs, steps, t1, identical: false, shared };
+        let rp = Replay { programs: &programs, steps, t1, identical, shared };
         let rpn = (c.ranks / c.hosts.max(1)) as u64;
         Ok(predict(&run, &rp, links, &c.allreduce, c.hosts as u64, rpn)?.comm_ms_per_step)
     };
