@@ -32,7 +32,7 @@
 
 use super::core_share::{core_share, cpu_ns_per_byte_at, speed_at};
 use super::cost::{Choice, bucket_bytes_moved, bucket_time};
-use super::simulate::recorded_wire;
+use super::run_info::recorded_wire;
 use super::two_level::{Links, Placement};
 use crate::comm::Algorithm;
 use anyhow::{Context, Result, bail};

@@ -8,7 +8,7 @@ use super::cost::{Choice, Link, allreduce_seconds_on, bucket_bytes_moved, bucket
 use super::pingpong::{LinkReport, measure_gamma};
 use super::program::StepProgram;
 use super::replay::{CollectiveCost, Outcome, WARM_STEPS, replay};
-pub use super::run_info::{RunInfo, recorded_steps, recorded_wire};
+use super::run_info::{RunInfo, recorded_steps};
 use super::two_level::{Links, Placement};
 use crate::cli::comm::Wire;
 use crate::cli::scaling::SimulateScalingArgs;

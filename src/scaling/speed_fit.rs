@@ -4,7 +4,8 @@
 //! replay models that wait itself, so fitting through the replay counts it once.
 
 use super::comm_cpu::{CommCpu, SharedCores};
-use super::simulate::{Replay, RunInfo, predict, recorded_steps};
+use super::run_info::{RunInfo, recorded_steps};
+use super::simulate::{Replay, predict};
 use super::two_level::Links;
 use anyhow::{Result, bail};
 use std::path::Path;
