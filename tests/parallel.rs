@@ -350,3 +350,26 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     assert!(err.contains("--seed 2 vs 1") && err.contains("same command line"), "{err}");
     assert!(!out.join("metrics.jsonl").exists(), "nothing is written when the ranks disagree");
 }
+
+/// A loss that diverges ends the run with its one line and a non-zero exit, also while G's
+/// buckets are still being averaged when the step gives up (the comm thread slowed here,
+/// so that they are): the trainer waits for them before it frees their memory. Without that
+/// wait, the comm thread's check finds the memory gone and panics (and before the check, it
+/// wrote averaged gradients into the freed buffers).
+#[test]
+fn a_diverging_loss_ends_cleanly_while_buckets_are_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", env!("CARGO_BIN_EXE_dcgan-train")]);
+    cmd.args(["--data", "synthetic:256", "--batch-size", "8", "--threads", "1", "--lr", "1e30"]);
+    cmd.args(["--max-steps", "6", "--no-progress", "--out", path(&out)]);
+    cmd.env("DCGAN_TEST_SLOW_COMM", "300");
+    let o = common::run_limited(cmd, 120);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the loss became"), "{err}");
+    for crash in ["signal", "Segmentation", "panicked", "corrupted", "free()"] {
+        assert!(!err.contains(crash), "a rank crashed ({crash}):\n{err}");
+    }
+}

@@ -213,6 +213,7 @@ fn spawn(
                 abort_on_failure: cfg.abort_on_failure,
                 wire: cfg.wire,
                 bf16_stage: Default::default(),
+                test_nap: worker::test_nap_from_env(),
                 shared: thread_shared,
                 failed: None,
             }

@@ -33,6 +33,15 @@ pub(crate) struct Worker {
     /// How gradient buckets travel; the helper collectives always go as f32.
     pub wire: Wire,
     pub bf16_stage: Bf16Stage,
+    /// `DCGAN_TEST_SLOW_COMM=ms`: a nap before each fragment of a gradient bucket, for the
+    /// test that an error leaves no bucket writing into freed memory.
+    pub test_nap: Option<Duration>,
+}
+
+/// The nap of `Worker::test_nap`, from the environment.
+pub(crate) fn test_nap_from_env() -> Option<Duration> {
+    let ms = std::env::var("DCGAN_TEST_SLOW_COMM").ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
 }
 
 impl Worker {
@@ -134,6 +143,9 @@ impl Worker {
         for f in &frags {
             if let Some(hook) = req.before_fragment.as_mut() {
                 hook(f.clone());
+            }
+            if let Some(nap) = self.test_nap.filter(|_| !req.exact) {
+                std::thread::sleep(nap);
             }
             let start = Instant::now();
             let cpu_start = thread_cpu_time();

@@ -16,13 +16,25 @@ use crate::nn::params::ParamStore;
 use anyhow::Result;
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// A bucket's host memory lent to the comm thread while it is in flight. The exchange owns
 /// the memory; while the bucket is in flight it only has the device copy back fragments the
-/// comm thread has reported averaged (and no longer touches).
-struct Lent(*mut f32, usize);
+/// comm thread has reported averaged (and no longer touches). `alive` is the owner's: the
+/// exchange waits for its buckets before it frees their memory (its `Drop`), and a fragment
+/// asked for after the owner is gone is a panic, not a write into freed memory.
+struct Lent {
+    ptr: *mut f32,
+    len: usize,
+    alive: Weak<()>,
+}
+
+impl Lent {
+    fn check_alive(&self) {
+        assert!(self.alive.strong_count() > 0, "internal error: a gradient bucket's memory was freed while in flight");
+    }
+}
 
 // While the bucket is in flight the comm thread alone writes the memory, one fragment at a
 // time; the exchange only reads fragments the comm thread reported done.
@@ -30,12 +42,14 @@ unsafe impl Send for Lent {}
 
 impl HostData for Lent {
     fn as_mut_slice(&mut self) -> &mut [f32] {
-        unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
+        self.check_alive();
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
     // No reference to the whole bucket: the exchange reads averaged fragments meanwhile.
     fn fragment_mut(&mut self, r: Range<usize>) -> &mut [f32] {
-        assert!(r.start <= r.end && r.end <= self.1, "fragment {r:?} of {}", self.1);
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
+        self.check_alive();
+        assert!(r.start <= r.end && r.end <= self.len, "fragment {r:?} of {}", self.len);
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.start), r.len()) }
     }
 }
 
@@ -49,6 +63,8 @@ struct NetBuckets<H> {
     /// Complete buckets not yet submitted (`--no-overlap`).
     held: Vec<usize>,
     in_flight: Vec<InFlight>,
+    /// Dropped just before `host` (fields drop in order): what the comm thread's `Lent` checks.
+    alive: Arc<()>,
     /// Host memory of each bucket ([bucket floats], pinned on CUDA), made once.
     host: Vec<H>,
     /// The comm thread's fragments of each bucket (element ranges within it), made once.
@@ -66,7 +82,9 @@ impl<H: HostBuffer> NetBuckets<H> {
         let missing = plan.iter().map(|b| b.stages.len()).collect();
         let host = plan.iter().map(|b| be.alloc_host(b.range.len())).collect::<Result<_>>()?;
         let fragments = plan.iter().map(|b| comm.fragments_of(b.range.len())).collect();
-        Ok(NetBuckets { plan, bucket_of_stage, missing, held: Vec::new(), in_flight: Vec::new(), host, fragments })
+        let alive = Arc::new(());
+        let (held, in_flight) = (Vec::new(), Vec::new());
+        Ok(NetBuckets { plan, bucket_of_stage, missing, held, in_flight, alive, host, fragments })
     }
 }
 
@@ -141,6 +159,19 @@ pub struct CommExchange<B: Backend> {
     pub stats: ExchangeStats,
 }
 
+/// A step that fails (a diverging loss, say) returns while buckets may still be averaged
+/// into this exchange's host memory: wait for each before that memory is freed. The comm
+/// thread's stall detection and the handle's watchdog bound the wait.
+impl<B: Backend> Drop for CommExchange<B> {
+    fn drop(&mut self) {
+        for nb in &mut self.nets {
+            for flight in nb.in_flight.drain(..) {
+                let _ = self.comm.wait(flight.ticket);
+            }
+        }
+    }
+}
+
 impl<B: Backend> CommExchange<B> {
     /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts.
     pub fn new(
@@ -186,7 +217,7 @@ impl<B: Backend> CommExchange<B> {
         let ticket = self.comm.submit(BucketRequest {
             id: bucket.id,
             label: bucket.label.to_string(),
-            data: Box::new(Lent(ptr, len)),
+            data: Box::new(Lent { ptr, len, alive: Arc::downgrade(&nb.alive) }),
             before_fragment: Some(Box::new(move |f| {
                 for (r, w) in &for_comm {
                     if r.start < f.end && f.start < r.end {
