@@ -61,6 +61,28 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     assert_eq!(checkpoint::image_size_of(&second).unwrap(), 28);
 }
 
+/// A second save of the same step (a periodic checkpoint, then the epoch's end with the new
+/// position) goes to a new directory: the one `latest` names is never removed before
+/// `latest` moves, so a crash between the two leaves a whole checkpoint.
+#[test]
+fn saving_the_same_step_again_never_replaces_the_latest_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let mut ck = sample_checkpoint(&g, &d);
+    let first = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    ck.progress.epoch += 1;
+    ck.progress.batch_in_epoch = 0;
+    let second = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    assert_ne!(first, second, "the second save of step {} wrote over the first", ck.progress.step);
+    assert!(!first.exists(), "the first is removed once the second is the latest");
+    assert_eq!(checkpoint::resolve(dir.path()).unwrap(), second);
+    assert_eq!(checkpoint::load(&second, (&g, &d)).unwrap(), ck);
+    // A third save of that step takes the base name again.
+    let third = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    assert_eq!(third, first);
+    assert!(!second.exists());
+}
+
 /// The header as PyTorch reads it: (name, dtype, shape), parsed by hand from the file.
 fn header(path: &std::path::Path) -> Vec<(String, String, Vec<usize>)> {
     let bytes = std::fs::read(path).unwrap();

@@ -59,6 +59,25 @@ fn resumed_runs_equal_uninterrupted_runs_bitwise() {
     resume_matches_uninterrupted(2, &["--sync-bn"]);
 }
 
+/// A run that ends where an epoch ends writes that step's checkpoint once (the epoch's),
+/// not a second time as the run's last; every rank skips the second save alike (it is
+/// collective: a rank that went on to it alone would wait there for the others).
+#[test]
+fn a_run_ending_at_an_epoch_end_writes_its_checkpoint_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let args = ["--data", "synthetic:128", "--batch-size", "8", "--epochs", "1", "--threads", "1", "--no-progress"];
+    let mut args = args.to_vec();
+    args.extend(["--stall-timeout", "20s", "--out", path(&run)]);
+    ok(mpirun(2, &args, 300));
+    let names: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    assert_eq!(names, ["step-00000008"], "one checkpoint of the last step, written once");
+}
+
 #[test]
 fn resuming_with_another_rank_count_is_refused() {
     let tmp = tempfile::tempdir().unwrap();

@@ -326,6 +326,18 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     let err = stderr(&o);
     assert!(err.contains("--global-batch-size 64") && err.contains("3 ranks"), "{err}");
 
+    // A baseline only rank 0 reads is read before training: read after it, its error ended
+    // rank 0 alone while the others had finished, and the job hung until the stall timeout.
+    let base = tmp.path().join("base");
+    let args = ["--data", "synthetic:64", "--batch-size", "8", "--threads", "1", "--max-steps", "2"];
+    let mut args = args.to_vec();
+    args.extend(["--baseline-summary", "/nonexistent/summary.json", "--out", path(&base)]);
+    let o = mpirun(2, &args, 45);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("cannot read --baseline-summary /nonexistent/summary.json"), "{err}");
+    assert!(!base.join("metrics.jsonl").exists(), "the run stopped before training");
+
     // Two ranks started with different flags (MPMD syntax: one command line per rank).
     let bin = env!("CARGO_BIN_EXE_dcgan-train");
     let mut cmd = std::process::Command::new("mpiexec");

@@ -112,7 +112,7 @@ fn encode_optimizer(
 pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
     let root = run.join("checkpoints");
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    let name = format!("step-{:08}", ck.progress.step);
+    let name = fresh_name(&root, ck.progress.step);
     let tmp = root.join(format!(".tmp-{name}"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
@@ -131,7 +131,6 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) 
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
     let dir = root.join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
     sync_dir(&root)?;
     let latest_tmp = root.join(".latest.tmp");
@@ -146,6 +145,19 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) 
         }
     }
     Ok(dir)
+}
+
+/// The name of a new checkpoint of `step` under `root`: `step-NNNNNNNN`, or where that exists
+/// (the same step saved again, say at an epoch's end after `--checkpoint-every`) the first
+/// free `step-NNNNNNNN.K`. A checkpoint never replaces a directory in place: between removing
+/// it and renaming the new one there, `latest` would name nothing, and a crash then would
+/// leave no checkpoint at all. The old one goes with the others once `latest` has moved.
+fn fresh_name(root: &Path, step: u64) -> String {
+    let base = format!("step-{step:08}");
+    std::iter::once(base.clone())
+        .chain((2..).map(|k| format!("{base}.{k}")))
+        .find(|n| !root.join(n).exists())
+        .expect("an unused name")
 }
 
 /// The checkpoint directory `path` refers to: a checkpoint itself, or a run directory or its

@@ -9,7 +9,7 @@ use super::noise::fixed_noise;
 use super::outputs::{EpochRecord, Outputs, StepRecord, default_dir};
 use super::signals::StopFlag;
 use super::step::{GanTrainer, StepConfig, StepMetrics};
-use super::summary::{RunFacts, build_summary};
+use super::summary::{Baseline, RunFacts, build_summary};
 use super::sync;
 use super::timeline::Timeline;
 use crate::backend::Backend;
@@ -125,6 +125,10 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
     let shard = job.agree(Shard::new(data.count, world.rank, world.size, settings.per_rank_batch, args.model.seed))?;
     let (m, p) = (&args.model, &args.parallel);
+    let baseline = job.agree(match &p.baseline_summary {
+        Some(path) if root => Baseline::read(path).map(Some),
+        _ => Ok(None),
+    })?;
     let size = m.image_size;
     let batch = settings.per_rank_batch;
 
@@ -217,7 +221,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         }
     }
 
-    let mut facts = RunFacts::default();
+    let mut facts = RunFacts { baseline, ..RunFacts::default() };
     let mut images = vec![0.0f32; batch * size * size];
     let grid_noise = fixed_noise(m.seed, GRID, trainer.model.nz);
     let mode = if root { ProgressMode::detect(args.no_progress) } else { ProgressMode::Off };
@@ -228,6 +232,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let steps_at_start = trainer.step;
     let mut last = StepMetrics::default();
     let mut stopped = false;
+    let mut last_checkpoint = LastCheckpoint::default();
     // This thread runs every step: its clock of time spent waiting for a core.
     let run_delay = RunDelayClock::of_this_thread();
 
@@ -292,7 +297,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 break 'epochs;
             }
             if args.checkpoints.checkpoint_every.is_some_and(|n| trainer.step % n == 0) {
-                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress, &mut last_checkpoint);
             }
         }
         if progress.batch_in_epoch as usize == steps_per_epoch && progress.epoch == epoch {
@@ -322,7 +327,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
                 job.or_fail(out.epoch(&rec));
             }
             if args.checkpoints.checkpoint_every.is_none() {
-                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+                save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress, &mut last_checkpoint);
             }
         }
         if trainer.step >= max_steps {
@@ -332,7 +337,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
 
     trainer.finish_pending();
     let train_seconds = train_started.elapsed().as_secs_f64();
-    let ck_dir = save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress);
+    let ck_dir = save_checkpoint(job, &mut trainer, outputs.as_mut(), &progress, &mut last_checkpoint);
     if let Some(path) = &p.trace {
         let parts = job.comm.gather_bytes(trainer.timeline.trace.to_json_events())?;
         if let Some(parts) = parts {
@@ -361,7 +366,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         facts.train_seconds = train_seconds;
         facts.wall_seconds = started.elapsed().as_secs_f64();
         facts.threads = threads;
-        let summary = build_summary(args, job, &settings, &trainer, &data.description, &facts, &last, &final_grid)?;
+        let summary =
+            job.or_fail(build_summary(args, job, &settings, &trainer, &data.description, &facts, &last, &final_grid));
         job.or_fail(out.summary(&summary));
         for line in [super::summary::step_line(&summary), super::summary::exchange_line(&summary)].into_iter().flatten()
         {
@@ -388,19 +394,36 @@ fn test_slow_rank(rank: usize) -> Option<std::time::Duration> {
 
 /// Rank 0 writes a checkpoint of the current state (every rank holds the same weights; the
 /// running statistics of every rank are gathered). Collective.
+/// A save of the progress `last` already holds is skipped (every rank decides alike: the
+/// progress is the same everywhere): a run that ends where an epoch ends would otherwise
+/// write the same checkpoint twice.
 fn save_checkpoint<B: Backend>(
     job: &Job,
     trainer: &mut GanTrainer<B>,
     outputs: Option<&mut Outputs>,
     progress: &Progress,
+    last: &mut LastCheckpoint,
 ) -> Option<std::path::PathBuf> {
+    if let Some((saved, dir)) = &last.0
+        && saved == progress
+    {
+        return dir.clone();
+    }
     trainer.finish_pending();
     let stores = [&trainer.model.g.store, &trainer.model.d.store];
     let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
+    // Recorded on every rank, so that all skip the same saves.
+    last.0 = Some((progress.clone(), None));
     let (out, rank_states) = (outputs?, rank_states?);
     let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
     let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
     let ck = Checkpoint { g, d, g_adam, d_adam, progress: progress.clone(), rank_states };
     let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
-    Some(job.or_fail(out.checkpoint(layouts, &ck)))
+    let dir = job.or_fail(out.checkpoint(layouts, &ck));
+    last.0 = Some((progress.clone(), Some(dir.clone())));
+    Some(dir)
 }
+
+/// The progress of the last checkpoint written, and where (rank 0).
+#[derive(Default)]
+struct LastCheckpoint(Option<(Progress, Option<std::path::PathBuf>)>);

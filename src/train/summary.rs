@@ -27,6 +27,8 @@ pub struct RunFacts {
     pub train_seconds: f64,
     pub wall_seconds: f64,
     pub threads: usize,
+    /// `--baseline-summary`, read at start (rank 0).
+    pub baseline: Option<Baseline>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -44,26 +46,42 @@ pub fn weak_scaling_speedup(base_ms: f64, base_batch: f64, ms: f64, batch: f64, 
     base_ms / ms * batch / base_batch * ranks
 }
 
-fn baseline(path: &Path, ms: f64, batch: usize, ranks: usize) -> Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read --baseline-summary {}", path.display()))?;
-    let b: Value = serde_json::from_str(&text)
-        .with_context(|| format!("--baseline-summary {} is not a summary.json", path.display()))?;
-    let (Some(base_ms), Some(base_batch)) = (b["ms_per_step"].as_f64(), b["batch_size_per_rank"].as_f64()) else {
-        anyhow::bail!(
-            "--baseline-summary {} has no ms_per_step / batch_size_per_rank: pass a summary.json of this program",
-            path.display()
-        );
-    };
-    let s = weak_scaling_speedup(base_ms, base_batch, ms, batch as f64, ranks as f64);
-    Ok(json!({
-        "file": path.display().to_string(),
-        "baseline_ms_per_step": base_ms,
-        "baseline_batch": base_batch,
-        "baseline_ranks": b["ranks"],
-        "speedup_eq1": s,
-        "efficiency": s / ranks as f64,
-    }))
+/// A 1-rank run's summary.json (`--baseline-summary`), read when the run starts: a file that
+/// is not one ends the run before it trains, not after.
+pub struct Baseline {
+    file: String,
+    ms: f64,
+    batch: f64,
+    ranks: Value,
+}
+
+impl Baseline {
+    pub fn read(path: &Path) -> Result<Baseline> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --baseline-summary {}", path.display()))?;
+        let b: Value = serde_json::from_str(&text)
+            .with_context(|| format!("--baseline-summary {} is not a summary.json", path.display()))?;
+        let (Some(ms), Some(batch)) = (b["ms_per_step"].as_f64(), b["batch_size_per_rank"].as_f64()) else {
+            anyhow::bail!(
+                "--baseline-summary {} has no ms_per_step / batch_size_per_rank: pass a summary.json of this program",
+                path.display()
+            );
+        };
+        Ok(Baseline { file: path.display().to_string(), ms, batch, ranks: b["ranks"].clone() })
+    }
+
+    /// The summary's "weak_scaling": this run's step `ms` at `batch` per rank on `ranks`.
+    fn weak_scaling(&self, ms: f64, batch: usize, ranks: usize) -> Value {
+        let s = weak_scaling_speedup(self.ms, self.batch, ms, batch as f64, ranks as f64);
+        json!({
+            "file": self.file,
+            "baseline_ms_per_step": self.ms,
+            "baseline_batch": self.batch,
+            "baseline_ranks": self.ranks,
+            "speedup_eq1": s,
+            "efficiency": s / ranks as f64,
+        })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -161,8 +179,8 @@ pub fn build_summary<B: Backend>(
         "wall_seconds": facts.wall_seconds,
         "samples": final_grid.display().to_string(),
     });
-    if let Some(path) = &args.parallel.baseline_summary {
-        s["weak_scaling"] = baseline(path, ms, settings.per_rank_batch, w.size)?;
+    if let Some(b) = &facts.baseline {
+        s["weak_scaling"] = b.weak_scaling(ms, settings.per_rank_batch, w.size);
     }
     Ok(s)
 }
