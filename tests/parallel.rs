@@ -361,6 +361,39 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     let err = stderr(&o);
     assert!(err.contains("--seed 2 vs 1") && err.contains("same command line"), "{err}");
     assert!(!out.join("metrics.jsonl").exists(), "nothing is written when the ranks disagree");
+
+    // The same --allreduce-tuning path holding other rules on each host (a working directory
+    // per rank stands in for a host): refused before any bucket moves. Unchecked, the ranks
+    // ran different algorithms on one bucket: heap corruption or a hang.
+    let small = ["--data", "synthetic:64", "--batch-size", "8", "--threads", "1", "--max-steps", "2"];
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none"]);
+    for (i, algo) in ["rd", "ring"].into_iter().enumerate() {
+        let host = tmp.path().join(format!("host{i}"));
+        std::fs::create_dir(&host).unwrap();
+        std::fs::write(host.join("rules.csv"), format!("2,0,inf,{algo}\n")).unwrap();
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "1", "-wdir", path(&host), bin]).args(small);
+        cmd.args(["--allreduce-tuning", "rules.csv", "--out", path(&out)]);
+    }
+    let o = common::run_limited(cmd, 60);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("other allreduce algorithms") && err.contains("same --allreduce-tuning file"), "{err}");
+    assert!(!err.contains("panicked") && !out.join("metrics.jsonl").exists(), "{err}");
+
+    // An option that may differ between ranks (--threads) failing on one rank alone: the
+    // others learn it in the next collective, none waits in one the failing rank never joins.
+    let short = ["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "2", "--out", path(&out)];
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "1", bin]).args(short).args(["--threads", "1"]);
+    cmd.args([":", "-n", "1", bin]).args(short).args(["--threads", "0"]);
+    let o = common::run_limited(cmd, 60);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("--threads must be at least 1") && !err.contains("panicked"), "{err}");
 }
 
 /// A loss that diverges ends the run with its one line and a non-zero exit, also while G's

@@ -139,6 +139,20 @@ fn bad_input_gives_one_clear_line() {
     assert_one_line_error(&["--epochs", "0"], &["--epochs"]);
     assert_one_line_error(&["--image-size", "32"], &["--image-size", "28 or 64"]);
     assert_one_line_error(&["--batch-size", "0"], &["--batch-size"]);
+    // Optimizer settings outside their range are refused, not trained with (a negative rate
+    // climbs the loss; beta 1 divides by zero in the bias correction).
+    assert_one_line_error(&["--lr=-1"], &["--lr", "above 0"]);
+    assert_one_line_error(&["--lr", "nan"], &["--lr", "above 0"]);
+    assert_one_line_error(&["--adam-beta2", "1"], &["--adam-beta2", "below 1"]);
+    assert_one_line_error(&["--adam-beta1=-0.1"], &["--adam-beta1", "at least 0"]);
+    assert_one_line_error(&["--adam-eps", "0"], &["--adam-eps", "above 0"]);
+    // A timeout too long for a Duration is an error line, not a panic.
+    assert_one_line_error(&["--stall-timeout", "99999999999999999999s"], &["--stall-timeout", "use 0"]);
+    // Tens of thousands of threads exhaust memory before the first step.
+    assert_one_line_error(
+        &["--data", "synthetic:64", "--threads", "100000", "--out", out],
+        &["--threads 100000", "at most"],
+    );
     assert!(!Path::new(out).join("metrics.jsonl").exists());
     // A diverging run stops at the step where the loss stops being finite.
     let nan_out = tmp.path().join("nan");
@@ -178,4 +192,20 @@ fn an_existing_run_is_never_overwritten() {
     let before = std::fs::read(out.join("metrics.jsonl")).unwrap();
     assert_one_line_error(&args, &["already holds a run", "--out"]);
     assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), before);
+
+    // Resumed with nothing left to run, the finished run keeps its summary.
+    let summary = std::fs::read(out.join("summary.json")).unwrap();
+    let resume = ["--data", "synthetic:32", "--batch-size", "8", "--max-steps", "1", "--no-progress", "--resume"];
+    let mut resume = resume.to_vec();
+    resume.push(out.to_str().unwrap());
+    assert_one_line_error(&resume, &["already done 1 steps", "raise --max-steps"]);
+    assert_eq!(std::fs::read(out.join("summary.json")).unwrap(), summary, "the summary was rewritten");
+
+    // A run that ended before its first checkpoint is not offered to --resume.
+    let failed = tmp.path().join("failed");
+    let diverge = ["--data", "synthetic:32", "--batch-size", "8", "--lr", "1e30", "--no-progress", "--out"];
+    let mut diverge = diverge.to_vec();
+    diverge.push(failed.to_str().unwrap());
+    assert!(!run(&diverge).status.success());
+    assert_one_line_error(&diverge, &["before its first checkpoint", "another --out"]);
 }

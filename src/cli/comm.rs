@@ -235,7 +235,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if secs == 0.0 {
         return Ok(Duration::MAX);
     }
-    Ok(Duration::from_secs_f64(secs))
+    // Past about 584 billion years a Duration overflows: that is "never" too, so say so.
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is longer than any run: use 0 for no timeout"))
 }
 
 #[cfg(test)]

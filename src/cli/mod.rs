@@ -76,16 +76,16 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     pub batch_size: u64,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 2e-4)]
+    #[arg(long, default_value_t = 2e-4, value_parser = positive_f64)]
     pub lr: f64,
     /// Adam's beta1 (the DCGAN paper's 0.5).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = adam_beta)]
     pub adam_beta1: f32,
     /// Adam's beta2.
-    #[arg(long, default_value_t = 0.999)]
+    #[arg(long, default_value_t = 0.999, value_parser = adam_beta)]
     pub adam_beta2: f32,
     /// Adam's epsilon (PyTorch's default 1e-8).
-    #[arg(long, default_value_t = 1e-8)]
+    #[arg(long, default_value_t = 1e-8, value_parser = positive_f32)]
     pub adam_eps: f32,
     /// Seed for weights, data order and noise: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
@@ -214,6 +214,32 @@ fn at_least_one(s: &str) -> Result<u64, String> {
         Ok(n) if n >= 1 => Ok(n),
         Ok(_) => Err("must be at least 1".into()),
         Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
+}
+
+/// A finite number above 0 (the learning rate).
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("must be a finite number above 0".into()),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
+/// A finite number above 0 (Adam's epsilon).
+fn positive_f32(s: &str) -> Result<f32, String> {
+    positive_f64(s).and_then(|v| {
+        let f = v as f32;
+        if f > 0.0 && f.is_finite() { Ok(f) } else { Err("must be above 0 and within f32's range".into()) }
+    })
+}
+
+/// Adam's beta1 and beta2: 0 <= beta < 1 (at 1 the bias correction divides by zero).
+fn adam_beta(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        Ok(_) => Err("must be at least 0 and below 1 (e.g. 0.5 or 0.999)".into()),
+        Err(_) => Err(format!("'{s}' is not a number")),
     }
 }
 

@@ -58,12 +58,17 @@ impl Settings {
 pub fn training_config(args: &TrainArgs) -> Value {
     let mut all = serde_json::Map::new();
     flatten(&serde_json::to_value(args).expect("options serialize"), &mut all);
-    // Where and how a run reports does not change its numbers.
-    for local in ["threads", "no_progress", "out", "trace", "trace_steps", "baseline_summary", "resume"] {
+    for local in NOT_COMPARED {
         all.remove(local);
     }
     Value::Object(all)
 }
+
+/// Options that do not change the numbers: where and how a run reports, and when it stops
+/// waiting for another rank (`--stall-timeout`, a Duration, flattens to `secs` and `nanos`).
+/// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
+const NOT_COMPARED: [&str; 9] =
+    ["threads", "no_progress", "out", "trace", "trace_steps", "baseline_summary", "resume", "secs", "nanos"];
 
 /// Options that may change when resuming (how long to train, how often to save).
 pub const RESUMABLE: [&str; 3] = ["epochs", "max_steps", "checkpoint_every"];
@@ -89,7 +94,8 @@ pub fn first_difference(mine: &Value, theirs: &Value, skip: &[&str]) -> Option<S
     let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter().filter(|k| !skip.contains(&k.as_str())).find(|k| a.get(*k) != b.get(*k)).map(|k| {
+    let compared = |k: &&String| !skip.contains(&k.as_str()) && !NOT_COMPARED.contains(&k.as_str());
+    keys.into_iter().filter(compared).find(|k| a.get(*k) != b.get(*k)).map(|k| {
         let show = |v: Option<&Value>| match v {
             None | Some(Value::Null) => "unset".to_string(),
             Some(v) => v.to_string(),
@@ -135,5 +141,14 @@ mod tests {
         let c = training_config(&args(&["--batch-size", "32", "--seed", "3", "--epochs", "9"]));
         assert_eq!(first_difference(&a, &c, &RESUMABLE), None);
         assert!(first_difference(&a, &c, &[]).unwrap().starts_with("--epochs"));
+        // The stall timeout is when a rank stops waiting, not what it computes: it may differ
+        // between ranks and on resume (it flattened to "--secs 10 vs 60" before). Checkpoints
+        // that hold it (as secs and nanos) still compare equal.
+        let d = training_config(&args(&["--batch-size", "32", "--seed", "3", "--stall-timeout", "10s"]));
+        assert_eq!(first_difference(&a, &d, &[]), None);
+        let mut old = a.clone();
+        old["secs"] = 60.into();
+        old["nanos"] = 0.into();
+        assert_eq!(first_difference(&a, &old, &[]), None);
     }
 }

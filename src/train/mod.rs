@@ -19,11 +19,21 @@ pub mod timeline;
 
 use anyhow::Result;
 
+/// `--threads` beyond this many per core is refused.
+const MAX_THREADS_PER_CORE: usize = 8;
+
 /// Size the compute thread pool: `threads`, or this host's cores shared by its ranks.
 pub fn setup_threads(threads: Option<usize>, local_ranks: usize) -> Result<usize> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let n = threads.unwrap_or((cores / local_ranks.max(1)).max(1));
     anyhow::ensure!(n >= 1, "--threads must be at least 1");
+    // Each thread is a compute worker with its own stack: far past the cores they only take
+    // turns, and tens of thousands exhaust memory before the first step.
+    let most = MAX_THREADS_PER_CORE * cores;
+    anyhow::ensure!(
+        n <= most,
+        "--threads {n} is more than {MAX_THREADS_PER_CORE} per core of this host's {cores}: use at most {most} (the default is the cores divided by the ranks on the host)"
+    );
     let mut pool = rayon::ThreadPoolBuilder::new().num_threads(n);
     // The program's main thread runs the step: make it worker 0, so that parallel ops run on
     // it and n - 1 helpers rather than waking n workers while it sleeps. With --threads 1 no

@@ -56,6 +56,14 @@ impl Outputs {
     /// A fresh run directory; refuses one that already holds a run.
     pub fn create(dir: &Path) -> Result<Outputs> {
         if dir.join("metrics.jsonl").exists() {
+            // A run that ended before its first checkpoint cannot be continued: say so here,
+            // not after the user tries --resume.
+            if crate::checkpoint::resolve(dir).is_err() {
+                bail!(
+                    "{} already holds a run that ended before its first checkpoint (metrics.jsonl, no checkpoints/): choose another --out, or move it away",
+                    dir.display()
+                );
+            }
             bail!(
                 "{} already holds a run (metrics.jsonl): choose another --out, continue it with --resume {}, or move it away",
                 dir.display(),

@@ -55,13 +55,30 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 /// Every rank runs with the options rank 0 runs with.
 fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
-    let mine = training_config(args);
+    // The algorithm per message size comes from --allreduce-tuning's file as each host reads
+    // it: the same path may hold other rules there, and ranks that run different algorithms
+    // on one bucket corrupt each other's data or wait forever.
+    let rule = |&(lo, hi, a): &(usize, usize, crate::comm::allreduce::Algorithm)| match hi {
+        usize::MAX => format!("{} from {lo} B", a.name()),
+        _ => format!("{} for {lo}-{hi} B", a.name()),
+    };
+    let rules: Vec<String> = job.comm.selection_table().iter().map(rule).collect();
+    let mine = (training_config(args), rules.join(", "));
+    // Both go in one broadcast: every rank takes part in it before any rank can fail.
     let root_bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&mine)?)?;
-    let root: serde_json::Value = serde_json::from_slice(&root_bytes)?;
-    if let Some(diff) = first_difference(&mine, &root, &[]) {
+    let root: (serde_json::Value, String) = serde_json::from_slice(&root_bytes)?;
+    if let Some(diff) = first_difference(&mine.0, &root.0, &[]) {
         bail!(
             "rank {} was started with other options than rank 0 ({diff}): start every rank with the same command line",
             job.world.rank
+        );
+    }
+    if mine.1 != root.1 {
+        bail!(
+            "rank {} picks other allreduce algorithms than rank 0 ([{}] vs [{}]): give every host the same --allreduce-tuning file",
+            job.world.rank,
+            mine.1,
+            root.1
         );
     }
     Ok(())
@@ -91,6 +108,17 @@ fn load_resume(
             dir.display()
         );
     }
+    // Nothing left to run would still rewrite the run's summary, with no steps in it.
+    if p.step >= args.max_steps.unwrap_or(u64::MAX) || p.epoch >= args.epochs {
+        bail!(
+            "--resume {}: the run has already done {} steps and {} of its epochs, and --max-steps {} with --epochs {} leaves none to run: raise --max-steps or --epochs to train further (the run is kept as it is)",
+            dir.display(),
+            p.step,
+            p.epoch,
+            args.max_steps.map_or("(none)".to_string(), |m| m.to_string()),
+            args.epochs
+        );
+    }
     Ok(ck)
 }
 
@@ -118,8 +146,10 @@ impl OnBackend for TrainOn<'_> {
 fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let started = Instant::now();
     let (world, root) = (&job.world, job.is_root());
-    let stop = StopFlag::install()?;
-    let threads = super::setup_threads(args.model.threads, world.local_size)?;
+    // Every rank reaches each `agree` (a collective): an error before the first one would
+    // leave the others in a collective this rank never joins.
+    let stop = job.agree(StopFlag::install())?;
+    let threads = job.agree(super::setup_threads(args.model.threads, world.local_size))?;
     job.agree(same_options_everywhere(job, args))?;
     let settings = job.agree(Settings::resolve(args, world.size))?;
     let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
