@@ -146,6 +146,19 @@ fn bad_input_gives_one_clear_line() {
     assert_one_line_error(&["--adam-beta2", "1"], &["--adam-beta2", "below 1"]);
     assert_one_line_error(&["--adam-beta1=-0.1"], &["--adam-beta1", "at least 0"]);
     assert_one_line_error(&["--adam-eps", "0"], &["--adam-eps", "above 0"]);
+    // Sizes far past the memory: an error line, not an overflow panic or an allocation abort.
+    assert_one_line_error(&["--batch-size", "65537"], &["--batch-size", "at most 65536"]);
+    assert_one_line_error(&["bench-allreduce", "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
+    assert_one_line_error(&["tune-allreduce", "--out", out, "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
+    // An output that cannot be written is found before training, not after it.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let trace = file.join("trace.json");
+    assert_one_line_error(
+        &["--data", "synthetic:64", "--trace", trace.to_str().unwrap(), "--out", out],
+        &["--trace", "cannot create"],
+    );
+    assert!(!Path::new(out).exists(), "nothing was made before the check");
     // A timeout too long for a Duration is an error line, not a panic.
     assert_one_line_error(&["--stall-timeout", "99999999999999999999s"], &["--stall-timeout", "use 0"]);
     // Tens of thousands of threads exhaust memory before the first step.

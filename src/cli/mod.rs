@@ -72,8 +72,8 @@ pub struct ModelArgs {
     /// Image side: 28 (the default model) or 64 (the DCGAN paper's; 28x28 data is resized).
     #[arg(long, default_value_t = 28, value_parser = parse_image_size)]
     pub image_size: usize,
-    /// Images per rank per step.
-    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
+    /// Images per rank per step (at most 65536).
+    #[arg(long, default_value_t = 64, value_parser = batch_size)]
     pub batch_size: u64,
     /// Adam learning rate.
     #[arg(long, default_value_t = 2e-4, value_parser = positive_f64)]
@@ -216,6 +216,17 @@ fn at_least_one(s: &str) -> Result<u64, String> {
         Err(_) => Err(format!("'{s}' is not a whole number")),
     }
 }
+
+/// Images per rank: 1 to 65536 (far past what fits in memory: a larger one overflowed the
+/// size arithmetic instead of saying so).
+fn batch_size(s: &str) -> Result<u64, String> {
+    match at_least_one(s)? {
+        n if n <= MAX_BATCH => Ok(n),
+        _ => Err(format!("must be at most {MAX_BATCH} images per rank")),
+    }
+}
+
+const MAX_BATCH: u64 = 65536;
 
 /// A finite number above 0 (the learning rate).
 fn positive_f64(s: &str) -> Result<f64, String> {

@@ -6,7 +6,7 @@
 //! thread sleep for 20 stall timeouts (at most 60 s) before its first collective.
 
 use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_bench_algos, default_sizes};
-use crate::cli::size::format_bytes;
+use crate::cli::size::{ensure_fits_in_memory, format_bytes};
 use crate::comm::allreduce::hierarchical::HostLayout;
 use crate::comm::allreduce::select::{SelectionTable, large_message_algorithm_on};
 use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
@@ -258,6 +258,10 @@ pub fn format_row(r: &Row) -> String {
     )
 }
 
+/// Copies of the largest message a benchmark holds at once (its input, the message, the
+/// expected result, the transport's receive slots), for the memory check.
+pub(crate) const MESSAGE_COPIES: u64 = 4;
+
 pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     args.comm.wire.require_f32("bench-allreduce")?;
     if args.via_engine {
@@ -266,6 +270,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     }
     let cfg = CommConfig::from_args(&args.comm)?;
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
+    ensure_fits_in_memory(MESSAGE_COPIES * sizes.iter().max().copied().unwrap_or(0) as u64, "bench-allreduce --sizes")?;
     let json = args.json.clone();
     let check = args.check;
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {

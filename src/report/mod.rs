@@ -16,6 +16,26 @@ use std::path::Path;
 
 /// Writes through `write` to a temporary file next to `path`, then renames it over `path`,
 /// so a reader (or a crash) never sees half a file. Creates the parent directory.
+/// Whether `write_atomically` could write `path` (for `flag`'s file), found out before the
+/// hours of work whose result it is: the folder made, a file created and removed there.
+pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("{flag} {} is a directory: name a file", path.display());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().with_context(|| format!("{flag} {} has no file name", path.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("{flag} {}: cannot create {}", path.display(), dir.display()))?;
+    let probe = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    std::fs::File::create(&probe)
+        .with_context(|| format!("{flag} {}: cannot write in {}", path.display(), dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut std::fs::File) -> Result<()>) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -159,6 +159,10 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         Some(path) if root => Baseline::read(path).map(Some),
         _ => Ok(None),
     })?;
+    job.agree(match &p.trace {
+        Some(path) if root => crate::report::check_writable(path, "--trace"),
+        _ => Ok(()),
+    })?;
     let size = m.image_size;
     let batch = settings.per_rank_batch;
 
