@@ -56,6 +56,7 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     let second = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
     assert!(!first.exists(), "the previous checkpoint is removed once the new one is complete");
     assert_eq!(checkpoint::resolve(dir.path()).unwrap(), second);
+    assert_eq!(checkpoint::resolve(&second.join("G.safetensors")).unwrap(), second, "a checkpoint's file names it");
     let back = checkpoint::load(&second, (&g, &d)).unwrap();
     assert_eq!(back, ck);
     assert_eq!(checkpoint::image_size_of(&second).unwrap(), 28);

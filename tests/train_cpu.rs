@@ -148,6 +148,12 @@ fn bad_input_gives_one_clear_line() {
     assert_one_line_error(&["--adam-eps", "0"], &["--adam-eps", "above 0"]);
     // Sizes far past the memory: an error line, not an overflow panic or an allocation abort.
     assert_one_line_error(&["--batch-size", "65537"], &["--batch-size", "at most 65536"]);
+    // Flags the other one would silently override.
+    assert_one_line_error(
+        &["--global-batch-size", "64", "--batch-size", "8"],
+        &["--global-batch-size", "cannot be used"],
+    );
+    assert_one_line_error(&["--resume", out, "--out", out], &["--resume", "cannot be used with '--out"]);
     assert_one_line_error(&["bench-allreduce", "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
     assert_one_line_error(&["tune-allreduce", "--out", out, "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
     // An output that cannot be written is found before training, not after it.

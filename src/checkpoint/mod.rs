@@ -166,6 +166,12 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     if path.join("G.safetensors").is_file() {
         return Ok(path.to_path_buf());
     }
+    // One of a checkpoint's files (G.safetensors, say) names its checkpoint.
+    if path.is_file()
+        && let Some(dir) = path.parent().filter(|d| d.join("G.safetensors").is_file())
+    {
+        return Ok(dir.to_path_buf());
+    }
     for root in [path.join("checkpoints"), path.to_path_buf()] {
         if let Ok(latest) = std::fs::read_to_string(root.join("latest")) {
             let dir = root.join(latest.trim());

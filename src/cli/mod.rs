@@ -133,7 +133,7 @@ pub struct TrainArgs {
 pub struct ParallelArgs {
     /// A fixed global batch split over the ranks (strong scaling) instead of --batch-size per
     /// rank (weak scaling); must be divisible by the number of ranks.
-    #[arg(long, value_parser = at_least_one)]
+    #[arg(long, value_parser = at_least_one, conflicts_with = "batch_size")]
     pub global_batch_size: Option<u64>,
     /// Scale the learning rate with the global batch relative to 64: none, linear or sqrt.
     #[arg(long, value_enum, default_value_t = LrScaling::None)]
@@ -188,8 +188,9 @@ pub struct CheckpointArgs {
     /// the end and when stopped by SIGINT/SIGTERM.
     #[arg(long, value_parser = at_least_one)]
     pub checkpoint_every: Option<u64>,
-    /// Continue the run in DIR from its latest checkpoint (same ranks and options).
-    #[arg(long)]
+    /// Continue the run in DIR from its latest checkpoint (same ranks and options); its
+    /// outputs go on in DIR, so --out is not taken with it.
+    #[arg(long, conflicts_with = "out")]
     pub resume: Option<PathBuf>,
 }
 

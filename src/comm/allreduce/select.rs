@@ -165,7 +165,7 @@ impl RulesFile {
                 bail!("{}: max_bytes {max_bytes} is below min_bytes {min_bytes}", at(line));
             }
             let algorithm = Algorithm::from_name(fields[3]).ok_or_else(|| {
-                anyhow::anyhow!("{}: unknown algorithm '{}': use tree, rd, vhd, ring or mpi", at(line), fields[3])
+                anyhow::anyhow!("{}: unknown algorithm '{}': use tree, rd, vhd, ring, hier or mpi", at(line), fields[3])
             })?;
             rules.push(Rule { ranks, min_bytes, max_bytes, algorithm, line });
         }
