@@ -211,7 +211,9 @@ fn a_killed_rank_ends_the_job_within_a_minute_and_the_checkpoint_resumes() {
 
     // The last checkpoint is whole and training continues from it.
     let ck = latest_checkpoint(&run).expect("the checkpoint survived");
-    let step: usize = ck.file_name().unwrap().to_string_lossy().trim_start_matches("step-").parse().unwrap();
+    // step-N, or step-N.K for a second save of the same step.
+    let name = ck.file_name().unwrap().to_string_lossy().to_string();
+    let step: usize = name.trim_start_matches("step-").split('.').next().unwrap().parse().unwrap();
     let max = (step + 2).to_string();
     let mut args = LONG_RUN.to_vec();
     args.extend(["--checkpoint-every", "2", "--max-steps", &max, "--no-progress", "--resume", path(&run)]);

@@ -147,7 +147,7 @@ fn bad_input_gives_one_clear_line() {
     assert_one_line_error(&["--adam-beta1=-0.1"], &["--adam-beta1", "at least 0"]);
     assert_one_line_error(&["--adam-eps", "0"], &["--adam-eps", "above 0"]);
     // Sizes far past the memory: an error line, not an overflow panic or an allocation abort.
-    assert_one_line_error(&["--batch-size", "65537"], &["--batch-size", "at most 65536"]);
+    assert_one_line_error(&["--batch-size", "1048577"], &["--batch-size", "at most 1048576"]);
     // Flags the other one would silently override.
     assert_one_line_error(
         &["--global-batch-size", "64", "--batch-size", "8"],
@@ -219,6 +219,11 @@ fn an_existing_run_is_never_overwritten() {
     resume.push(out.to_str().unwrap());
     assert_one_line_error(&resume, &["already done 1 steps", "raise --max-steps"]);
     assert_eq!(std::fs::read(out.join("summary.json")).unwrap(), summary, "the summary was rewritten");
+    // A checkpoint is not a run to go on writing in.
+    let step = out.join("checkpoints").join("step-00000001");
+    let step = step.to_str().unwrap();
+    let into_checkpoint = ["--data", "synthetic:32", "--batch-size", "8", "--max-steps", "2", "--resume", step];
+    assert_one_line_error(&into_checkpoint, &["pass the run's directory"]);
 
     // A run that ended before its first checkpoint is not offered to --resume.
     let failed = tmp.path().join("failed");

@@ -72,7 +72,7 @@ pub struct ModelArgs {
     /// Image side: 28 (the default model) or 64 (the DCGAN paper's; 28x28 data is resized).
     #[arg(long, default_value_t = 28, value_parser = parse_image_size)]
     pub image_size: usize,
-    /// Images per rank per step (at most 65536).
+    /// Images per rank per step (at most 2^20).
     #[arg(long, default_value_t = 64, value_parser = batch_size)]
     pub batch_size: u64,
     /// Adam learning rate.
@@ -218,7 +218,7 @@ fn at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Images per rank: 1 to 65536 (far past what fits in memory: a larger one overflowed the
+/// Images per rank: 1 to 2^20 (far past what fits in memory: a larger one overflowed the
 /// size arithmetic instead of saying so).
 fn batch_size(s: &str) -> Result<u64, String> {
     match at_least_one(s)? {
@@ -227,7 +227,7 @@ fn batch_size(s: &str) -> Result<u64, String> {
     }
 }
 
-const MAX_BATCH: u64 = 65536;
+const MAX_BATCH: u64 = 1 << 20;
 
 /// A finite number above 0 (the learning rate).
 fn positive_f64(s: &str) -> Result<f64, String> {

@@ -91,6 +91,13 @@ fn load_resume(
     layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout),
 ) -> Result<Checkpoint> {
     let dir = args.checkpoints.resume.as_ref().expect("called with --resume");
+    // The run goes on writing in DIR: a checkpoint (or one of its files) is not a run.
+    if dir.is_file() || dir.join("G.safetensors").is_file() {
+        bail!(
+            "--resume {}: pass the run's directory (the one holding checkpoints/ and metrics.jsonl), not a checkpoint",
+            dir.display()
+        );
+    }
     let ck = checkpoint::load(&checkpoint::resolve(dir)?, layouts)?;
     let p = &ck.progress;
     if p.ranks != job.world.size {
@@ -380,7 +387,9 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
             );
         }
     }
-    if stopped {
+    // A stop that came with the last step is the run's end, not an interruption: resuming
+    // would find nothing left to run.
+    if stopped && trainer.step < max_steps {
         let Some(out) = outputs.as_mut() else {
             return Err(PeerFailed.into());
         };
