@@ -394,6 +394,17 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("--threads must be at least 1") && !err.contains("panicked"), "{err}");
+
+    // --trace on one rank only: every rank's trace is gathered at the end, so the ranks
+    // without it would never join that gather.
+    let trace = tmp.path().join("t.json");
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "1", bin]).args(short).args(["--trace", path(&trace)]);
+    cmd.args([":", "-n", "1", bin]).args(short);
+    let o = common::run_limited(cmd, 60);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("without --trace") && err.contains("same command line"), "{err}");
 }
 
 /// A loss that diverges ends the run with its one line and a non-zero exit, also while G's

@@ -63,14 +63,24 @@ fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
         _ => format!("{} for {lo}-{hi} B", a.name()),
     };
     let rules: Vec<String> = job.comm.selection_table().iter().map(rule).collect();
-    let mine = (training_config(args), rules.join(", "));
+    // --trace is gathered from every rank at the end: all trace or none (the path is only
+    // rank 0's, and may change on resume, so it is not among the compared options).
+    let mine = (training_config(args), rules.join(", "), args.parallel.trace.is_some());
     // Both go in one broadcast: every rank takes part in it before any rank can fail.
     let root_bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&mine)?)?;
-    let root: (serde_json::Value, String) = serde_json::from_slice(&root_bytes)?;
+    let root: (serde_json::Value, String, bool) = serde_json::from_slice(&root_bytes)?;
     if let Some(diff) = first_difference(&mine.0, &root.0, &[]) {
         bail!(
             "rank {} was started with other options than rank 0 ({diff}): start every rank with the same command line",
             job.world.rank
+        );
+    }
+    if mine.2 != root.2 {
+        bail!(
+            "rank {} was started {} --trace and rank 0 {}: start every rank with the same command line",
+            job.world.rank,
+            if mine.2 { "with" } else { "without" },
+            if root.2 { "with it" } else { "without it" }
         );
     }
     if mine.1 != root.1 {
@@ -173,8 +183,11 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let size = m.image_size;
     let batch = settings.per_rank_batch;
 
-    let mut model = Dcgan::new(&be, size, batch, m.seed)
-        .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe()))?;
+    // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
+    let mut model = job.agree(
+        Dcgan::new(&be, size, batch, m.seed)
+            .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
+    )?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let resume = args.checkpoints.resume.is_some();
@@ -195,7 +208,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         Box::new(SoloExchange::new(buckets).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone())))
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
-        Box::new(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap)?)
+        Box::new(job.agree(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap))?)
     };
     let timeline = match &p.trace {
         Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),
@@ -203,7 +216,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     };
     // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
     let cfg = StepConfig { seed: m.seed, rank: world.rank, world: world.size, overlap_steps: !p.no_overlap };
-    let mut trainer = GanTrainer::new(be, model, exchange, cfg, timeline)?;
+    let mut trainer = job.agree(GanTrainer::new(be, model, exchange, cfg, timeline))?;
     if p.sync_bn && world.size > 1 {
         trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
     }
