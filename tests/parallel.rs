@@ -405,6 +405,21 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("without --trace") && err.contains("same command line"), "{err}");
+
+    // The benchmarks check their options too: other --sizes on one rank ran other messages
+    // into each other (MPI_ERR_TRUNCATE, or a wait until the stall timeout).
+    for command in ["bench-allreduce", "tune-allreduce", "ping-pong"] {
+        let table = tmp.path().join("rules.csv");
+        let out: &[&str] = if command == "tune-allreduce" { &["--out", path(&table)] } else { &[] };
+        let mut cmd = std::process::Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "1", bin, command, "--sizes", "4KiB"]).args(out);
+        cmd.args([":", "-n", "1", bin, command, "--sizes", "8KiB"]).args(out);
+        let o = common::run_limited(cmd, 60);
+        assert!(!o.status.success(), "{command}");
+        let err = stderr(&o);
+        assert!(err.contains(&format!("rank 1 was started with other {command} options")), "{command}: {err}");
+        assert!(!err.contains("panicked"), "{command}: {err}");
+    }
 }
 
 /// A loss that diverges ends the run with its one line and a non-zero exit, also while G's

@@ -273,7 +273,9 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     ensure_fits_in_memory(MESSAGE_COPIES * sizes.iter().max().copied().unwrap_or(0) as u64, "bench-allreduce --sizes")?;
     let json = args.json.clone();
     let check = args.check;
+    let options = format!("{args:?}");
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
+        helpers::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
         let table = cfg.policy.table_on(t.size(), t.hosts())?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),

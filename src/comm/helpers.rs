@@ -105,3 +105,24 @@ pub fn max_f64<T: Transport + ?Sized>(t: &mut T, data: &[f64], tag: Tag) -> Resu
     allreduce_bytes(t, &mut bytes, tag, &mut |a, b| zip_f64(a, b, f64::max))?;
     Ok(bytes_to_f64(&bytes))
 }
+
+/// Every rank was started with rank 0's options for `command` (`options`: their Debug text,
+/// which names every option and value), or every rank returns an error: the differing
+/// ranks saying so, the others that some rank did. Collective; for the benchmark commands,
+/// whose ranks would otherwise run different message sizes or counts into each other.
+pub fn same_options<T: Transport + ?Sized>(t: &mut T, command: &str, options: &str, tag: Tag) -> anyhow::Result<()> {
+    let mut root = options.as_bytes().to_vec();
+    broadcast(t, 0, &mut root, tag)?;
+    let differs = root != options.as_bytes();
+    let any = max_f64(t, &[if differs { 1.0 } else { 0.0 }], tag)?;
+    if differs {
+        anyhow::bail!(
+            "rank {} was started with other {command} options than rank 0: start every rank with the same command line",
+            t.rank()
+        );
+    }
+    if any[0] > 0.0 {
+        anyhow::bail!("another rank was started with other {command} options than rank 0 (its line says which)");
+    }
+    Ok(())
+}

@@ -66,7 +66,9 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
     let existing = if args.append && args.out.exists() { Some(RulesFile::load(&args.out)?) } else { None };
     let repeats = args.repeats;
     let out = args.out.clone();
+    let options = format!("{args:?}");
     let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
+        crate::comm::helpers::same_options(t, "tune-allreduce", &options, crate::comm::transport::TAG_BENCH)?;
         let p = t.size();
         // On one host, or one rank per host, hier is ring or vhd under another name: timing it
         // there could write `hier` into rules that a job of this rank count spread over

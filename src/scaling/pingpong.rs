@@ -124,7 +124,9 @@ fn bounce(t: &mut dyn Transport, bytes: usize, iters: u64) -> Result<Vec<f64>, C
 
 pub fn run(args: PingPongArgs) -> anyhow::Result<()> {
     let json = args.json.clone();
+    let options = format!("{args:?}");
     let report = run_on_comm_thread(args.stall_timeout, move |t, world| {
+        helpers::same_options(t, "ping-pong", &options, TAG_BENCH)?;
         if t.size() < 2 {
             bail!("ping-pong needs two ranks: run it as mpiexec -n 2 dcgan-train ping-pong (one rank per host)");
         }
