@@ -406,6 +406,28 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     let err = stderr(&o);
     assert!(err.contains("without --trace") && err.contains("same command line"), "{err}");
 
+    // The same --data path holding other images on each host (a working directory per rank
+    // stands in for a host): refused before training, naming the host.
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none"]);
+    for i in 0..2u8 {
+        let host = tmp.path().join(format!("data-host{i}"));
+        std::fs::create_dir_all(host.join("data")).unwrap();
+        let mut idx = vec![0, 0, 8, 3, 0, 0, 0, 16, 0, 0, 0, 28, 0, 0, 0, 28];
+        idx.extend((0..16 * 28 * 28).map(|k| (k % 251) as u8 ^ i));
+        std::fs::write(host.join("data").join("train-images-idx3-ubyte"), idx).unwrap();
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "1", "-wdir", path(&host), bin, "--data", "data", "--batch-size", "8", "--max-steps", "1"]);
+        cmd.args(["--threads", "1", "--out", path(&out)]);
+    }
+    let o = common::run_limited(cmd, 60);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("loaded other training data than rank 0") && err.contains("same --data"), "{err}");
+    assert!(!out.join("metrics.jsonl").exists(), "{err}");
+
     // The benchmarks check their options too: other --sizes on one rank ran other messages
     // into each other (MPI_ERR_TRUNCATE, or a wait until the stall timeout).
     for command in ["bench-allreduce", "tune-allreduce", "ping-pong"] {

@@ -107,22 +107,25 @@ pub fn max_f64<T: Transport + ?Sized>(t: &mut T, data: &[f64], tag: Tag) -> Resu
 }
 
 /// Every rank was started with rank 0's options for `command` (`options`: their Debug text,
-/// which names every option and value), or every rank returns an error: the differing
-/// ranks saying so, the others that some rank did. Collective; for the benchmark commands,
-/// whose ranks would otherwise run different message sizes or counts into each other.
+/// which names every option and value), or every rank returns an error. Collective; for the
+/// benchmark commands, whose ranks would otherwise run different message sizes or counts
+/// into each other. The differing ranks print their line, then all wait for each other, so
+/// that no rank's exit ends the job (mpiexec kills the rest) before those lines are out;
+/// then every rank returns `PeerFailed`, which is not printed again.
 pub fn same_options<T: Transport + ?Sized>(t: &mut T, command: &str, options: &str, tag: Tag) -> anyhow::Result<()> {
     let mut root = options.as_bytes().to_vec();
     broadcast(t, 0, &mut root, tag)?;
     let differs = root != options.as_bytes();
     let any = max_f64(t, &[if differs { 1.0 } else { 0.0 }], tag)?;
+    if any[0] == 0.0 {
+        return Ok(());
+    }
     if differs {
-        anyhow::bail!(
-            "rank {} was started with other {command} options than rank 0: start every rank with the same command line",
+        eprintln!(
+            "error: rank {} was started with other {command} options than rank 0: start every rank with the same command line",
             t.rank()
         );
     }
-    if any[0] > 0.0 {
-        anyhow::bail!("another rank was started with other {command} options than rank 0 (its line says which)");
-    }
-    Ok(())
+    barrier(t, tag)?;
+    Err(crate::train::job::PeerFailed.into())
 }

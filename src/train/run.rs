@@ -94,6 +94,27 @@ fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Every rank loaded the images rank 0 did. Each host reads its own copy of --data: another
+/// version there trains on other images than the other ranks, silently, or with another
+/// count, into collectives the others never reach.
+fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<()> {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same bytes give the same value in every process.
+    let mut h = std::hash::DefaultHasher::new();
+    data.images.hash(&mut h);
+    let mine = format!("{} images of {}x{}, fingerprint {:016x}", data.count, data.height, data.width, h.finish());
+    let root = job.comm.broadcast_bytes(0, mine.clone().into_bytes())?;
+    if root != mine.as_bytes() {
+        bail!(
+            "rank {} on host {} loaded other training data than rank 0 ({mine} vs {}): give every host the same --data",
+            job.world.rank,
+            job.world.hostname,
+            String::from_utf8_lossy(&root)
+        );
+    }
+    Ok(())
+}
+
 /// On rank 0: the checkpoint to resume from, checked against this job.
 fn load_resume(
     args: &TrainArgs,
@@ -170,6 +191,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     job.agree(same_options_everywhere(job, args))?;
     let settings = job.agree(Settings::resolve(args, world.size))?;
     let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
+    job.agree(same_data_everywhere(job, &data))?;
     let shard = job.agree(Shard::new(data.count, world.rank, world.size, settings.per_rank_batch, args.model.seed))?;
     let (m, p) = (&args.model, &args.parallel);
     let baseline = job.agree(match &p.baseline_summary {
