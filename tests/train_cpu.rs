@@ -219,6 +219,15 @@ fn an_existing_run_is_never_overwritten() {
     resume.push(out.to_str().unwrap());
     assert_one_line_error(&resume, &["already done 1 steps", "raise --max-steps"]);
     assert_eq!(std::fs::read(out.join("summary.json")).unwrap(), summary, "the summary was rewritten");
+    // An output in the way is named (it said "File exists (os error 17)" alone).
+    let samples = out.join("samples");
+    std::fs::rename(&samples, tmp.path().join("samples-aside")).unwrap();
+    std::fs::write(&samples, "not a folder").unwrap();
+    let mut go_on = resume.clone();
+    go_on[5] = "2";
+    assert_one_line_error(&go_on, &["cannot create", samples.to_str().unwrap()]);
+    std::fs::remove_file(&samples).unwrap();
+    std::fs::rename(tmp.path().join("samples-aside"), &samples).unwrap();
     // A checkpoint is not a run to go on writing in.
     let step = out.join("checkpoints").join("step-00000001");
     let step = step.to_str().unwrap();

@@ -32,10 +32,7 @@ pub fn report<T: Transport + ?Sized>(t: &mut T, err: &CommError, timeout: Durati
     let (not_arrived, details) = classify(me, seq, &replies);
     lines.extend(details);
     if not_arrived.is_empty() {
-        lines.push(format!(
-            "  every rank has reached collective #{seq}: they disagree about it (buckets \
-             submitted in a different order, or of different sizes, on some ranks)"
-        ));
+        lines.push(all_arrived(seq, timeout));
     } else {
         let list: Vec<String> = not_arrived.iter().map(|r| r.to_string()).collect();
         lines.push(format!("  ranks that have not arrived at collective #{seq}: {}", list.join(", ")));
@@ -43,6 +40,26 @@ pub fn report<T: Transport + ?Sized>(t: &mut T, err: &CommError, timeout: Durati
     lines.push("  ending the job".to_string());
     lines.join("\n")
 }
+
+/// The diagnosis when every rank has reached the collective that stalled. Under a short
+/// timeout the likelier cause is that one rank's side simply took longer (a busy core, a
+/// slow link) than the timeout allows.
+fn all_arrived(seq: u64, timeout: Duration) -> String {
+    let mut line = format!(
+        "  every rank has reached collective #{seq}: they disagree about it (buckets submitted in a \
+         different order, or of different sizes, on some ranks)"
+    );
+    if timeout < SHORT_TIMEOUT {
+        line += &format!(
+            ", or --stall-timeout {} is shorter than a collective can take here: raise it (default 60s)",
+            format_timeout(timeout)
+        );
+    }
+    line
+}
+
+/// Below this, a stall among ranks that all arrived is more likely the timeout than a bug.
+const SHORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn format_timeout(d: Duration) -> String {
     if d < Duration::from_secs(1) { format!("{}ms", d.as_millis()) } else { format!("{}s", d.as_secs_f64()) }
@@ -88,6 +105,14 @@ mod tests {
 
     fn at(seq: u64, busy: bool, waiting_on: Option<usize>) -> Option<StatusReply> {
         Some(StatusReply { seq, label: format!("bucket {seq}"), busy, for_secs: 1.0, waiting_on })
+    }
+
+    #[test]
+    fn a_short_timeout_is_named_as_a_likely_cause() {
+        let short = all_arrived(4, Duration::from_millis(1));
+        assert!(short.contains("different order") && short.contains("--stall-timeout 1ms"), "{short}");
+        let long = all_arrived(4, Duration::from_secs(60));
+        assert!(long.contains("different order") && !long.contains("--stall-timeout"), "{long}");
     }
 
     #[test]

@@ -92,8 +92,10 @@ impl Outputs {
             })
             .map(|l| format!("{l}\n"))
             .collect();
-        crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))?;
-        std::fs::create_dir_all(dir.join("samples"))?;
+        crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))
+            .with_context(|| format!("cannot rewrite {}", path.display()))?;
+        let samples = dir.join("samples");
+        std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
         Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)? })
     }
 
