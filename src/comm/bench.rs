@@ -260,7 +260,14 @@ pub fn format_row(r: &Row) -> String {
 
 /// Copies of the largest message a benchmark holds at once (its input, the message, the
 /// expected result, the transport's receive slots), for the memory check.
-pub(crate) const MESSAGE_COPIES: u64 = 4;
+const MESSAGE_COPIES: u64 = 4;
+
+/// An error naming `command --sizes` where the largest size would not fit in this host's
+/// memory (an allocation that large aborts the process instead of failing).
+pub(crate) fn ensure_sizes_fit(sizes: &[usize], command: &str) -> anyhow::Result<()> {
+    let most = sizes.iter().max().copied().unwrap_or(0) as u64;
+    ensure_fits_in_memory(MESSAGE_COPIES * most, &format!("{command} --sizes"))
+}
 
 pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     args.comm.wire.require_f32("bench-allreduce")?;
@@ -270,7 +277,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     }
     let cfg = CommConfig::from_args(&args.comm)?;
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
-    ensure_fits_in_memory(MESSAGE_COPIES * sizes.iter().max().copied().unwrap_or(0) as u64, "bench-allreduce --sizes")?;
+    ensure_sizes_fit(&sizes, "bench-allreduce")?;
     let json = args.json.clone();
     let check = args.check;
     let options = format!("{args:?}");

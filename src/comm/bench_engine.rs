@@ -17,8 +17,7 @@ pub fn run(args: &BenchAllreduceArgs) -> anyhow::Result<(Vec<Row>, usize)> {
     let comm = start(cfg.clone())?;
     let (rank, p) = (comm.world().rank, comm.world().size);
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
-    let most = sizes.iter().max().copied().unwrap_or(0) as u64;
-    crate::cli::size::ensure_fits_in_memory(super::bench::MESSAGE_COPIES * most, "bench-allreduce --sizes")?;
+    super::bench::ensure_sizes_fit(&sizes, "bench-allreduce")?;
     if rank == 0 {
         println!(
             "# dcgan-train bench-allreduce --via-engine: {p} rank(s), {}; buckets submitted to \

@@ -60,8 +60,7 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
         sizes.remove(0); // nothing to time: an empty message never communicates
     }
     anyhow::ensure!(!sizes.is_empty(), "tune-allreduce: --sizes has no non-zero size");
-    let most = sizes.iter().max().copied().unwrap_or(0) as u64;
-    crate::cli::size::ensure_fits_in_memory(super::bench::MESSAGE_COPIES * most, "tune-allreduce --sizes")?;
+    super::bench::ensure_sizes_fit(&sizes, "tune-allreduce")?;
     // Keep the lines for other rank counts when appending; fail early on a broken file.
     let existing = if args.append && args.out.exists() { Some(RulesFile::load(&args.out)?) } else { None };
     let repeats = args.repeats;

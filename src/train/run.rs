@@ -58,14 +58,9 @@ fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
     // The algorithm per message size comes from --allreduce-tuning's file as each host reads
     // it: the same path may hold other rules there, and ranks that run different algorithms
     // on one bucket corrupt each other's data or wait forever.
-    let rule = |&(lo, hi, a): &(usize, usize, crate::comm::allreduce::Algorithm)| match hi {
-        usize::MAX => format!("{} from {lo} B", a.name()),
-        _ => format!("{} for {lo}-{hi} B", a.name()),
-    };
-    let rules: Vec<String> = job.comm.selection_table().iter().map(rule).collect();
     // --trace is gathered from every rank at the end: all trace or none (the path is only
     // rank 0's, and may change on resume, so it is not among the compared options).
-    let mine = (training_config(args), rules.join(", "), args.parallel.trace.is_some());
+    let mine = (training_config(args), job.comm.selection_description(), args.parallel.trace.is_some());
     // Both go in one broadcast: every rank takes part in it before any rank can fail.
     let root_bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&mine)?)?;
     let root: (serde_json::Value, String, bool) = serde_json::from_slice(&root_bytes)?;
@@ -85,7 +80,7 @@ fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
     }
     if mine.1 != root.1 {
         bail!(
-            "rank {} picks other allreduce algorithms than rank 0 ([{}] vs [{}]): give every host the same --allreduce-tuning file",
+            "rank {} picks other allreduce algorithms than rank 0 ({} vs {}): give every host the same --allreduce-tuning file",
             job.world.rank,
             mine.1,
             root.1
