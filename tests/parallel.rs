@@ -384,6 +384,33 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
     assert!(err.contains("other allreduce algorithms") && err.contains("same --allreduce-tuning file"), "{err}");
     assert!(!err.contains("panicked") && !out.join("metrics.jsonl").exists(), "{err}");
 
+    // One host's file has no rule for this rank count: that rank fails while starting its
+    // comm thread, the other is already past it. Unchecked, the failing rank waited in
+    // MPI_Finalize and the other in its first collective: a silent hang.
+    for command in [None, Some("bench-allreduce")] {
+        let mut cmd = std::process::Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none"]);
+        for (i, ranks) in [2, 4].into_iter().enumerate() {
+            let host = tmp.path().join(format!("count{i}"));
+            std::fs::create_dir_all(&host).unwrap();
+            std::fs::write(host.join("rules.csv"), format!("{ranks},0,inf,ring\n")).unwrap();
+            if i > 0 {
+                cmd.arg(":");
+            }
+            cmd.args(["-n", "1", "-wdir", path(&host), bin]);
+            match command {
+                Some(c) => cmd.args([c, "--sizes", "4KiB"]),
+                None => cmd.args(small).args(["--out", path(&out)]),
+            };
+            cmd.args(["--allreduce-tuning", "rules.csv"]);
+        }
+        let o = common::run_limited(cmd, 60);
+        assert!(!o.status.success(), "{command:?}");
+        let err = stderr(&o);
+        assert!(err.contains("no rule for 2 ranks") && !err.contains("panicked"), "{command:?}: {err}");
+        assert!(!out.join("metrics.jsonl").exists(), "{err}");
+    }
+
     // An option that may differ between ranks (--threads) failing on one rank alone: the
     // others learn it in the next collective, none waits in one the failing rank never joins.
     let short = ["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "2", "--out", path(&out)];

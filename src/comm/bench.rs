@@ -283,7 +283,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
     let options = format!("{args:?}");
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         helpers::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
-        let table = cfg.policy.table_on(t.size(), t.hosts())?;
+        let table = helpers::agree(t, cfg.policy.table_on(t.size(), t.hosts()), TAG_BENCH)?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),
             None => "10..10000 (by size)".into(),

@@ -106,26 +106,46 @@ pub fn max_f64<T: Transport + ?Sized>(t: &mut T, data: &[f64], tag: Tag) -> Resu
     Ok(bytes_to_f64(&bytes))
 }
 
+/// `r` where every rank's `r` succeeded; otherwise every rank returns an error. Collective;
+/// for a step that may fail on some ranks only (each host reads its own files), so that no
+/// rank goes on into a collective, or into MPI_Finalize, that a failed rank never joins. The
+/// failed ranks print their line (only rank 0 where it failed too: the others' error is
+/// almost always the same), then all wait for each other, because mpiexec ends the job at the
+/// first non-zero exit and could cut those lines off; then every rank returns `PeerFailed`,
+/// which is not printed again.
+pub fn agree<T: Transport + ?Sized, R>(t: &mut T, r: anyhow::Result<R>, tag: Tag) -> anyhow::Result<R> {
+    if t.size() == 1 {
+        return r;
+    }
+    let failed = if r.is_err() { 1.0 } else { 0.0 };
+    let root_failed = if t.rank() == 0 { failed } else { 0.0 };
+    let any = max_f64(t, &[failed, root_failed], tag)?;
+    if any[0] == 0.0 {
+        return r;
+    }
+    if let Err(e) = &r
+        && (t.rank() == 0 || any[1] == 0.0)
+    {
+        eprintln!("error: {e:#}");
+    }
+    barrier(t, tag)?;
+    Err(crate::train::job::PeerFailed.into())
+}
+
 /// Every rank was started with rank 0's options for `command` (`options`: their Debug text,
-/// which names every option and value), or every rank returns an error. Collective; for the
-/// benchmark commands, whose ranks would otherwise run different message sizes or counts
-/// into each other. The differing ranks print their line, then all wait for each other, so
-/// that no rank's exit ends the job (mpiexec kills the rest) before those lines are out;
-/// then every rank returns `PeerFailed`, which is not printed again.
+/// which names every option and value), or every rank returns an error (see `agree`).
+/// Collective; for the benchmark commands, whose ranks would otherwise run different message
+/// sizes or counts into each other.
 pub fn same_options<T: Transport + ?Sized>(t: &mut T, command: &str, options: &str, tag: Tag) -> anyhow::Result<()> {
     let mut root = options.as_bytes().to_vec();
     broadcast(t, 0, &mut root, tag)?;
     let differs = root != options.as_bytes();
-    let any = max_f64(t, &[if differs { 1.0 } else { 0.0 }], tag)?;
-    if any[0] == 0.0 {
-        return Ok(());
-    }
-    if differs {
-        eprintln!(
-            "error: rank {} was started with other {command} options than rank 0: start every rank with the same command line",
-            t.rank()
-        );
-    }
-    barrier(t, tag)?;
-    Err(crate::train::job::PeerFailed.into())
+    let rank = t.rank();
+    let r = match differs {
+        true => Err(anyhow::anyhow!(
+            "rank {rank} was started with other {command} options than rank 0: start every rank with the same command line"
+        )),
+        false => Ok(()),
+    };
+    agree(t, r, tag)
 }

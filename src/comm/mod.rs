@@ -193,7 +193,10 @@ fn spawn(
         .name("comm".into())
         .spawn(move || {
             let opened = make().and_then(|(mut t, world)| {
-                let table = cfg.policy.table_on(t.size(), t.hosts())?;
+                // Each host reads its own --allreduce-tuning file, which may lack this rank
+                // count: a rank that returned alone would leave the others waiting for it.
+                let table = cfg.policy.table_on(t.size(), t.hosts());
+                let table = helpers::agree(&mut *t, table, transport::TAG_SETUP)?;
                 t.set_policy(policy);
                 Ok((t, world, table))
             });
