@@ -42,13 +42,46 @@ struct Shown {
     d_g_z: f32,
 }
 
+/// The steps of one epoch that this run takes (0-based): from `first` (a resumed run starts
+/// mid-epoch) up to `end`, the epoch's own end or the step where `--max-steps` ends the run.
+#[derive(Clone, Copy, Debug)]
+pub struct EpochSpan {
+    pub first: usize,
+    pub end: usize,
+}
+
+impl EpochSpan {
+    /// The span of an epoch of `steps_per_epoch` steps entered at `first`, with the run at
+    /// `step` (global) and ending at `max_steps`.
+    pub fn of(first: usize, steps_per_epoch: usize, step: u64, max_steps: u64) -> EpochSpan {
+        let left = usize::try_from(max_steps.saturating_sub(step)).unwrap_or(usize::MAX);
+        EpochSpan { first, end: steps_per_epoch.min(first.saturating_add(left)) }
+    }
+
+    /// How many epochs a run reaches that is in epoch `epoch` (0-based) at step `first` of
+    /// it, at global `step`: `epochs`, or fewer where `max_steps` comes first.
+    pub fn epochs_reached(
+        epoch: u64,
+        first: usize,
+        steps_per_epoch: usize,
+        step: u64,
+        max_steps: u64,
+        epochs: u64,
+    ) -> u64 {
+        let left = max_steps.saturating_sub(step);
+        let to_go = (first as u64).saturating_add(left).div_ceil(steps_per_epoch.max(1) as u64);
+        epoch.saturating_add(to_go.max(1)).min(epochs)
+    }
+}
+
 /// Progress of one epoch. Make a new one per epoch.
 pub struct Progress {
     mode: ProgressMode,
     /// 1-based, for display.
     epoch: u64,
+    /// The epochs the run reaches (fewer than `--epochs` where `--max-steps` ends it first).
     epochs: u64,
-    steps: usize,
+    span: EpochSpan,
     started: Instant,
     bar: Option<ProgressBar>,
     last_message: Option<Instant>,
@@ -59,14 +92,13 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Progress for epoch `epoch` (0-based, shown as epoch + 1) of `epochs`, with
-    /// `steps_in_epoch` steps.
-    pub fn new(mode: ProgressMode, epoch: u64, epochs: u64, steps_in_epoch: usize) -> Progress {
+    /// Progress for epoch `epoch` (0-based, shown as epoch + 1) of `epochs`, over `span`.
+    pub fn new(mode: ProgressMode, epoch: u64, epochs: u64, span: EpochSpan) -> Progress {
         let target = match mode {
             ProgressMode::Bar => ProgressDrawTarget::stderr(),
             _ => ProgressDrawTarget::hidden(),
         };
-        Self::build(mode, epoch, epochs, steps_in_epoch, Box::new(std::io::stderr()), PLAIN_INTERVAL, target)
+        Self::build(mode, epoch, epochs, span, Box::new(std::io::stderr()), PLAIN_INTERVAL, target)
     }
 
     /// Plain mode writing to `out` with lines at most every `interval` (tests, logs).
@@ -75,17 +107,17 @@ impl Progress {
         interval: Duration,
         epoch: u64,
         epochs: u64,
-        steps_in_epoch: usize,
+        span: EpochSpan,
     ) -> Progress {
         let hidden = ProgressDrawTarget::hidden();
-        Self::build(ProgressMode::Plain, epoch, epochs, steps_in_epoch, out, interval, hidden)
+        Self::build(ProgressMode::Plain, epoch, epochs, span, out, interval, hidden)
     }
 
     fn build(
         mode: ProgressMode,
         epoch: u64,
         epochs: u64,
-        steps: usize,
+        span: EpochSpan,
         out: Box<dyn Write + Send>,
         interval: Duration,
         target: ProgressDrawTarget,
@@ -96,15 +128,22 @@ impl Progress {
             )
             .expect("the template is valid")
             .progress_chars("=> ");
-            let bar = ProgressBar::with_draw_target(Some(steps as u64), target).with_style(style);
+            let bar = ProgressBar::with_draw_target(Some(span.end as u64), target).with_style(style);
             bar.set_prefix(format!("{}/{epochs}", epoch + 1));
+            if span.first > 0 {
+                // Resumed mid-epoch: the steps before were not timed by this run, so the
+                // estimate starts from here (recorded once at `first`, then reset).
+                bar.set_position(span.first as u64);
+                bar.tick();
+                bar.reset_eta();
+            }
             bar
         });
         Progress {
             mode,
             epoch: epoch + 1,
             epochs,
-            steps,
+            span,
             started: Instant::now(),
             bar,
             last_message: None,
@@ -126,7 +165,7 @@ impl Progress {
             ProgressMode::Bar => {
                 let bar = self.bar.as_ref().expect("Bar mode has a bar");
                 bar.set_position(done as u64);
-                if due(self.last_message, BAR_MESSAGE_INTERVAL) || done == self.steps {
+                if due(self.last_message, BAR_MESSAGE_INTERVAL) || done == self.span.end {
                     bar.set_message(format!("{} {:.0} img/s", self.metrics(), images_per_s));
                     self.last_message = Some(now);
                 }
@@ -134,13 +173,15 @@ impl Progress {
             ProgressMode::Plain => {
                 if due(self.last_line, self.interval) {
                     self.last_line = Some(now);
+                    // From the steps this run timed, to the span's end.
+                    let timed = done.saturating_sub(self.span.first).max(1);
                     let elapsed = self.started.elapsed().as_secs_f64();
-                    let eta = elapsed / done as f64 * self.steps.saturating_sub(done) as f64;
+                    let eta = elapsed / timed as f64 * self.span.end.saturating_sub(done) as f64;
                     let line = format!(
                         "epoch {}/{} step {done}/{} | {} | {images_per_s:.0} img/s | eta {}",
                         self.epoch,
                         self.epochs,
-                        self.steps,
+                        self.span.end,
                         self.metrics(),
                         clock(eta)
                     );
@@ -158,12 +199,15 @@ impl Progress {
             ProgressMode::Off => {}
             ProgressMode::Bar => {
                 let bar = self.bar.as_ref().expect("Bar mode has a bar");
-                bar.set_position(self.steps as u64);
+                bar.set_position(self.span.end as u64);
                 bar.finish_with_message(summary);
             }
             ProgressMode::Plain => {
-                let _ =
-                    writeln!(self.out, "epoch {}/{} done: {} steps | {summary}", self.epoch, self.epochs, self.steps);
+                let _ = writeln!(
+                    self.out,
+                    "epoch {}/{} done: {} steps | {summary}",
+                    self.epoch, self.epochs, self.span.end
+                );
                 let _ = self.out.flush();
             }
         }
@@ -216,7 +260,7 @@ mod tests {
     #[test]
     fn plain_mode_is_throttled_and_shows_the_numbers() {
         let out = Captured::default();
-        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::from_secs(3600), 2, 5, 10);
+        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::from_secs(3600), 2, 5, whole(10));
         for step in 0..10 {
             p.update(step, 0.5 + step as f32, 2.25, 0.8, 0.125, 1234.4);
         }
@@ -236,7 +280,7 @@ mod tests {
     #[test]
     fn plain_mode_with_zero_interval_prints_every_step() {
         let out = Captured::default();
-        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 0, 1, 3);
+        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 0, 1, whole(3));
         for step in 0..3 {
             p.update(step, 1.0, 1.0, 0.5, 0.5, 10.0);
         }
@@ -251,7 +295,7 @@ mod tests {
             ProgressMode::Bar,
             0,
             2,
-            4,
+            whole(4),
             Box::new(std::io::sink()),
             PLAIN_INTERVAL,
             ProgressDrawTarget::hidden(),
@@ -269,12 +313,47 @@ mod tests {
         assert!(bar.message().contains("2.0 s, 500 img/s"));
     }
 
+    fn whole(steps: usize) -> EpochSpan {
+        EpochSpan { first: 0, end: steps }
+    }
+
+    #[test]
+    fn the_span_ends_where_max_steps_ends_the_run() {
+        // 937 steps per epoch, --max-steps 20: one epoch of 20 steps.
+        let s = EpochSpan::of(0, 937, 0, 20);
+        assert_eq!((s.first, s.end), (0, 20));
+        assert_eq!(EpochSpan::epochs_reached(0, 0, 937, 0, 20, 5), 1);
+        // No --max-steps: the whole epoch, every epoch.
+        assert_eq!(EpochSpan::of(0, 937, 0, u64::MAX).end, 937);
+        assert_eq!(EpochSpan::epochs_reached(0, 0, 937, 0, u64::MAX, 5), 5);
+        // One step past the first epoch reaches the second.
+        assert_eq!(EpochSpan::epochs_reached(0, 0, 937, 0, 938, 5), 2);
+        // Resumed at step 100 of the third epoch (global step 1974), --max-steps 2000: 26 more.
+        let s = EpochSpan::of(100, 937, 1974, 2000);
+        assert_eq!((s.first, s.end), (100, 126));
+        assert_eq!(EpochSpan::epochs_reached(2, 100, 937, 1974, 2000, 5), 3);
+    }
+
+    #[test]
+    fn a_resumed_epoch_starts_where_it_left_off() {
+        let out = Captured::default();
+        let span = EpochSpan { first: 3, end: 8 };
+        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 1, 2, span);
+        p.update(3, 1.0, 1.0, 0.5, 0.5, 10.0);
+        assert!(out.lines()[0].starts_with("epoch 2/2 step 4/8 |"), "{:?}", out.lines());
+        let target = ProgressDrawTarget::hidden();
+        let sink = Box::new(std::io::sink());
+        let p = Progress::build(ProgressMode::Bar, 1, 2, span, sink, PLAIN_INTERVAL, target);
+        let bar = p.bar().unwrap();
+        assert_eq!((bar.position(), bar.length()), (3, Some(8)));
+    }
+
     #[test]
     fn off_and_detect() {
         assert_eq!(ProgressMode::detect(true), ProgressMode::Off);
         // Under `cargo test` stderr is captured or a terminal; either way not Off.
         assert_ne!(ProgressMode::detect(false), ProgressMode::Off);
-        let mut p = Progress::new(ProgressMode::Off, 0, 1, 2);
+        let mut p = Progress::new(ProgressMode::Off, 0, 1, whole(2));
         p.update(0, 0.0, 0.0, 0.0, 0.0, 0.0);
         p.finish_epoch(1.0, 1.0);
         assert!(p.bar().is_none());

@@ -335,12 +335,12 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn finish(&mut self, be: &B, net: NetId, store: &mut ParamStore<B>, u: Update, tl: &mut Timeline) {
-        // Taken and put back empty, as `held` is, so that its allocation serves every step.
-        let mut in_flight = std::mem::take(&mut self.nets[net as usize].in_flight);
-        for flight in in_flight.drain(..) {
+        // One at a time, the rest left in place: should finishing one panic, `Drop` still
+        // waits for the others before their memory goes.
+        while !self.nets[net as usize].in_flight.is_empty() {
+            let flight = self.nets[net as usize].in_flight.remove(0);
             self.finish_one(be, net, store, flight, u, tl);
         }
-        self.nets[net as usize].in_flight = in_flight;
     }
 
     fn finish_stage(

@@ -20,7 +20,7 @@ use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::{DataSource, Dataset, Shard};
 use crate::device::OnBackend;
 use crate::model::dcgan::Dcgan;
-use crate::report::progress::{Progress as ProgressBar, ProgressMode};
+use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::report::trace::Trace;
 use anyhow::{Context, Result, anyhow, bail};
 use std::rc::Rc;
@@ -307,11 +307,15 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     // This thread runs every step: its clock of time spent waiting for a core.
     let run_delay = RunDelayClock::of_this_thread();
 
+    let first = progress.batch_in_epoch as usize;
+    let epochs_reached =
+        EpochSpan::epochs_reached(progress.epoch, first, steps_per_epoch, trainer.step, max_steps, args.epochs);
     'epochs: for epoch in progress.epoch..args.epochs {
         let order = shard.epoch(epoch);
-        let mut bar = ProgressBar::new(mode, epoch, args.epochs, steps_per_epoch);
         let epoch_start = Instant::now();
-        let first = if epoch == progress.epoch { progress.batch_in_epoch as usize } else { 0 };
+        let first = if epoch == progress.epoch { first } else { 0 };
+        let span = EpochSpan::of(first, steps_per_epoch, trainer.step, max_steps);
+        let mut bar = ProgressBar::new(mode, epoch, epochs_reached, span);
         let mut steps_in_epoch = 0u64;
         for i in first..steps_per_epoch {
             if trainer.step >= max_steps {
