@@ -78,6 +78,38 @@ fn a_run_ending_at_an_epoch_end_writes_its_checkpoint_once() {
     assert_eq!(names, ["step-00000008"], "one checkpoint of the last step, written once");
 }
 
+/// A stop asked for in the run's last step (a signal that lands there; the test hook aims it)
+/// ends the run as if no signal had come: the epoch's end is booked (its record, the ranks'
+/// running statistics averaged) and the run is complete, not stopped. A stop one step
+/// earlier is still a stop.
+#[test]
+fn a_stop_in_the_last_step_completes_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 128 images, batch 8, 2 ranks: 8 steps per epoch.
+    let base = ["--data", "synthetic:128", "--batch-size", "8", "--threads", "1", "--no-progress"];
+    let epoch_records = |run: &Path| {
+        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+        text.lines().filter(|l| l.contains(r#""type":"epoch""#)).count()
+    };
+    for (bound, stop_at, completes) in
+        [(["--epochs", "1"], "8", true), (["--max-steps", "8"], "8", true), (["--epochs", "1"], "7", false)]
+    {
+        let run = tmp.path().join(format!("{}-{stop_at}", bound[0].trim_start_matches('-')));
+        let mut args = base.to_vec();
+        args.extend(bound);
+        args.extend(["--out", path(&run)]);
+        let mut cmd = Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", env!("CARGO_BIN_EXE_dcgan-train")]);
+        cmd.args(&args).env("DCGAN_TEST_STOP_AT_STEP", stop_at);
+        let o = run_limited(cmd, 300);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let case = format!("{bound:?}, a stop in step {stop_at}");
+        assert_eq!(o.status.success(), completes, "{case}: {err}");
+        assert_eq!(err.contains("stopped by a signal"), !completes, "{case}: {err}");
+        assert_eq!(run.join("summary.json").exists(), completes, "{case}");
+        assert_eq!(epoch_records(&run), completes as usize, "{case}: the epoch's end is booked");
+    }
+}
 #[test]
 fn resuming_with_another_rank_count_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
