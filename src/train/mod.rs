@@ -10,6 +10,7 @@ pub mod fragment_progress;
 pub mod job;
 pub mod noise;
 pub mod outputs;
+pub mod preflight;
 pub mod run;
 pub mod signals;
 pub mod step;
