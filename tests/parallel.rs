@@ -315,6 +315,35 @@ fn trace_has_one_allreduce_per_bucket_per_step_per_rank() {
         }
     }
     assert!(count.keys().all(|(_, step, _)| *step < 3), "only --trace-steps steps are recorded");
+
+    // One hand-off arrow per allreduce: from inside the bucket's staging span to inside its
+    // allreduce span, each end on the track of that span.
+    let events = t["traceEvents"].as_array().unwrap();
+    let encloses = |cat: &str, e: &serde_json::Value| {
+        let ts = e["ts"].as_f64().unwrap();
+        events.iter().any(|x| {
+            x["ph"] == "X"
+                && x["cat"] == cat
+                && x["pid"] == e["pid"]
+                && x["tid"] == e["tid"]
+                && x["name"] == e["name"]
+                && x["ts"].as_f64().unwrap() <= ts
+                && ts <= x["ts"].as_f64().unwrap() + x["dur"].as_f64().unwrap()
+        })
+    };
+    let mut ends: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "s" || e["ph"] == "f") {
+        let end = ends.entry(e["id"].as_u64().unwrap()).or_default();
+        if e["ph"] == "s" {
+            end.0 += 1;
+            assert!(encloses("device-to-host", e), "an arrow starts outside its bucket's staging: {e}");
+        } else {
+            end.1 += 1;
+            assert!(encloses("allreduce", e), "an arrow ends outside its bucket's allreduce: {e}");
+        }
+    }
+    assert_eq!(ends.len(), count.len(), "one arrow per allreduce");
+    assert!(ends.values().all(|&n| n == (1, 1)), "{ends:?}");
 }
 
 #[test]

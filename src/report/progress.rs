@@ -128,7 +128,11 @@ impl Progress {
             )
             .expect("the template is valid")
             .progress_chars("=> ");
-            let bar = ProgressBar::with_draw_target(Some(span.end as u64), target).with_style(style);
+            // Left on the terminal when dropped unfinished: a run that --max-steps ends
+            // mid-epoch keeps its last losses on screen.
+            let bar = ProgressBar::with_draw_target(Some(span.end as u64), target)
+                .with_style(style)
+                .with_finish(indicatif::ProgressFinish::AndLeave);
             bar.set_prefix(format!("{}/{epochs}", epoch + 1));
             if span.first > 0 {
                 // Resumed mid-epoch: the steps before were not timed by this run, so the
@@ -206,7 +210,9 @@ impl Progress {
                 let _ = writeln!(
                     self.out,
                     "epoch {}/{} done: {} steps | {summary}",
-                    self.epoch, self.epochs, self.span.end
+                    self.epoch,
+                    self.epochs,
+                    self.span.end - self.span.first
                 );
                 let _ = self.out.flush();
             }
@@ -341,6 +347,8 @@ mod tests {
         let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 1, 2, span);
         p.update(3, 1.0, 1.0, 0.5, 0.5, 10.0);
         assert!(out.lines()[0].starts_with("epoch 2/2 step 4/8 |"), "{:?}", out.lines());
+        p.finish_epoch(1.0, 40.0);
+        assert!(out.lines()[1].starts_with("epoch 2/2 done: 5 steps |"), "the steps this run took: {:?}", out.lines());
         let target = ProgressDrawTarget::hidden();
         let sink = Box::new(std::io::sink());
         let p = Progress::build(ProgressMode::Bar, 1, 2, span, sink, PLAIN_INTERVAL, target);

@@ -94,6 +94,8 @@ struct InFlight {
     ticket: Ticket,
     /// The step that submitted it.
     step: u64,
+    /// The middle of its staging out: where the trace's hand-off arrow starts.
+    staged_at: Instant,
     /// Each fragment (elements of the bucket) and the waiter of its copy to the host.
     staged: Vec<(Range<usize>, StageWaiter)>,
     progress: Arc<FragmentProgress>,
@@ -210,7 +212,8 @@ impl<B: Backend> CommExchange<B> {
                 Err(e) => self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)),
             }
         }
-        tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, Instant::now(), bucket.bytes(), "");
+        let t1 = Instant::now();
+        tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, t1, bucket.bytes(), "");
         let for_comm = staged.clone();
         let (progress, sender) = FragmentProgress::new();
         let (ptr, len) = nb.host[b].raw_parts();
@@ -228,7 +231,8 @@ impl<B: Backend> CommExchange<B> {
             after_fragment: Some(Box::new(move |f| sender.averaged(f.end))),
             exact: false,
         });
-        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, staged, progress });
+        let staged_at = t0 + (t1 - t0) / 2;
+        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, staged_at, staged, progress });
     }
 
     /// Wait for one submitted bucket, copy its average back fragment by fragment and run
@@ -242,7 +246,7 @@ impl<B: Backend> CommExchange<B> {
         u: Update,
         tl: &mut Timeline,
     ) {
-        let InFlight { bucket: b, ticket, step, staged, progress } = flight;
+        let InFlight { bucket: b, ticket, step, staged_at, staged, progress } = flight;
         // On an asynchronous device the bucket may still be computing or copying: that
         // wait is the device's work, not communication, so it is timed apart.
         let t0 = Instant::now();
@@ -294,6 +298,8 @@ impl<B: Backend> CommExchange<B> {
             done.bytes,
             algo,
         );
+        let mid = done.started + done.finished.saturating_duration_since(done.started) / 2;
+        tl.flow_of_step(step, bucket.id, bucket.label, Track::CopyStream, staged_at, Track::CommThread, mid);
         let t2 = Instant::now();
         tl.span_of_step(
             step,

@@ -207,13 +207,14 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     // This thread runs every step: its clock of time spent waiting for a core.
     let run_delay = RunDelayClock::of_this_thread();
 
-    let first = progress.batch_in_epoch as usize;
+    // Where this run enters the epochs (mid-epoch when resumed); `progress` moves on below.
+    let (start_epoch, first) = (progress.epoch, progress.batch_in_epoch as usize);
     let epochs_reached =
-        EpochSpan::epochs_reached(progress.epoch, first, steps_per_epoch, trainer.step, max_steps, args.epochs);
+        EpochSpan::epochs_reached(start_epoch, first, steps_per_epoch, trainer.step, max_steps, args.epochs);
     for epoch in progress.epoch..args.epochs {
         let order = shard.epoch(epoch);
         let epoch_start = Instant::now();
-        let first = if epoch == progress.epoch { first } else { 0 };
+        let first = if epoch == start_epoch { first } else { 0 };
         let span = EpochSpan::of(first, steps_per_epoch, trainer.step, max_steps);
         let mut bar = ProgressBar::new(mode, epoch, epochs_reached, span);
         let mut steps_in_epoch = 0u64;

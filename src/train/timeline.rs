@@ -51,6 +51,25 @@ impl Timeline {
         self.span_of_step(self.step, track, cat, name, start, end, bytes, algorithm);
     }
 
+    /// An arrow from the span enclosing `from_time` on `from` to the span enclosing `to_time`
+    /// on `to`, for work of `step`; `id` unique among this rank's flows of that step.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flow_of_step(
+        &mut self,
+        step: u64,
+        id: u32,
+        name: &'static str,
+        from: Track,
+        from_time: Instant,
+        to: Track,
+        to_time: Instant,
+    ) {
+        if self.on(step) {
+            let id = (step << 20) | u64::from(id);
+            self.trace.flow(id, name, "hand-off", from, from_time, to, to_time);
+        }
+    }
+
     /// `span_with` for work that belongs to `step` though it is recorded later (G's buckets
     /// are waited for in the next step).
     #[allow(clippy::too_many_arguments)]
