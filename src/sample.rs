@@ -8,7 +8,7 @@ use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
 use crate::model::net::{BackwardOrder, Net, NoObserver};
 use crate::report::png::write_grid;
 use crate::train::noise::fixed_noise;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 pub fn run(args: SampleArgs) -> Result<()> {
     let dir = checkpoint::resolve(&args.checkpoint)?;
@@ -24,8 +24,17 @@ pub fn run(args: SampleArgs) -> Result<()> {
     let t = checkpoint::load_generator(&dir, &g.store.layout)?;
     be.upload(&t.values, ViewMut::whole(&mut g.store.value));
     be.upload(&t.state, ViewMut::whole(&mut g.store.state));
-    // The training run's sample grids use the run's seed; --seed picks other noise.
-    let noise = fixed_noise(seed_for(args.seed, 0x73616d70), n, NZ);
+    // Without --seed: the noise of the run's own sample grids (its first 64 images are the
+    // grid the run drew with these weights); --seed picks other noise.
+    let (noise, whose) = match args.seed {
+        Some(seed) => (fixed_noise(seed_for(seed, 0x73616d70), n, NZ), format!("--seed {seed}")),
+        None => {
+            let seed = checkpoint::load_progress(&dir)
+                .map(|p| p.seed)
+                .with_context(|| format!("{} has no run to take the noise from: pass --seed", dir.display()))?;
+            (fixed_noise(seed, n, NZ), format!("the run's grid noise (its seed {seed})"))
+        }
+    };
     let mut z = vec![0.0f32; NZ * n];
     for i in 0..n {
         for c in 0..NZ {
@@ -38,6 +47,6 @@ pub fn run(args: SampleArgs) -> Result<()> {
     be.download(View::whole(g.output()), &mut images);
     let cols = (n as f64).sqrt().ceil() as usize;
     write_grid(&args.out, &images, n, size, size, cols)?;
-    eprintln!("{n} samples from {} written to {}", dir.display(), args.out.display());
+    eprintln!("{n} samples from {} with {whose} written to {}", dir.display(), args.out.display());
     Ok(())
 }

@@ -84,6 +84,35 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
     assert_ne!(common::step_records(&out)[..3], a[..3]);
 }
 
+/// `sample` from a run draws, without --seed, the run's own grid: the same pixels as the
+/// run's samples/final.png (the run and `sample` batch the noise differently, and the
+/// generator runs with its running statistics, one image at a time in effect). --seed
+/// draws other images.
+#[test]
+fn sample_redraws_the_runs_grid_and_other_noise_with_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let o = run(&["--data", "synthetic:128", "--batch-size", "16", "--max-steps", "3", "--no-progress", "--seed", "5"]
+        .iter()
+        .copied()
+        .chain(["--out", out.to_str().unwrap()])
+        .collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |p: &std::path::Path| dcgan_train::report::png::read_png_gray(p).unwrap();
+    let grid = read(&out.join("samples").join("final.png"));
+    let again = tmp.path().join("again.png");
+    let o = run(&["sample", "--checkpoint", out.to_str().unwrap(), "--out", again.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the run's grid noise (its seed 5)"), "{}", stderr(&o));
+    assert!(read(&again) == grid, "sample without --seed redraws the run's final grid");
+    let other = tmp.path().join("other.png");
+    let o = run(&["sample", "--checkpoint", out.to_str().unwrap(), "--out", other.to_str().unwrap(), "--seed", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (pixels, h, w) = read(&other);
+    assert_eq!((h, w), (grid.1, grid.2));
+    assert!(pixels != grid.0, "--seed draws other noise than the run's grid");
+}
+
 #[test]
 fn the_64x64_model_trains() {
     let tmp = tempfile::tempdir().unwrap();
@@ -154,6 +183,8 @@ fn bad_input_gives_one_clear_line() {
         &["--global-batch-size", "cannot be used"],
     );
     assert_one_line_error(&["--resume", out, "--out", out], &["--resume", "cannot be used with '--out"]);
+    // Replicas that drift apart by design would fail the check with a wrong diagnosis.
+    assert_one_line_error(&["--no-exchange", "--check-consistency", "5"], &["--check-consistency", "cannot be used"]);
     assert_one_line_error(&["bench-allreduce", "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
     assert_one_line_error(&["tune-allreduce", "--out", out, "--sizes", "9999GiB"], &["--sizes", "GiB available"]);
     // An output that cannot be written is found before training, not after it.

@@ -219,6 +219,20 @@ pub fn load_generator(dir: &Path, layout: &ParamLayout) -> Result<NetTensors> {
 }
 
 /// Everything, for `--resume`.
+/// The training progress of the checkpoint in `dir` alone (the optimizer file's metadata).
+pub fn load_progress(dir: &Path) -> Result<Progress> {
+    let op = dir.join("optimizer.safetensors");
+    let bytes = read(&op)?;
+    let what = op.display().to_string();
+    let (_, m) = tensors::parse(&bytes, &what)?;
+    progress_of(&m, &what)
+}
+
+fn progress_of(meta: &std::collections::HashMap<String, String>, what: &str) -> Result<Progress> {
+    serde_json::from_str(meta.get("progress").map(String::as_str).unwrap_or(""))
+        .with_context(|| format!("{what} has no readable training progress in its metadata"))
+}
+
 pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpoint> {
     let gp = dir.join("G.safetensors");
     let dp = dir.join("D.safetensors");
@@ -228,8 +242,7 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let opt_bytes = read(&op)?;
     let what = op.display().to_string();
     let (st, m) = tensors::parse(&opt_bytes, &what)?;
-    let progress: Progress = serde_json::from_str(m.get("progress").map(String::as_str).unwrap_or(""))
-        .with_context(|| format!("{what} has no readable training progress in its metadata"))?;
+    let progress = progress_of(&m, &what)?;
     let mut moments = Vec::new();
     for (net, layout) in [("G", layouts.0), ("D", layouts.1)] {
         let mut mo = Moments {

@@ -61,9 +61,11 @@ pub struct SampleArgs {
     /// The PNG to write.
     #[arg(long, default_value = "samples.png")]
     pub out: PathBuf,
-    /// Seed of the noise.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of other noise; without it, the noise of the run's own sample grids, so that the
+    /// first 64 images are the grid the run drew with these weights (samples/final.png for
+    /// its latest checkpoint).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// Options shared by training and the step benchmark.
@@ -164,8 +166,9 @@ pub struct ParallelArgs {
     /// Steps recorded in the trace.
     #[arg(long, default_value_t = 20)]
     pub trace_steps: u64,
-    /// Every K steps, check that all ranks hold identical parameters (0 = never).
-    #[arg(long, default_value_t = 0)]
+    /// Every K steps, check that all ranks hold identical parameters (0 = never). Not with
+    /// --no-exchange, whose ranks drift apart by design.
+    #[arg(long, default_value_t = 0, conflicts_with = "no_exchange")]
     pub check_consistency: u64,
     /// A 1-rank run's summary.json: the summary then reports the weak-scaling speedup of the
     /// MPI paper's eq. (1) against it.

@@ -333,8 +333,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         };
         let dir = out.dir.display().to_string();
         let ck = ck_dir.map(|d| d.display().to_string()).unwrap_or_default();
-        let under = if world.size > 1 { format!(" under mpiexec -n {}", world.size) } else { String::new() };
-        let resume = format!("dcgan-train --resume {dir} (with the same options{under})");
+        let under = if world.size > 1 { format!(", under mpiexec -n {}", world.size) } else { String::new() };
+        let resume = format!("dcgan-train --resume {dir} (with the same options but --out{under})");
         // Also in the run itself: mpiexec may stop relaying output while the job ends.
         job.or_fail(
             out.note(&serde_json::json!({"type": "stopped", "step": trainer.step, "checkpoint": ck, "resume": resume})),
