@@ -94,9 +94,23 @@ pub fn measure_gamma() -> f64 {
     median(&mut t) / (n * 4) as f64
 }
 
-fn default_iters(bytes: usize) -> u64 {
-    let est = 30e-6 + bytes as f64 * 10e-9;
-    (0.3 / (2.0 * est)).clamp(5.0, 2000.0) as u64
+/// Round trips that take about 0.3 s at `bytes` (the `--iters` default), timed on this link
+/// from a few probe trips: a guess from the size alone gave a 1 Gbit/s link enough trips and
+/// a fast one five, too few to fit beta on. Rank 0 decides and tells rank 1 (both must make
+/// the same number).
+fn iters_for(t: &mut dyn Transport, bytes: usize) -> Result<u64, CommError> {
+    let mut probe = bounce(t, bytes, 4)?;
+    if t.rank() == 0 {
+        let one_way = median(&mut probe).max(1e-9);
+        let iters = (0.3 / (2.0 * one_way)).clamp(5.0, 2000.0) as u64;
+        t.send(1, TAG_BENCH, &iters.to_le_bytes())?;
+        Ok(iters)
+    } else {
+        let v = t.recv_vec(0, TAG_BENCH)?;
+        let bytes: [u8; 8] =
+            v.as_slice().try_into().map_err(|_| CommError::Protocol("ping-pong: a bad trip count".into()))?;
+        Ok(u64::from_le_bytes(bytes))
+    }
 }
 
 /// Rank 0's one-way times (s) of `iters` round trips of `bytes` with rank 1.
@@ -132,9 +146,12 @@ pub fn run(args: PingPongArgs) -> anyhow::Result<()> {
         }
         let mut points = Vec::new();
         for &bytes in &args.sizes {
-            let iters = args.iters.unwrap_or_else(|| default_iters(bytes));
             helpers::barrier(t, TAG_BENCH).context("barrier before a ping-pong size")?;
             if t.rank() < 2 {
+                let iters = match args.iters {
+                    Some(n) => n,
+                    None => iters_for(t, bytes).with_context(|| format!("probing ping-pong of {bytes} bytes"))?,
+                };
                 let mut v = bounce(t, bytes, iters).with_context(|| format!("ping-pong of {bytes} bytes"))?;
                 let min = v.iter().copied().fold(f64::INFINITY, f64::min);
                 points.push(Point {
