@@ -3,7 +3,7 @@
 
 mod common;
 
-use dcgan_train::checkpoint::{self, Checkpoint, Moments, NetTensors, Progress};
+use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, GENERATOR_28};
 use dcgan_train::model::net::param_layout;
 use dcgan_train::nn::params::ParamLayout;
@@ -50,10 +50,10 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     let dir = tempfile::tempdir().unwrap();
     let (g, d) = layouts();
     let mut ck = sample_checkpoint(&g, &d);
-    let first = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    let first = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     ck.progress.step = 200;
     ck.g.values[0] = 0.5;
-    let second = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    let second = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     assert!(!first.exists(), "the previous checkpoint is removed once the new one is complete");
     assert_eq!(checkpoint::resolve(dir.path()).unwrap(), second);
     assert_eq!(checkpoint::resolve(&second.join("G.safetensors")).unwrap(), second, "a checkpoint's file names it");
@@ -70,18 +70,50 @@ fn saving_the_same_step_again_never_replaces_the_latest_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let (g, d) = layouts();
     let mut ck = sample_checkpoint(&g, &d);
-    let first = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    let first = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     ck.progress.epoch += 1;
     ck.progress.batch_in_epoch = 0;
-    let second = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    let second = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     assert_ne!(first, second, "the second save of step {} wrote over the first", ck.progress.step);
     assert!(!first.exists(), "the first is removed once the second is the latest");
     assert_eq!(checkpoint::resolve(dir.path()).unwrap(), second);
     assert_eq!(checkpoint::load(&second, (&g, &d)).unwrap(), ck);
     // A third save of that step takes the base name again.
-    let third = checkpoint::save(dir.path(), (&g, &d), &ck).unwrap();
+    let third = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     assert_eq!(third, first);
     assert!(!second.exists());
+}
+
+/// `--keep-checkpoints`: the newest N stay (by step, whatever order they were written in
+/// with a repeated step among them), all of them with 0; `latest` names the one just written.
+#[test]
+fn saves_keep_the_newest_n_or_all() {
+    let (g, d) = layouts();
+    let names = |dir: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut ck = sample_checkpoint(&g, &d);
+    for step in [10, 20, 30, 30, 40] {
+        ck.progress.step = step;
+        let saved = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(3)).unwrap();
+        assert_eq!(checkpoint::resolve(dir.path()).unwrap(), saved);
+    }
+    assert_eq!(names(dir.path()), ["step-00000030", "step-00000030.2", "step-00000040"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    for step in [10, 20, 30] {
+        ck.progress.step = step;
+        checkpoint::save(dir.path(), (&g, &d), &ck, Keep::from_option(0)).unwrap();
+    }
+    assert_eq!(names(dir.path()), ["step-00000010", "step-00000020", "step-00000030"]);
+    assert_eq!(Keep::from_option(1), Keep::Latest(1));
 }
 
 /// The header as PyTorch reads it: (name, dtype, shape), parsed by hand from the file.
@@ -113,7 +145,7 @@ fn expected(list: &[(&str, &str, &[usize])]) -> Vec<(String, String, Vec<usize>)
 fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
     let dir = tempfile::tempdir().unwrap();
     let (g, d) = layouts();
-    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d)).unwrap();
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     // nn.Sequential(ConvT(100,256,7,1,0), BN(256), ReLU, ConvT(256,128,4,2,1), BN(128), ReLU,
     //               ConvT(128,1,4,2,1), Tanh), bias=False everywhere, as in the DCGAN example.
     let want_g = expected(&[
@@ -151,7 +183,7 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
 fn foreign_truncated_and_mismatched_checkpoints_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (g, d) = layouts();
-    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d)).unwrap();
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
 
     // Another architecture: the 64x64 discriminator cannot load a 28x28 one.
     let d64 = param_layout(&DISCRIMINATOR_64).0;

@@ -522,3 +522,20 @@ fn a_diverging_loss_ends_cleanly_while_buckets_are_in_flight() {
         assert!(!err.contains(crash), "a rank crashed ({crash}):\n{err}");
     }
 }
+
+/// bench-step under mpiexec: each rank benchmarks alone but as training would place it, on
+/// its share of the host's cores, and says which local rank it is.
+#[test]
+fn bench_step_under_mpiexec_takes_its_share_of_the_cores() {
+    let o = ok(mpirun(2, &["bench-step", "--steps", "1", "--warmup", "0", "--batch-size", "4", "--json"], 120));
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut ranks: Vec<u64> = lines.iter().map(|l| l["local_rank"].as_u64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1], "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["local_ranks"], 2, "{l}");
+        assert_eq!(l["threads"].as_u64().unwrap() as usize, (cores / 2).max(1), "{l}");
+    }
+}

@@ -109,7 +109,7 @@ fn encode_optimizer(
 }
 
 /// Write a checkpoint under `<run>/checkpoints/` and make it the latest; returns its path.
-pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
+pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, keep: Keep) -> Result<PathBuf> {
     let root = run.join("checkpoints");
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let name = fresh_name(&root, ck.progress.step);
@@ -137,14 +137,36 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) 
     write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
     std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
     sync_dir(&root)?;
-    // Only now is the previous checkpoint no longer needed.
-    for entry in std::fs::read_dir(&root)?.flatten() {
-        let n = entry.file_name().to_string_lossy().to_string();
-        if n.starts_with("step-") && n != name {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
+    // Only now are the older checkpoints no longer needed. Names sort by step (eight digits;
+    // a repeated step's `.K` after its base); the new one stays whatever its name.
+    let mut older: Vec<String> = std::fs::read_dir(&root)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-") && *n != name)
+        .collect();
+    older.sort();
+    let kept = match keep {
+        Keep::Latest(k) => k.saturating_sub(1),
+        Keep::All => older.len(),
+    };
+    for n in &older[..older.len().saturating_sub(kept)] {
+        let _ = std::fs::remove_dir_all(root.join(n));
     }
     Ok(dir)
+}
+
+/// Which checkpoints a save leaves: the newest `k` (at least the one just written), or all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    Latest(usize),
+    All,
+}
+
+impl Keep {
+    /// `--keep-checkpoints N`: 0 keeps every checkpoint.
+    pub fn from_option(n: usize) -> Keep {
+        if n == 0 { Keep::All } else { Keep::Latest(n) }
+    }
 }
 
 /// The name of a new checkpoint of `step` under `root`: `step-NNNNNNNN`, or where that exists

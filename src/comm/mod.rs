@@ -131,6 +131,16 @@ pub fn launched_by_mpi() -> bool {
         .any(|v| std::env::var_os(v).is_some())
 }
 
+/// This process's place among the ranks its launcher started on this host, (local rank,
+/// local size), read from the launcher's environment without starting MPI: for commands
+/// that run on each rank alone (bench-step) yet share the host's cores and GPUs.
+pub fn launcher_local_place() -> (usize, usize) {
+    let var = |names: &[&str]| names.iter().find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok());
+    let rank = var(&["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]).unwrap_or(0);
+    let size = var(&["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]).unwrap_or(1).max(rank + 1);
+    (rank, size)
+}
+
 /// A transport for this process and who it is: MPI under mpiexec, else one rank alone.
 /// Must run on the thread that will make every call (the comm thread).
 fn open_transport() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> {

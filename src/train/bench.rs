@@ -22,25 +22,29 @@ pub fn step_macs<B: crate::backend::Backend>(model: &Dcgan<B>) -> u64 {
     g + 3 * d + 2 * (2 * d - d_first) + d + (2 * g - g_first)
 }
 
+/// Under mpiexec every rank benchmarks alone, as training would place it: its share of the
+/// host's cores, the GPU of its local rank, and its lines labelled with that rank.
 pub fn run(args: BenchStepArgs) -> Result<()> {
-    super::setup_threads(args.model.threads, 1)?;
-    let (device, notice) = crate::device::select(args.model.device, 0)?;
-    if let Some(n) = notice {
+    let (local_rank, local_size) = crate::comm::launcher_local_place();
+    super::setup_threads(args.model.threads, local_size)?;
+    let (device, notice) = crate::device::select(args.model.device, local_rank)?;
+    if let Some(n) = notice.filter(|_| local_rank == 0) {
         eprintln!("{n}");
     }
-    device.run(BenchOn(args))
+    device.run(BenchOn(args, (local_rank, local_size)))
 }
 
-struct BenchOn(BenchStepArgs);
+/// The options and (local rank, local size).
+struct BenchOn(BenchStepArgs, (usize, usize));
 
 impl crate::device::OnBackend for BenchOn {
     type Out = Result<()>;
     fn run<B: crate::backend::Backend>(self, be: B) -> Result<()> {
-        bench_on(self.0, be)
+        bench_on(self.0, self.1, be)
     }
 }
 
-fn bench_on<B: crate::backend::Backend>(args: BenchStepArgs, be: B) -> Result<()> {
+fn bench_on<B: crate::backend::Backend>(args: BenchStepArgs, local: (usize, usize), be: B) -> Result<()> {
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
     let mut model = Dcgan::new(&be, size, batch, args.model.seed)
@@ -86,11 +90,14 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepArgs, be: B) -> Result<()
             "gflop_per_step": 2.0 * macs as f64 / 1e9,
             "gflops": gflops,
             "peak_device_memory_bytes": trainer.peak_device_bytes(),
+            "local_rank": local.0,
+            "local_ranks": local.1,
         });
         println!("{line}");
     } else {
+        let who = if local.1 > 1 { format!(" (local rank {} of {})", local.0, local.1) } else { String::new() };
         println!(
-            "bench-step: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s",
+            "bench-step{who}: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s",
             threads,
             args.steps,
             times[0],

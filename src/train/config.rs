@@ -71,7 +71,7 @@ const NOT_COMPARED: [&str; 9] =
     ["threads", "no_progress", "out", "trace", "trace_steps", "baseline_summary", "resume", "secs", "nanos"];
 
 /// Options that may change when resuming (how long to train, how often to save).
-pub const RESUMABLE: [&str; 3] = ["epochs", "max_steps", "checkpoint_every"];
+pub const RESUMABLE: [&str; 4] = ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints"];
 
 fn flatten(v: &Value, out: &mut serde_json::Map<String, Value>) {
     if let Value::Object(m) = v {

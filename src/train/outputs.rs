@@ -45,6 +45,8 @@ pub struct EpochRecord {
 pub struct Outputs {
     pub dir: PathBuf,
     metrics: JsonlWriter,
+    /// Which checkpoints each save leaves (`--keep-checkpoints`).
+    pub keep: checkpoint::Keep,
 }
 
 /// The default run directory, runs/<local time>.
@@ -73,7 +75,7 @@ impl Outputs {
         std::fs::create_dir_all(dir.join("samples"))
             .with_context(|| format!("cannot create --out {}", dir.display()))?;
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep: checkpoint::Keep::Latest(1) })
     }
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
@@ -96,7 +98,7 @@ impl Outputs {
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
         let samples = dir.join("samples");
         std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)? })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep: checkpoint::Keep::Latest(1) })
     }
 
     pub fn step(&mut self, rec: &StepRecord) -> Result<()> {
@@ -123,7 +125,7 @@ impl Outputs {
 
     pub fn checkpoint(&mut self, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
         self.metrics.sync()?;
-        checkpoint::save(&self.dir, layouts, ck)
+        checkpoint::save(&self.dir, layouts, ck, self.keep)
     }
 
     pub fn summary(&self, summary: &serde_json::Value) -> Result<()> {

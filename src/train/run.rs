@@ -116,6 +116,9 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         }
         (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir)).map(Some),
     })?;
+    if let Some(out) = outputs.as_mut() {
+        out.keep = crate::checkpoint::Keep::from_option(args.checkpoints.keep_checkpoints);
+    }
 
     let buckets = plan_buckets(&model, p.bucket_bytes);
     let exchange: Box<dyn Exchange<B>> = if world.size == 1 {
