@@ -64,6 +64,13 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
         serde_json::from_slice(&std::fs::read(runs[0].join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["steps"], 15);
     assert!(summary["global_images_per_s"].as_f64().unwrap() > 0.0);
+    // The mean step is the steps' own (metrics.jsonl), and the wall time per step also
+    // holds the checkpoint and grid between the epochs.
+    let timed = common::timed_step_records(&runs[0]);
+    let mean = timed.iter().map(|r| r["ms"].as_f64().unwrap()).sum::<f64>() / timed.len() as f64;
+    let at = |k: &str| summary[k].as_f64().unwrap();
+    assert!((at("ms_per_step_mean") - mean).abs() <= 1e-9 * mean, "{} vs {mean}", at("ms_per_step_mean"));
+    assert!(at("wall_ms_per_step") > at("ms_per_step_mean"), "{summary:#}");
 
     // Another seed trains differently.
     let out = tmp.path().join("c");

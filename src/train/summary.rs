@@ -31,6 +31,7 @@ pub struct RunFacts {
     pub baseline: Option<Baseline>,
 }
 
+/// The upper median: a step that was measured, not an average of two.
 fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -145,7 +146,10 @@ pub fn build_summary<B: Backend>(
         "steps_this_run": facts.steps_run,
         "epoch_seconds": facts.epoch_seconds,
         "ms_per_step": ms,
-        "ms_per_step_mean": facts.train_seconds * 1e3 / steps,
+        "ms_per_step_mean": facts.step_ms.iter().sum::<f64>() / facts.step_ms.len().max(1) as f64,
+        // The training loop's wall time per step: the steps, plus checkpoints, sample grids
+        // and the epochs' ends between them.
+        "wall_ms_per_step": facts.train_seconds * 1e3 / steps,
         // What ms_per_step would be if no rank ever waited for another: the median over steps
         // of each step's wall time less its waits (gradient buckets and the metrics).
         "compute_ms_per_step": median(&facts.compute_ms),
