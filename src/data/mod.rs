@@ -77,9 +77,7 @@ impl Dataset {
                 count: *n,
                 height: synthetic::SIDE,
                 width: synthetic::SIDE,
-                description: format!(
-                    "data: {n} synthetic images of 28x28 (blobs, rings and strokes; --data synthetic:{n})"
-                ),
+                description: format!("{n} synthetic images of 28x28 (blobs, rings and strokes; --data synthetic:{n})"),
             }),
             DataSource::FashionMnistDefault => Dataset::load_default(Path::new(DEFAULT_DIR)),
             DataSource::Dir(path) => {
@@ -113,7 +111,7 @@ impl Dataset {
         })?;
         let mut set = Dataset::from_file(&file)?;
         set.description = format!(
-            "data: Fashion-MNIST, {} images of {}x{} from {} (the default; --data DIR for other data)",
+            "Fashion-MNIST, {} images of {}x{} from {} (the default; --data DIR for other data)",
             set.count,
             set.height,
             set.width,
@@ -129,7 +127,7 @@ impl Dataset {
             count,
             height,
             width,
-            description: format!("data: {count} images of {height}x{width} from {}", file.display()),
+            description: format!("{count} images of {height}x{width} from {}", file.display()),
         })
     }
 

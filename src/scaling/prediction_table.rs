@@ -50,9 +50,10 @@ fn core_share_sentence(pred: &Prediction) -> String {
 
 pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
     let mut s = format!(
-        "Replay of {} (rank's compute track, steps {:?}: {:.1} ms of compute per step; the run measured {:.1} ms/step on {} rank(s)) \
+        "Replay of {} (rank {}'s compute track, steps {:?}: {:.1} ms of compute per step; the run measured {:.1} ms/step on {} rank(s)) \
          with alpha {:.2} us, beta {:.3} ns/B ({:.3} Gbit/s), gamma {:.3} ns/B, fragments of {}, gradients on the wire as {}.\n\n",
         pred.trace,
+        pred.trace_rank,
         pred.replayed_steps,
         pred.compute_ms_per_step,
         pred.measured_ms_per_step,

@@ -55,6 +55,8 @@ pub struct Row {
 pub struct Prediction {
     pub summary: String,
     pub trace: String,
+    /// The rank whose compute track was replayed (`--trace-rank`).
+    pub trace_rank: usize,
     pub replayed_steps: Vec<u64>,
     pub compute_ms_per_step: f64,
     pub measured_ms_per_step: f64,
@@ -330,6 +332,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
     Ok(Prediction {
         summary: summary.display().to_string(),
         trace: trace.display().to_string(),
+        trace_rank: args.trace_rank,
         replayed_steps: programs.iter().map(|p| p.step).collect(),
         compute_ms_per_step: t1 * 1e3,
         measured_ms_per_step: run.ms_per_step,

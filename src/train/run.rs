@@ -171,7 +171,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     trainer.step = progress.step;
 
     if root {
-        eprintln!("{}", data.description);
+        eprintln!("data: {}", data.description);
         eprintln!(
             "dcgan-train: {} rank(s) on {} host(s), {}, batch {} per rank ({} global), lr {}{}",
             world.size,
