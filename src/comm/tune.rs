@@ -163,7 +163,10 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
         std::fs::write(&out, &text).with_context(|| format!("cannot write --out {}", out.display()))?;
         // Read it back the way training will.
         RulesFile::parse(&out, &text)?;
-        println!("# rules: {table}");
+        println!(
+            "# rules: {table} (the smaller size's algorithm is kept while within {:.0}% of the fastest, so that noise does not flip the choice)",
+            (KEEP_MARGIN - 1.0) * 100.0
+        );
         println!("# wrote {}", out.display());
     }
     Ok(())
