@@ -357,12 +357,13 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         {
             eprintln!("{line}");
         }
+        let ck = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
         eprintln!(
-            "done: {} steps in {:.1} s; samples in {}, metrics in {}",
+            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}",
             facts.steps_run,
             facts.wall_seconds,
-            out.dir.join("samples").display(),
-            out.dir.join("metrics.jsonl").display()
+            out.dir.display(),
+            ck.unwrap_or_default()
         );
     }
     Ok(())
