@@ -31,6 +31,29 @@ pub struct RunFacts {
     pub baseline: Option<Baseline>,
 }
 
+/// Options held as f32 (Adam's betas and eps) serialize through f64 with the f32's rounding
+/// showing (0.999 as 0.9990000128746033): write each number that is exactly an f32 as the
+/// f32's shortest decimal, as it was typed. Numbers that are not f32s stay as they are.
+fn f32_as_written(mut v: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Number(n) => {
+                if let Some(x) = n.as_f64().filter(|x| n.is_f64() && (*x as f32) as f64 == *x)
+                    && let Some(short) =
+                        (x as f32).to_string().parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+                {
+                    *n = short;
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v
+}
+
 /// The upper median: a step that was measured, not an average of two.
 fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
@@ -129,7 +152,7 @@ pub fn build_summary<B: Backend>(
         .collect();
     let mut s = json!({
         "program": concat!("dcgan-train ", env!("CARGO_PKG_VERSION")),
-        "options": serde_json::to_value(args)?,
+        "options": f32_as_written(serde_json::to_value(args)?),
         "ranks": w.size,
         "hosts": w.hosts,
         "host_count": w.host_count(),
@@ -241,6 +264,18 @@ pub fn exchange_line(summary: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f32_options_read_as_written() {
+        let v = json!({"a": 0.999f32, "b": 1e-8f32, "lr": 2e-4f64, "n": 7, "x": [0.5f32]});
+        let t = f32_as_written(v);
+        assert_eq!(t["a"], json!(0.999));
+        assert_eq!(t["b"], json!(1e-8));
+        // An f64 that is no f32 is left alone; integers too.
+        assert_eq!(t["lr"], json!(2e-4));
+        assert_eq!(t["n"], json!(7));
+        assert_eq!(t["x"], json!([0.5]));
+    }
 
     #[test]
     fn eq1_reproduces_the_mpi_papers_figure() {
