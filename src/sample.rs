@@ -8,7 +8,7 @@ use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
 use crate::model::net::{BackwardOrder, Net, NoObserver};
 use crate::report::png::write_grid;
 use crate::train::noise::fixed_noise;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 pub fn run(args: SampleArgs) -> Result<()> {
     let dir = checkpoint::resolve(&args.checkpoint)?;
@@ -28,12 +28,11 @@ pub fn run(args: SampleArgs) -> Result<()> {
     // grid the run drew with these weights); --seed picks other noise.
     let (noise, whose) = match args.seed {
         Some(seed) => (fixed_noise(seed_for(seed, 0x73616d70), n, NZ), format!("--seed {seed}")),
-        None => {
-            let seed = checkpoint::load_progress(&dir)
-                .map(|p| p.seed)
-                .with_context(|| format!("{} has no run to take the noise from: pass --seed", dir.display()))?;
-            (fixed_noise(seed, n, NZ), format!("the run's grid noise (its seed {seed})"))
-        }
+        None => match checkpoint::load_progress(&dir) {
+            Ok(p) => (fixed_noise(p.seed, n, NZ), format!("the run's grid noise (its seed {})", p.seed)),
+            // A generator on its own (G.safetensors, no optimizer file) has no run to ask.
+            Err(_) => (fixed_noise(seed_for(0, 0x73616d70), n, NZ), "--seed 0 (no run's seed beside it)".into()),
+        },
     };
     let mut z = vec![0.0f32; NZ * n];
     for i in 0..n {

@@ -114,6 +114,21 @@ fn saves_keep_the_newest_n_or_all() {
     }
     assert_eq!(names(dir.path()), ["step-00000010", "step-00000020", "step-00000030"]);
     assert_eq!(Keep::from_option(1), Keep::Latest(1));
+
+    // Oldest first by (step, K) as numbers, not as text: .10 is after .2, and a step past
+    // eight digits after every eight-digit one.
+    for (present, step, kept) in [
+        (["step-00000030.2", "step-00000030.10"], 30, ["step-00000030", "step-00000030.10"]),
+        (["step-99999999", "step-100000000"], 100000001, ["step-100000000", "step-100000001"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        for n in present {
+            std::fs::create_dir_all(dir.path().join("checkpoints").join(n)).unwrap();
+        }
+        ck.progress.step = step;
+        checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(2)).unwrap();
+        assert_eq!(names(dir.path()), kept, "{present:?}");
+    }
 }
 
 /// The header as PyTorch reads it: (name, dtype, shape), parsed by hand from the file.

@@ -110,6 +110,34 @@ fn a_stop_in_the_last_step_completes_the_run() {
         assert_eq!(epoch_records(&run), completes as usize, "{case}: the epoch's end is booked");
     }
 }
+
+/// A resume that does not repeat --keep-checkpoints keeps what the run kept: falling back
+/// to the default's one would delete the checkpoints kept to pick from at its first save.
+#[test]
+fn a_resume_keeps_the_runs_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("r");
+    let base = ["--data", "synthetic:64", "--batch-size", "8", "--checkpoint-every", "2", "--no-progress"];
+    let names = || {
+        let mut v: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut args = base.to_vec();
+    args.extend(["--max-steps", "6", "--keep-checkpoints", "3", "--out", path(&run)]);
+    ok(mpirun(1, &args, 120));
+    assert_eq!(names(), ["step-00000002", "step-00000004", "step-00000006"]);
+    let mut args = base.to_vec();
+    // Step 7, short of the epoch's end (8 steps), whose save would be a second one of step 8.
+    args.extend(["--max-steps", "7", "--resume", path(&run)]);
+    ok(mpirun(1, &args, 120));
+    assert_eq!(names(), ["step-00000004", "step-00000006", "step-00000007"]);
+}
+
 #[test]
 fn resuming_with_another_rank_count_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -131,6 +159,8 @@ fn resuming_with_another_rank_count_is_refused() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--lr") && err.contains("resume with the options it was started with"), "{err}");
+    // ... and which they were, ready to paste.
+    assert!(err.contains("(--batch-size 8 --data synthetic:64)"), "{err}");
 }
 
 /// An mpiexec job in the background.

@@ -94,16 +94,28 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
 /// `sample` from a run draws, without --seed, the run's own grid: the same pixels as the
 /// run's samples/final.png (the run and `sample` batch the noise differently, and the
 /// generator runs with its running statistics, one image at a time in effect). --seed
-/// draws other images.
+/// draws other images. The run is on the CPU, as `sample` is: a GPU's rounding would differ.
 #[test]
 fn sample_redraws_the_runs_grid_and_other_noise_with_seed() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("r");
-    let o = run(&["--data", "synthetic:128", "--batch-size", "16", "--max-steps", "3", "--no-progress", "--seed", "5"]
-        .iter()
-        .copied()
-        .chain(["--out", out.to_str().unwrap()])
-        .collect::<Vec<_>>());
+    let o = run(&[
+        "--data",
+        "synthetic:128",
+        "--batch-size",
+        "16",
+        "--max-steps",
+        "3",
+        "--no-progress",
+        "--seed",
+        "5",
+        "--device",
+        "cpu",
+    ]
+    .iter()
+    .copied()
+    .chain(["--out", out.to_str().unwrap()])
+    .collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
     let read = |p: &std::path::Path| dcgan_train::report::png::read_png_gray(p).unwrap();
     let grid = read(&out.join("samples").join("final.png"));

@@ -137,19 +137,24 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
     std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
     sync_dir(&root)?;
-    // Only now are the older checkpoints no longer needed. Names sort by step (eight digits;
-    // a repeated step's `.K` after its base); the new one stays whatever its name.
-    let mut older: Vec<String> = std::fs::read_dir(&root)?
+    // Only now are the older checkpoints no longer needed. They go oldest first by (step,
+    // K); the new one stays whatever its name.
+    let mut older: Vec<(u64, u64, String)> = std::fs::read_dir(&root)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("step-") && *n != name)
+        .filter(|n| *n != name)
+        .filter_map(|n| {
+            let rest = n.strip_prefix("step-")?;
+            let (step, k) = rest.split_once('.').unwrap_or((rest, "1"));
+            Some((step.parse().ok()?, k.parse().ok()?, n))
+        })
         .collect();
     older.sort();
     let kept = match keep {
         Keep::Latest(k) => k.saturating_sub(1),
         Keep::All => older.len(),
     };
-    for n in &older[..older.len().saturating_sub(kept)] {
+    for (_, _, n) in &older[..older.len().saturating_sub(kept)] {
         let _ = std::fs::remove_dir_all(root.join(n));
     }
     Ok(dir)
@@ -240,7 +245,6 @@ pub fn load_generator(dir: &Path, layout: &ParamLayout) -> Result<NetTensors> {
     Ok(tensors::decode_net(&read(&path)?, layout, &path.display().to_string())?.0)
 }
 
-/// Everything, for `--resume`.
 /// The training progress of the checkpoint in `dir` alone (the optimizer file's metadata).
 pub fn load_progress(dir: &Path) -> Result<Progress> {
     let op = dir.join("optimizer.safetensors");
@@ -255,6 +259,7 @@ fn progress_of(meta: &std::collections::HashMap<String, String>, what: &str) -> 
         .with_context(|| format!("{what} has no readable training progress in its metadata"))
 }
 
+/// Everything, for `--resume`.
 pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpoint> {
     let gp = dir.join("G.safetensors");
     let dp = dir.join("D.safetensors");

@@ -191,10 +191,10 @@ pub struct CheckpointArgs {
     /// the end and when stopped by SIGINT/SIGTERM.
     #[arg(long, value_parser = at_least_one)]
     pub checkpoint_every: Option<u64>,
-    /// How many checkpoints to keep, newest first (0 = all): a GAN's last checkpoint is not
-    /// always its best, so keep some to pick from.
-    #[arg(long, default_value_t = 1)]
-    pub keep_checkpoints: usize,
+    /// How many checkpoints to keep, newest first (0 = all; default 1, or on --resume the
+    /// run's own): a GAN's last checkpoint is not always its best, so keep some to pick from.
+    #[arg(long)]
+    pub keep_checkpoints: Option<usize>,
     /// Continue the run in DIR from its latest checkpoint (same ranks and options); its
     /// outputs go on in DIR, so --out is not taken with it.
     #[arg(long, conflicts_with = "out")]

@@ -136,7 +136,9 @@ pub fn launched_by_mpi() -> bool {
 /// that run on each rank alone (bench-step) yet share the host's cores and GPUs.
 pub fn launcher_local_place() -> (usize, usize) {
     let var = |names: &[&str]| names.iter().find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok());
-    let rank = var(&["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]).unwrap_or(0);
+    // Launchers that give both (Open MPI, MPICH's Hydra): a rank without its host's rank
+    // count would take every core.
+    let rank = var(&["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]).unwrap_or(0);
     let size = var(&["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]).unwrap_or(1).max(rank + 1);
     (rank, size)
 }
@@ -205,9 +207,9 @@ fn spawn(
             let opened = make().and_then(|(mut t, world)| {
                 // Each host reads its own --allreduce-tuning file, which may lack this rank
                 // count: a rank that returned alone would leave the others waiting for it.
+                t.set_policy(policy);
                 let table = cfg.policy.table_on(t.size(), t.hosts());
                 let table = helpers::agree(&mut *t, table, transport::TAG_SETUP)?;
-                t.set_policy(policy);
                 Ok((t, world, table))
             });
             let (t, world, table) = match opened {

@@ -167,13 +167,21 @@ pub fn run(args: PingPongArgs) -> anyhow::Result<()> {
             return Ok(None);
         }
         let (alpha, beta, alpha_large) = fit_alpha_beta(&points);
+        // Rank 0 alone, after the last collective: the others are already finishing.
+        if beta <= 0.0 {
+            bail!(
+                "ping-pong: the one-way times did not grow with the message size (beta fitted at zero: the ranks \
+                 were descheduled while timing, or the sizes are too close); rerun on a quieter machine, or with \
+                 sizes that span more (--sizes 4B,64KiB,1MiB,4MiB)"
+            );
+        }
         let gamma = measure_gamma();
         Ok(Some(LinkReport {
             alpha_us: alpha * 1e6,
             beta_ns_per_byte: beta * 1e9,
             gamma_ns_per_byte: gamma * 1e9,
             alpha_large_us: alpha_large * 1e6,
-            bandwidth_gbit_per_s: if beta > 0.0 { 8.0 / (beta * 1e9) } else { f64::INFINITY },
+            bandwidth_gbit_per_s: 8.0 / (beta * 1e9),
             hosts: world.hosts.iter().take(2).cloned().collect(),
             points,
         }))

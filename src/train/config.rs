@@ -73,6 +73,34 @@ const NOT_COMPARED: [&str; 9] =
 /// Options that may change when resuming (how long to train, how often to save).
 pub const RESUMABLE: [&str; 4] = ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints"];
 
+/// The flags a run with `config` (a checkpoint's `training_config`) was started with beyond
+/// the defaults, less those a resume may change: what to repeat with `--resume`.
+pub fn flags_beyond_defaults(config: &Value) -> String {
+    use clap::Parser;
+    let defaults = training_config(&crate::cli::Cli::parse_from(["dcgan-train"]).train);
+    let Value::Object(given) = config else {
+        return String::new();
+    };
+    let mut keys: Vec<&String> = given.keys().filter(|k| !RESUMABLE.contains(&k.as_str())).collect();
+    keys.sort();
+    let mut flags = Vec::new();
+    for k in keys {
+        let v = &given[k];
+        if Some(v) == defaults.get(k) {
+            continue;
+        }
+        let flag = format!("--{}", k.replace('_', "-"));
+        match v {
+            Value::Bool(true) => flags.push(flag),
+            Value::Bool(false) | Value::Null => {}
+            Value::String(s) if s.contains(char::is_whitespace) => flags.push(format!("{flag} '{s}'")),
+            Value::String(s) => flags.push(format!("{flag} {s}")),
+            other => flags.push(format!("{flag} {other}")),
+        }
+    }
+    flags.join(" ")
+}
+
 fn flatten(v: &Value, out: &mut serde_json::Map<String, Value>) {
     if let Value::Object(m) = v {
         for (k, v) in m {
@@ -113,6 +141,18 @@ mod tests {
         let mut v = vec!["dcgan-train"];
         v.extend_from_slice(line);
         crate::cli::Cli::parse_from(v).train
+    }
+
+    #[test]
+    fn the_flags_to_resume_with_give_back_the_same_options() {
+        let line =
+            ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "12", "--sync-bn", "--wire", "bf16"];
+        let config = training_config(&args(&line));
+        let flags = flags_beyond_defaults(&config);
+        assert_eq!(flags, "--batch-size 16 --data synthetic:256 --sync-bn --wire bf16", "{config}");
+        let again: Vec<&str> = flags.split(' ').collect();
+        assert_eq!(first_difference(&training_config(&args(&again)), &config, &RESUMABLE), None);
+        assert_eq!(flags_beyond_defaults(&training_config(&args(&[]))), "");
     }
 
     #[test]

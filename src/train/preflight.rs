@@ -1,7 +1,7 @@
 //! What every rank settles before training starts: the same options as rank 0, the same
 //! data, and (with `--resume`) a checkpoint this job can continue.
 
-use super::config::{RESUMABLE, first_difference, training_config};
+use super::config::{RESUMABLE, first_difference, flags_beyond_defaults, training_config};
 use super::job::Job;
 use crate::checkpoint::{self, Checkpoint};
 use crate::cli::TrainArgs;
@@ -79,8 +79,10 @@ pub fn load_resume(
             dir.display()
         );
     }
-    let ck = checkpoint::load(&checkpoint::resolve(dir)?, layouts)?;
-    let p = &ck.progress;
+    // The progress first: a run started with other options (another --image-size, say) is
+    // told which, rather than that its tensors do not fit.
+    let ck_dir = checkpoint::resolve(dir)?;
+    let p = &checkpoint::load_progress(&ck_dir)?;
     if p.ranks != job.world.size {
         bail!(
             "the checkpoint in {} was written by {} ranks and this job has {}: resume with mpiexec -n {} (the data order depends on the rank count)",
@@ -91,8 +93,10 @@ pub fn load_resume(
         );
     }
     if let Some(diff) = first_difference(&training_config(args), &p.config, &RESUMABLE) {
+        let flags = flags_beyond_defaults(&p.config);
+        let flags = if flags.is_empty() { "none beyond the defaults".to_string() } else { flags };
         bail!(
-            "--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with",
+            "--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with ({flags})",
             dir.display()
         );
     }
@@ -107,5 +111,5 @@ pub fn load_resume(
             args.epochs
         );
     }
-    Ok(ck)
+    checkpoint::load(&ck_dir, layouts)
 }

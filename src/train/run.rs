@@ -117,7 +117,10 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir)).map(Some),
     })?;
     if let Some(out) = outputs.as_mut() {
-        out.keep = crate::checkpoint::Keep::from_option(args.checkpoints.keep_checkpoints);
+        // A resume that does not say keeps what the run kept, not the default's one.
+        let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
+        let keep = args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1);
+        out.keep = crate::checkpoint::Keep::from_option(keep);
     }
 
     let buckets = plan_buckets(&model, p.bucket_bytes);

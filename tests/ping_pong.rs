@@ -1,0 +1,43 @@
+//! `ping-pong` under mpiexec, in a test binary of its own: cargo runs the tests of one
+//! binary at the same time, and the oversubscribed allreduce tests beside it would
+//! deschedule the ranks it times.
+
+mod common;
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
+
+/// ping-pong between two ranks: rank 1 makes as many round trips as rank 0 decided from its
+/// probe (a mismatch would hang, caught by the time limit, or mix sizes), the largest
+/// message takes longer than the smallest, the fit gives a positive per-byte time, and
+/// --iters fixes the count for every size.
+#[test]
+fn ping_pong_agrees_on_its_trips_and_fits_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("links.json");
+    let sizes = "4B,64KiB,1MiB,4MiB";
+    let limited = |args: &[&str]| {
+        let mut cmd = Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", BIN]).args(args);
+        common::run_limited(cmd, 120)
+    };
+    let o = limited(&["ping-pong", "--sizes", sizes, "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: dcgan_train::scaling::pingpong::LinkReport =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("ping-pong --json writes a LinkReport");
+    let bytes: Vec<usize> = report.points.iter().map(|p| p.bytes).collect();
+    assert_eq!(bytes, [4, 64 << 10, 1 << 20, 4 << 20]);
+    for p in &report.points {
+        assert!((5..=2000).contains(&p.round_trips), "{p:?}");
+        assert!(0.0 < p.one_way_us_min && p.one_way_us_min <= p.one_way_us_median, "{p:?}");
+    }
+    assert!(report.points[3].one_way_us_median > report.points[0].one_way_us_median, "{:?}", report.points);
+    assert!(report.beta_ns_per_byte > 0.0, "{report:?}");
+
+    let o = limited(&["ping-pong", "--sizes", sizes, "--iters", "20", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: dcgan_train::scaling::pingpong::LinkReport =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(report.points.iter().all(|p| p.round_trips == 20), "{:?}", report.points);
+}
