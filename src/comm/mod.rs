@@ -22,13 +22,13 @@ pub use allreduce::Algorithm;
 pub use engine::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
 
 use crate::cli::comm::{AllreduceChoice, CommArgs, Wire};
-use allreduce::select::{Policy, RulesFile};
+use allreduce::select::{Policy, RulesFile, SelectionTable};
 use anyhow::{Context, anyhow};
 use engine::Shared;
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 use transport::{Local, Transport, WaitPolicy};
 use worker::Worker;
@@ -158,13 +158,15 @@ fn open_transport() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> {
 /// Spawn the comm thread. Under mpiexec it initializes MPI on that thread; outside mpiexec or
 /// without the `mpi` feature: one rank, no MPI (every allreduce is a copy).
 pub fn start(cfg: CommConfig) -> anyhow::Result<CommHandle> {
-    spawn(cfg, open_transport)
+    spawn(cfg, open_transport)?.started()
 }
 
 /// `n` comm threads connected in this process (the Local transport): for tests of code that
 /// uses a `CommHandle`, one handle per simulated rank.
 pub fn start_local_group(n: usize, cfg: CommConfig) -> anyhow::Result<Vec<CommHandle>> {
-    Local::group(n)
+    // Every thread first, then the waits: starting is collective (the threads agree on the
+    // allreduce table), so a rank waited for before the next exists would wait forever.
+    let starting: Vec<Starting> = Local::group(n)
         .into_iter()
         .map(|t| {
             let rank = t.rank();
@@ -180,13 +182,29 @@ pub fn start_local_group(n: usize, cfg: CommConfig) -> anyhow::Result<Vec<CommHa
             };
             spawn(cfg.clone(), move || Ok((Box::new(t) as Box<dyn Transport>, world)))
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    starting.into_iter().map(Starting::started).collect()
+}
+
+/// A comm thread spawned and still opening its transport: the handle it becomes once the
+/// thread says who it is (`started`).
+struct Starting {
+    ready_rx: Receiver<anyhow::Result<(WorldInfo, SelectionTable)>>,
+    handle: Box<dyn FnOnce(WorldInfo, SelectionTable) -> CommHandle>,
+}
+
+impl Starting {
+    /// Wait until the thread serves requests, or for its start's error.
+    fn started(self) -> anyhow::Result<CommHandle> {
+        let (world, table) = self.ready_rx.recv().map_err(|_| anyhow!("the comm thread died while starting"))??;
+        Ok((self.handle)(world, table))
+    }
 }
 
 fn spawn(
     cfg: CommConfig,
     make: impl FnOnce() -> anyhow::Result<(Box<dyn Transport>, WorldInfo)> + Send + 'static,
-) -> anyhow::Result<CommHandle> {
+) -> anyhow::Result<Starting> {
     let policy = WaitPolicy::new(cfg.stall_timeout);
     let policy_text = cfg.policy.describe();
     let shared = Arc::new(Shared {
@@ -205,9 +223,9 @@ fn spawn(
         .name("comm".into())
         .spawn(move || {
             let opened = make().and_then(|(mut t, world)| {
+                t.set_policy(policy);
                 // Each host reads its own --allreduce-tuning file, which may lack this rank
                 // count: a rank that returned alone would leave the others waiting for it.
-                t.set_policy(policy);
                 let table = cfg.policy.table_on(t.size(), t.hosts());
                 let table = helpers::agree(&mut *t, table, transport::TAG_SETUP)?;
                 Ok((t, world, table))
@@ -235,17 +253,18 @@ fn spawn(
             .run(rx);
         })
         .context("cannot start the comm thread")?;
-    let (world, table) = ready_rx.recv().map_err(|_| anyhow!("the comm thread died while starting"))??;
-    Ok(CommHandle {
+    let (fragment_bytes, stall_timeout) = (cfg.fragment_bytes, cfg.stall_timeout);
+    let handle = Box::new(move |world, table| CommHandle {
         world,
         tx,
         shared,
         table,
         policy_text,
-        fragment_bytes: cfg.fragment_bytes,
-        stall_timeout: cfg.stall_timeout,
+        fragment_bytes,
+        stall_timeout,
         thread: Some(thread),
-    })
+    });
+    Ok(Starting { ready_rx, handle })
 }
 
 /// Run `f` on a freshly started comm thread that owns the transport (MPI under mpiexec), then
