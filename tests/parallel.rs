@@ -133,6 +133,10 @@ fn replicas_stay_identical_for_every_allreduce() {
         err.contains("--check-consistency") && err.contains("holds other parameters than rank 0, first in"),
         "{err}"
     );
+    assert!(
+        err.contains("as expected with --no-exchange") && !err.contains("nondeterministic hardware"),
+        "the drift is named as --no-exchange's, not blamed on the hardware: {err}"
+    );
 }
 
 /// Two 2-rank runs of `steps` steps on the same data, without and with `flag`; their run

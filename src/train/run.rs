@@ -272,7 +272,8 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
             }
             if p.check_consistency > 0 && trainer.step % p.check_consistency == 0 {
                 trainer.finish_pending();
-                sync::check_consistency(job, &trainer.be, [&trainer.model.g, &trainer.model.d], trainer.step)?;
+                let nets = [&trainer.model.g, &trainer.model.d];
+                sync::check_consistency(job, &trainer.be, nets, trainer.step, !p.no_exchange)?;
             }
             if last.stop {
                 // Out of the epoch, but through its end's bookkeeping should this step have

@@ -63,7 +63,8 @@ fn tensor_hashes<B: Backend>(be: &B, store: &ParamStore<B>) -> Vec<(String, u64)
 
 /// Compare every rank's parameters with rank 0's; every rank fails if any differs, and a
 /// differing rank names the first tensor that does.
-pub fn check_consistency<B: Backend>(job: &Job, be: &B, nets: [&Net<B>; 2], step: u64) -> Result<()> {
+/// `exchanging`: whether gradients are averaged at all (without, the drift is expected).
+pub fn check_consistency<B: Backend>(job: &Job, be: &B, nets: [&Net<B>; 2], step: u64, exchanging: bool) -> Result<()> {
     let mut mine = Vec::new();
     for net in nets {
         for (name, h) in tensor_hashes(be, &net.store) {
@@ -74,9 +75,13 @@ pub fn check_consistency<B: Backend>(job: &Job, be: &B, nets: [&Net<B>; 2], step
     let root = job.comm.broadcast_bytes(0, bytes)?;
     let first_diff = mine.iter().zip(root.chunks_exact(8)).find(|((_, h), r)| h.to_le_bytes() != **r);
     // Every rank must reach the agreement, the differing ones too.
+    let why = match exchanging {
+        true => "a rank computed differently (nondeterministic hardware or a bug); rerun to see whether it repeats",
+        false => "as expected with --no-exchange, whose ranks never average their gradients",
+    };
     let result = match first_diff {
         Some(((name, _), _)) => Err(anyhow!(
-            "--check-consistency: after step {step}, rank {} holds other parameters than rank 0, first in {name}: a rank computed differently (nondeterministic hardware or a bug); rerun to see whether it repeats",
+            "--check-consistency: after step {step}, rank {} holds other parameters than rank 0, first in {name}: {why}",
             job.world.rank
         )),
         None => Ok(()),
