@@ -89,15 +89,7 @@ fn saving_the_same_step_again_never_replaces_the_latest_in_place() {
 #[test]
 fn saves_keep_the_newest_n_or_all() {
     let (g, d) = layouts();
-    let names = |dir: &std::path::Path| {
-        let mut v: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .filter(|n| n.starts_with("step-"))
-            .collect();
-        v.sort();
-        v
-    };
+    let names = common::checkpoint_names;
     let dir = tempfile::tempdir().unwrap();
     let mut ck = sample_checkpoint(&g, &d);
     for step in [10, 20, 30, 30, 40] {

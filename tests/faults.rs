@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{final_weights, mpirun, run_limited, step_records};
+use common::{checkpoint_names, final_weights, mpirun, run_limited, step_records};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,12 +70,7 @@ fn a_run_ending_at_an_epoch_end_writes_its_checkpoint_once() {
     let mut args = args.to_vec();
     args.extend(["--stall-timeout", "20s", "--out", path(&run)]);
     ok(mpirun(2, &args, 300));
-    let names: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    assert_eq!(names, ["step-00000008"], "one checkpoint of the last step, written once");
+    assert_eq!(checkpoint_names(&run), ["step-00000008"], "one checkpoint of the last step, written once");
 }
 
 /// A stop asked for in the run's last step (a signal that lands there; the test hook aims it)
@@ -118,15 +113,7 @@ fn a_resume_keeps_the_runs_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("r");
     let base = ["--data", "synthetic:64", "--batch-size", "8", "--checkpoint-every", "2", "--no-progress"];
-    let names = || {
-        let mut v: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .filter(|n| n.starts_with("step-"))
-            .collect();
-        v.sort();
-        v
-    };
+    let names = || checkpoint_names(&run);
     let mut args = base.to_vec();
     args.extend(["--max-steps", "6", "--keep-checkpoints", "3", "--out", path(&run)]);
     ok(mpirun(1, &args, 120));

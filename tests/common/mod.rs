@@ -107,6 +107,17 @@ pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process
     std::process::Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
 }
 
+/// The checkpoint directories (`step-...`) of the run in `run`, sorted by name.
+pub fn checkpoint_names(run: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The step records of a run's metrics.jsonl, as written.
 pub fn timed_step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
