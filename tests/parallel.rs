@@ -444,6 +444,20 @@ fn bad_parallel_input_fails_on_every_rank_without_hanging() {
         assert!(!out.join("metrics.jsonl").exists(), "{err}");
     }
 
+    // Building the model failing on one rank alone (on a GPU: its memory), on either rank:
+    // the others learn it in the agreement that follows, and only the failing rank speaks.
+    for failing in ["0", "1"] {
+        let mut cmd = std::process::Command::new("mpiexec");
+        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", bin]).args(small).args(["--out", path(&out)]);
+        cmd.env("DCGAN_TEST_FAIL_BUILD_ON_RANK", failing);
+        let o = common::run_limited(cmd, 60);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        let line = format!("building the model failed on rank {failing}");
+        assert_eq!(err.matches(&line).count(), 1, "rank {failing}: {err}");
+        assert!(!err.contains("panicked") && !out.join("metrics.jsonl").exists(), "{err}");
+    }
+
     // An option that may differ between ranks (--threads) failing on one rank alone: the
     // others learn it in the next collective, none waits in one the failing rank never joins.
     let short = ["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "2", "--out", path(&out)];

@@ -100,10 +100,12 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let batch = settings.per_rank_batch;
 
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
-    let mut model = job.agree(
-        Dcgan::new(&be, size, batch, m.seed)
+    let built = match test_fail_build(world.rank) {
+        true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
+        false => Dcgan::new(&be, size, batch, m.seed)
             .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
-    )?;
+    };
+    let mut model = job.agree(built)?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let resume = args.checkpoints.resume.is_some();
@@ -371,6 +373,12 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// For the test of a failure on one rank alone while the others build their model (on a
+/// GPU: its memory): `DCGAN_TEST_FAIL_BUILD_ON_RANK=r`.
+fn test_fail_build(rank: usize) -> bool {
+    std::env::var("DCGAN_TEST_FAIL_BUILD_ON_RANK").ok().and_then(|v| v.parse::<usize>().ok()) == Some(rank)
 }
 
 /// For the test of a stop that lands on the run's last step (a signal cannot be aimed that
