@@ -10,6 +10,9 @@ use crate::report::png::write_grid;
 use crate::train::noise::fixed_noise;
 use anyhow::{Result, bail};
 
+/// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
+const OTHER_NOISE: u64 = 0x73616d70;
+
 pub fn run(args: SampleArgs) -> Result<()> {
     let dir = checkpoint::resolve(&args.checkpoint)?;
     let size = checkpoint::image_size_of(&dir)?;
@@ -27,11 +30,11 @@ pub fn run(args: SampleArgs) -> Result<()> {
     // Without --seed: the noise of the run's own sample grids (its first 64 images are the
     // grid the run drew with these weights); --seed picks other noise.
     let (noise, whose) = match args.seed {
-        Some(seed) => (fixed_noise(seed_for(seed, 0x73616d70), n, NZ), format!("--seed {seed}")),
+        Some(seed) => (fixed_noise(seed_for(seed, OTHER_NOISE), n, NZ), format!("--seed {seed}")),
         None => match checkpoint::load_progress(&dir) {
             Ok(p) => (fixed_noise(p.seed, n, NZ), format!("the run's grid noise (its seed {})", p.seed)),
             // A generator on its own (G.safetensors, no optimizer file) has no run to ask.
-            Err(_) => (fixed_noise(seed_for(0, 0x73616d70), n, NZ), "--seed 0 (no run's seed beside it)".into()),
+            Err(_) => (fixed_noise(seed_for(0, OTHER_NOISE), n, NZ), "--seed 0 (no run's seed beside it)".into()),
         },
     };
     let mut z = vec![0.0f32; NZ * n];

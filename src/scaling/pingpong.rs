@@ -107,9 +107,9 @@ fn iters_for(t: &mut dyn Transport, bytes: usize) -> Result<u64, CommError> {
         Ok(iters)
     } else {
         let v = t.recv_vec(0, TAG_BENCH)?;
-        let bytes: [u8; 8] =
+        let count: [u8; 8] =
             v.as_slice().try_into().map_err(|_| CommError::Protocol("ping-pong: a bad trip count".into()))?;
-        Ok(u64::from_le_bytes(bytes))
+        Ok(u64::from_le_bytes(count))
     }
 }
 

@@ -46,7 +46,7 @@ pub struct Outputs {
     pub dir: PathBuf,
     metrics: JsonlWriter,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
-    pub keep: checkpoint::Keep,
+    keep: checkpoint::Keep,
 }
 
 /// The default run directory, runs/<local time>.
@@ -55,8 +55,9 @@ pub fn default_dir() -> PathBuf {
 }
 
 impl Outputs {
-    /// A fresh run directory; refuses one that already holds a run.
-    pub fn create(dir: &Path) -> Result<Outputs> {
+    /// A fresh run directory, whose checkpoints are kept as `keep` says; refuses one that
+    /// already holds a run.
+    pub fn create(dir: &Path, keep: checkpoint::Keep) -> Result<Outputs> {
         if dir.join("metrics.jsonl").exists() {
             // A run that ended before its first checkpoint cannot be continued: say so here,
             // not after the user tries --resume.
@@ -75,13 +76,13 @@ impl Outputs {
         std::fs::create_dir_all(dir.join("samples"))
             .with_context(|| format!("cannot create --out {}", dir.display()))?;
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep: checkpoint::Keep::Latest(1) })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep })
     }
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
     /// completed epochs: records the interrupted run wrote after that point are dropped (the
     /// resumed run writes them again, with the same values).
-    pub fn resume(dir: &Path, step: u64, epoch: u64) -> Result<Outputs> {
+    pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep) -> Result<Outputs> {
         let path = dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let kept: String = text
@@ -98,7 +99,7 @@ impl Outputs {
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
         let samples = dir.join("samples");
         std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep: checkpoint::Keep::Latest(1) })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep })
     }
 
     pub fn step(&mut self, rec: &StepRecord) -> Result<()> {

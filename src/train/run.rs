@@ -14,7 +14,7 @@ use super::summary::{Baseline, RunFacts, build_summary};
 use super::sync;
 use super::timeline::Timeline;
 use crate::backend::Backend;
-use crate::checkpoint::{Checkpoint, Progress};
+use crate::checkpoint::{Checkpoint, Keep, Progress};
 use crate::cli::TrainArgs;
 use crate::comm::CommConfig;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
@@ -110,20 +110,17 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let resume = args.checkpoints.resume.is_some();
     let ck = job.agree(if root && resume { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
+    // A resume that does not say keeps what the run kept, not the default's one.
+    let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
+    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1));
     let mut outputs = job.agree(match (root, &ck) {
         (false, _) => Ok(None),
         (true, Some(ck)) => {
-            Outputs::resume(args.checkpoints.resume.as_ref().expect("resuming"), ck.progress.step, ck.progress.epoch)
-                .map(Some)
+            let dir = args.checkpoints.resume.as_ref().expect("resuming");
+            Outputs::resume(dir, ck.progress.step, ck.progress.epoch, keep).map(Some)
         }
-        (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir)).map(Some),
+        (true, None) => Outputs::create(&args.out.clone().unwrap_or_else(default_dir), keep).map(Some),
     })?;
-    if let Some(out) = outputs.as_mut() {
-        // A resume that does not say keeps what the run kept, not the default's one.
-        let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
-        let keep = args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1);
-        out.keep = crate::checkpoint::Keep::from_option(keep);
-    }
 
     let buckets = plan_buckets(&model, p.bucket_bytes);
     let exchange: Box<dyn Exchange<B>> = if world.size == 1 {
@@ -226,10 +223,7 @@ fn train_on<B: Backend>(job: &Job, args: &TrainArgs, be: B) -> Result<()> {
         let span = EpochSpan::of(first, steps_per_epoch, trainer.step, max_steps);
         let mut bar = ProgressBar::new(mode, epoch, epochs_reached, span);
         let mut steps_in_epoch = 0u64;
-        for i in first..steps_per_epoch {
-            if trainer.step >= max_steps {
-                break;
-            }
+        for i in span.first..span.end {
             let t0 = Instant::now();
             let (cpu0, delay0) = (thread_cpu_time(), run_delay.as_ref().and_then(RunDelayClock::read));
             let waited_before = trainer.waited();
