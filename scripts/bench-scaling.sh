@@ -2,7 +2,7 @@
 # The weak-scaling measurement of the MPI paper on an emulated cluster (scripts/cluster-emulate.sh):
 # 1, 2 and 4 hosts (or --hosts), one rank per host, the same batch per rank, links shaped to --rate.
 #
-#   scripts/bench-scaling.sh [--rate 1gbit] [--burst SIZE] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
+#   scripts/bench-scaling.sh [--rate 1gbit] [--segment SIZE] [--burst SIZE] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
 #                            [--train-args "--wire bf16"] [--hosts 1,2,4]
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #
@@ -14,7 +14,8 @@
 #
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
 #    must be within 3x of the former), then on the shaped links (bandwidth within 10% of --rate;
-#    --burst sets their token bucket, see cluster-emulate.sh for the default and its trade-off).
+#    --segment and --burst set their segments and token bucket, see cluster-emulate.sh for the
+#    defaults and their trade-off).
 # 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
 # 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
@@ -42,7 +43,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-RATE=1gbit BURST="" STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
+RATE=1gbit BURST="" SEGMENT="" STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
 MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
@@ -54,6 +55,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --rate) RATE="${2:?--rate needs a value}"; shift 2 ;;
         --burst) BURST="${2:?--burst needs a size, e.g. 16KiB}"; shift 2 ;;
+        --segment) SEGMENT="${2:?--segment needs a size, e.g. 16KiB}"; shift 2 ;;
         --steps) STEPS="${2:?--steps needs a value}"; shift 2 ;;
         --repeats) REPEATS="${2:?--repeats needs a value}"; shift 2 ;;
         --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
@@ -87,7 +89,7 @@ done
 [[ ",$MODES_ARG," == *,overlap,* ]] || die "--modes '$MODES_ARG': include overlap (the runs the speedup is measured on)"
 
 # Fail before anything long runs.
-"$HERE/cluster-emulate.sh" up "${HOSTS[-1]}" --rate "$RATE" ${BURST:+--burst "$BURST"} --check || exit 1
+"$HERE/cluster-emulate.sh" up "${HOSTS[-1]}" --rate "$RATE" ${SEGMENT:+--segment "$SEGMENT"} ${BURST:+--burst "$BURST"} --check || exit 1
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces): run it as root"
 command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
 python3 -c 'import matplotlib' 2>/dev/null \
@@ -111,13 +113,13 @@ cleanup
 
 {
     environment_header
-    echo "settings: --rate $RATE${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
+    echo "settings: --rate $RATE${SEGMENT:+ --segment $SEGMENT}${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 
 log "1/6 link checks (unshaped, then $RATE)"
 "$CLUSTER" up 2 --name "${NAME}u" 2>&1 | tee "$OUT/links-unshaped.txt"
 "$CLUSTER" down --name "${NAME}u" >/dev/null
-"$CLUSTER" up "${HOSTS[-1]}" --rate "$RATE" ${BURST:+--burst "$BURST"} --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
+"$CLUSTER" up "${HOSTS[-1]}" --rate "$RATE" ${SEGMENT:+--segment "$SEGMENT"} ${BURST:+--burst "$BURST"} --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
 
 run() { "$CLUSTER" run --name "$NAME" "$@"; }
 

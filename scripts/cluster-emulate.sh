@@ -5,12 +5,13 @@
 # hosts through a launch agent that enters their namespaces (instead of ssh); MPI talks TCP
 # between hosts (no shared memory), so `mpiexec --hostfile` runs across real network stacks.
 #
-#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--burst 32KiB] [--slots S] [--name NAME]
-#                                   [--subnet 10.213.0] [--no-probe] [--check]
+#   scripts/cluster-emulate.sh up K [--rate 1gbit] [--segment 64KiB] [--burst 128KiB] [--slots S]
+#                                   [--name NAME] [--subnet 10.213.0] [--no-probe] [--check]
 #                                   # --check: only check the options; --slots: ranks per host
 #   scripts/cluster-emulate.sh run [--name NAME] [-n N] -- PROGRAM [ARGS...]
 #   scripts/cluster-emulate.sh probe [--name NAME]     # the link checks `up` prints
-#   scripts/cluster-emulate.sh reshape [--name NAME] --burst SIZE|default   # every link's bucket
+#   scripts/cluster-emulate.sh reshape [--name NAME] [--segment SIZE] [--burst SIZE|default]
+#                                   # every link's segments and bucket, the rate unchanged
 #   scripts/cluster-emulate.sh status [--name NAME]
 #   scripts/cluster-emulate.sh down [--name NAME]
 #
@@ -23,10 +24,12 @@
 # all of it, and ends what still runs inside the namespaces; it is safe to call twice and
 # after a failed `up` or `run`.
 #
-# Links: tc tbf sets the rate, with a token bucket of --burst bytes (default: two 16 KiB
-# segments, or 250 us at the rate where that is more; see burst_bytes for the trade-off); this
-# kind of machine's kernel has no netem, so no delay is added and a link keeps the veth's own
-# latency (tens of microseconds through the TCP stack).
+# Links: tc tbf sets the rate, with a token bucket of --burst bytes (default: two segments, or
+# 250 us at the rate where that is more); the stack hands each link segments of at most
+# --segment bytes (default 64 KiB, what TSO and GRO hand a real NIC's driver and stack). See
+# SEGMENT_DEFAULT and burst_bytes for the trade-off between the two. This kind of machine's
+# kernel has no netem, so no delay is added and a link keeps the veth's own latency (tens of
+# microseconds through the TCP stack).
 # Without --rate the links are unshaped (as fast as the kernel copies).
 # --slots S (default 1) gives each host S ranks, like a machine with S GPUs: ranks of one host
 # talk through Open MPI's shared memory (vader), ranks of different hosts through the links.
@@ -73,24 +76,28 @@ load_state() {
     . "$s/settings"
 }
 
-# tbf burst in bytes (the default of --burst): two of the largest segments the stack hands the
-# link (GSO_MAX below), or 250 us at the rate where that is more. The bucket fills while a
-# direction idles and then lets that much through at memory speed, which no real link does:
-# with 128 KiB a 64 KiB message took 1/6 of its 1 Gbit/s time, and with 32 KiB the binomial
-# tree, whose two directions take turns, runs 64 KiB allreduces at 0.70x of the cost model.
-# One segment (--burst 16KiB) brings the tree to 0.85x, but the bucket is also what lets the
-# link keep its rate when tbf's timer fires late on a busy machine: with 16 KiB, training on
-# two shared cores spent 19% longer in the exchange and 44% more comm-thread CPU, and a 1 MiB
-# allreduce beside two busy loops took 27-32 ms instead of 19 (docs/measurements/2026-11-23/
-# tbf-burst.txt). Training keeps the cores busy, so the default keeps two segments. Even the
-# allreduce benchmark alone keeps them busy (its ranks poll): with one segment and the tree's
-# one-way turns among the other algorithms, 1 MiB allreduces ran at 1.0x or at 1.5-2x of the
-# model from call to call (docs/measurements/2026-11-24/tbf-reshape.txt).
-GSO_MAX=16384
-burst_bytes() {
-    local bits="$1" b
+# Segments (GSO) of at most this many bytes on shaped links, the default of --segment. Each
+# segment costs the machine running the emulation a pass through both hosts' TCP stacks and the
+# switch, and usually a tbf timer at each of its two hops: in a VM guest, an interrupt taken
+# from whichever rank computes on that core. 16 KiB segments took ~800 per 2-host training
+# step; 64 KiB, what TSO and GRO hand a real host's stack, a third of that, and each step ran
+# 0.95x as long (docs/measurements/2026-11-27/segment-size.txt). The price is the bucket below.
+SEGMENT_DEFAULT=65536
+SEGMENT_MAX=65536   # the largest segment a veth takes (without BIG TCP)
+
+# tbf burst in bytes (the default of --burst): two segments, or 250 us at the rate where that
+# is more. The bucket fills while a direction idles and then lets that much through at memory
+# speed, which no real link does: with 128 KiB a one-way 256 KiB message takes 0.56x its
+# 1 Gbit/s time (0.90x with 32 KiB), and the binomial tree, whose directions take turns, runs
+# 256 KiB allreduces at 0.68x of the cost model (0.94x); rd, vhd and ring keep both directions
+# busy and stay on it. One segment is not enough: the bucket is also what keeps the rate when
+# tbf's timer fires late on a busy machine (one 16 KiB segment: 19% longer in the exchange,
+# docs/measurements/2026-11-23/tbf-burst.txt; one 64 KiB segment: five times the timers and a
+# 1.08x longer step, segment-size.txt).
+burst_bytes() { # bit/s segment-bytes
+    local bits="$1" seg="$2" b
     b=$((bits / 8 / 4000))
-    [ "$b" -ge $((2 * GSO_MAX)) ] || b=$((2 * GSO_MAX))
+    [ "$b" -ge $((2 * seg)) ] || b=$((2 * seg))
     echo "$b"
 }
 
@@ -114,16 +121,31 @@ rate_bits() {
 }
 
 # "32KiB", "1MiB", "20000" (bytes) -> bytes
-size_bytes() {
-    with_unit "$1" --burst size "16KiB, 32KiB or 65536" =1 B=1 KiB=1024 MiB=1048576
+size_bytes() { # VALUE OPTION
+    with_unit "$1" "$2" size "16KiB, 32KiB or 65536" =1 B=1 KiB=1024 MiB=1048576
 }
 
-# --burst's size in bytes, or the reason it cannot be a bucket.
-burst_arg() {
-    local b; b="$(size_bytes "$1")"
+# --burst's size in bytes, or the reason it cannot be a bucket for segments of SEGMENT bytes.
+burst_arg() { # value segment-bytes
+    local b; b="$(size_bytes "$1" --burst)"
     # A bucket smaller than one full-size packet could never send it.
     [ "$b" -ge 2048 ] || die "--burst $1 is smaller than one packet: use at least 2KiB"
+    # tbf would cut every larger segment into MTU-size packets in software.
+    [ "$b" -ge "$2" ] || die "--burst $1 is smaller than a segment ($2 bytes): tbf would cut every segment in software; add --segment $1 (or less), or give a larger --burst"
     echo "$b"
+}
+
+# --segment's size in bytes, or the reason the stack cannot hand a link segments of it.
+segment_arg() {
+    local b; b="$(size_bytes "$1" --segment)"
+    [ "$b" -ge 2048 ] && [ "$b" -le "$SEGMENT_MAX" ] \
+        || die "--segment $1: give 2KiB to 64KiB (the largest segment a veth takes)"
+    echo "$b"
+}
+
+# Segments of at most SEGMENT bytes on one end of a link (a veth would otherwise take 64 KiB).
+segment_link() { # namespace device segment-bytes
+    ip -n "$1" link set "$2" gso_max_size "$3"
 }
 
 shape() { # namespace device bit/s burst-bytes
@@ -134,12 +156,14 @@ shape() { # namespace device bit/s burst-bytes
 }
 
 cmd_up() {
-    local k="" rate="" burst="" subnet="10.213.0" probe=1 check=0 slots=1
+    local k="" rate="" burst="" segment="" subnet="10.213.0" probe=1 check=0 slots=1
     while [ $# -gt 0 ]; do
         case "$1" in
             --rate) rate="${2:?--rate needs a value, e.g. 1gbit}"; shift 2 ;;
             --burst) burst="${2:?--burst needs a size, e.g. 32KiB}"; shift 2 ;;
             --burst=*) burst="${1#--burst=}"; shift ;;
+            --segment) segment="${2:?--segment needs a size, e.g. 64KiB}"; shift 2 ;;
+            --segment=*) segment="${1#--segment=}"; shift ;;
             --rate=*) rate="${1#--rate=}"; shift ;;
             --subnet) subnet="${2:?--subnet needs the first three octets, e.g. 10.213.0}"; shift 2 ;;
             --slots) slots="${2:?--slots needs a rank count per host, e.g. 2}"; shift 2 ;;
@@ -157,12 +181,18 @@ cmd_up() {
     [[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet': give three octets, e.g. 10.213.0"
     local bits=""
     [ -z "$rate" ] || bits="$(rate_bits "$rate")"
-    local burst_b=""
+    local burst_b="" segment_b=""
+    if [ -n "$segment" ]; then
+        [ -n "$rate" ] || die "--segment $segment shapes nothing without --rate: add e.g. --rate 1gbit"
+        segment_b="$(segment_arg "$segment")"
+    elif [ -n "$bits" ]; then
+        segment_b="$SEGMENT_DEFAULT"
+    fi
     if [ -n "$burst" ]; then
         [ -n "$rate" ] || die "--burst $burst shapes nothing without --rate: add e.g. --rate 1gbit"
-        burst_b="$(burst_arg "$burst")"
+        burst_b="$(burst_arg "$burst" "$segment_b")"
     elif [ -n "$bits" ]; then
-        burst_b="$(burst_bytes "$bits")"
+        burst_b="$(burst_bytes "$bits" "$segment_b")"
     fi
     [ "$check" = 0 ] || return 0
     need_tools
@@ -201,9 +231,8 @@ cmd_up() {
         ip -n "$sw" link set "p$i" master br0
         ip -n "$sw" link set "p$i" up
         if [ -n "$bits" ]; then
-            # Segments of at most GSO_MAX bytes (veth would otherwise pass 64 KiB ones).
-            ip -n "$ns" link set eth0 gso_max_size "$GSO_MAX"
-            ip -n "$sw" link set "p$i" gso_max_size "$GSO_MAX"
+            segment_link "$ns" eth0 "$segment_b"
+            segment_link "$sw" "p$i" "$segment_b"
             shape "$ns" eth0 "$bits" "$burst_b"       # host -> switch
             shape "$sw" "p$i" "$bits" "$burst_b"      # switch -> host
         fi
@@ -235,9 +264,10 @@ SUBNET=$subnet
 RATE=${rate:-unshaped}
 RATE_BITS=${bits:-0}
 BURST_BYTES=${burst_b:-0}
+SEGMENT_BYTES=${segment_b:-0}
 EOF
     trap - ERR
-    say "up: $k host(s) h1..h$k ($slots rank(s) each) on $subnet.0/24, links ${rate:-unshaped}${burst_b:+ (token bucket $burst_b bytes)}; hostfile $s/hostfile"
+    say "up: $k host(s) h1..h$k ($slots rank(s) each) on $subnet.0/24, links ${rate:-unshaped}${burst_b:+ (segments of $segment_b bytes, token bucket $burst_b bytes)}; hostfile $s/hostfile"
     if [ "$probe" = 1 ]; then cmd_probe; fi
 }
 
@@ -342,39 +372,52 @@ cmd_probe() {
     fi
 }
 
-# A new token bucket on every link of a cluster that is up, the rate unchanged: buckets can be
-# compared taking turns on one cluster, in one sitting of a noisy machine.
+# New segments or a new token bucket on every link of a cluster that is up, the rate unchanged:
+# settings can be compared taking turns on one cluster, in one sitting of a noisy machine. A
+# new --segment without --burst takes its default bucket (two segments).
 cmd_reshape() {
-    local burst=""
+    local burst="" segment=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --burst) burst="${2:?--burst needs a size, e.g. 16KiB, or default}"; shift 2 ;;
             --burst=*) burst="${1#--burst=}"; shift ;;
-            *) die "reshape: unknown option '$1': write $0 reshape --burst SIZE|default" ;;
+            --segment) segment="${2:?--segment needs a size, e.g. 16KiB}"; shift 2 ;;
+            --segment=*) segment="${1#--segment=}"; shift ;;
+            *) die "reshape: unknown option '$1': write $0 reshape [--segment SIZE] [--burst SIZE|default]" ;;
         esac
     done
-    [ -n "$burst" ] || die "reshape: give the new bucket: $0 reshape --burst 16KiB (or --burst default)"
+    [ -n "$burst$segment" ] || die "reshape: give new segments or a new bucket: $0 reshape --segment 16KiB (or --burst 32KiB, or --burst default)"
     need_tools
     load_state
     [ "$RATE_BITS" != 0 ] || die "reshape: the links of '$NAME' are unshaped: bring it up with --rate to give them a bucket"
-    local burst_b
-    if [ "$burst" = default ]; then
-        burst_b="$(burst_bytes "$RATE_BITS")"
+    # Clusters brought up before --segment existed used 16 KiB segments.
+    local segment_b="${SEGMENT_BYTES:-16384}" burst_b
+    [ -z "$segment" ] || segment_b="$(segment_arg "$segment")"
+    if [ -z "$burst" ] || [ "$burst" = default ]; then
+        burst_b="$(burst_bytes "$RATE_BITS" "$segment_b")"
     else
-        burst_b="$(burst_arg "$burst")"
+        burst_b="$(burst_arg "$burst" "$segment_b")"
     fi
     for i in $(seq 1 "$K"); do
+        segment_link "$(ns_host "$i")" eth0 "$segment_b"
+        segment_link "$(ns_switch)" "p$i" "$segment_b"
         shape "$(ns_host "$i")" eth0 "$RATE_BITS" "$burst_b"
         shape "$(ns_switch)" "p$i" "$RATE_BITS" "$burst_b"
     done
-    sed -i "s/^BURST_BYTES=.*/BURST_BYTES=$burst_b/" "$(state)/settings"
-    say "reshape: links of '$NAME' at $RATE with a token bucket of $burst_b bytes"
+    local settings; settings="$(state)/settings"
+    sed -i "s/^BURST_BYTES=.*/BURST_BYTES=$burst_b/" "$settings"
+    if grep -q '^SEGMENT_BYTES=' "$settings"; then
+        sed -i "s/^SEGMENT_BYTES=.*/SEGMENT_BYTES=$segment_b/" "$settings"
+    else
+        echo "SEGMENT_BYTES=$segment_b" >>"$settings"
+    fi
+    say "reshape: links of '$NAME' at $RATE with segments of $segment_b bytes and a token bucket of $burst_b bytes"
 }
 
 cmd_status() {
     load_state
     local bucket=""
-    [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (token bucket $BURST_BYTES bytes)"
+    [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (segments of ${SEGMENT_BYTES:-16384} bytes, token bucket $BURST_BYTES bytes)"
     echo "cluster '$NAME': $K host(s) with ${SLOTS:-1} slot(s) each, links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
     if bridge_nf_loaded; then
         if kernel_at_least 5 3; then
@@ -385,11 +428,17 @@ cmd_status() {
     fi
     for i in $(seq 1 "$K"); do
         local ns; ns="$(ns_host "$i")"
-        printf 'h%s  %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \
-            "$(ip netns exec "$ns" tc qdisc show dev eth0 | head -1)"
+        printf 'h%s  %s  segments %s  %s\n' "$i" "$(ip -n "$ns" -br addr show eth0 | awk '{print $3}')" \
+            "$(link_segment "$ns" eth0)" "$(ip netns exec "$ns" tc qdisc show dev eth0 | head -1)"
         # The switch's end of the same link, which shapes the direction towards the host.
-        printf '  p%s (switch -> h%s)  %s\n' "$i" "$i" "$(ip netns exec "$(ns_switch)" tc qdisc show dev "p$i" | head -1)"
+        printf '  p%s (switch -> h%s)  segments %s  %s\n' "$i" "$i" "$(link_segment "$(ns_switch)" "p$i")" \
+            "$(ip netns exec "$(ns_switch)" tc qdisc show dev "p$i" | head -1)"
     done
+}
+
+# The largest segment the stack hands one end of a link (its gso_max_size), in bytes.
+link_segment() { # namespace device
+    ip -n "$1" -d link show "$2" | grep -o 'gso_max_size [0-9]*' | awk '{print $2}'
 }
 
 cmd_down() {

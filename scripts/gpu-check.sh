@@ -336,7 +336,7 @@ have_ompi() {
 # report is written only at the end, so if a call's time is in doubt, make the first one
 # SCALING_ARGS='--repeats 1 --train-args "--device cpu --wire bf16"'. SCALING_ARGS replaces
 # every option but --steps 30 and --out (for example, a later call with
-# SCALING_ARGS='--repeats 3 --burst 16KiB --train-args "--device cpu --wire bf16"').
+# SCALING_ARGS='--repeats 3 --segment 16KiB --train-args "--device cpu --wire bf16"').
 stage_scaling() {
   have_bin dcgan-train-mpi scaling || return
   have_ompi scaling || return

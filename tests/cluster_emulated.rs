@@ -83,9 +83,10 @@ impl Cluster {
         run_limited(cmd, 300)
     }
 
-    /// `cluster-emulate.sh reshape --burst SIZE`: a new token bucket on every link.
-    fn reshape(&self, burst: &str) {
-        let o = Command::new(script()).args(["reshape", "--name", &self.name, "--burst", burst]).output().unwrap();
+    /// `cluster-emulate.sh reshape ARGS` (`--burst SIZE`, `--segment SIZE`): new segments or a
+    /// new token bucket on every link.
+    fn reshape(&self, args: &[&str]) {
+        let o = Command::new(script()).args(["reshape", "--name", &self.name]).args(args).output().unwrap();
         assert!(o.status.success(), "cluster-emulate reshape failed:\n{}", String::from_utf8_lossy(&o.stderr));
     }
 
@@ -96,9 +97,9 @@ impl Cluster {
         String::from_utf8_lossy(&o.stdout).to_string()
     }
 
-    /// Every shaped end of every link (the host's and the switch port's) as `tc` reports it:
-    /// (rate, burst in bytes).
-    fn shaping(&self) -> Vec<(String, u64)> {
+    /// Every shaped end of every link (the host's and the switch port's) as `tc` and `ip`
+    /// report it: (rate, burst in bytes, largest segment in bytes).
+    fn shaping(&self) -> Vec<(String, u64, u64)> {
         let text = self.status();
         let word_after = |line: &str, key: &str| {
             let words: Vec<&str> = line.split_whitespace().collect();
@@ -109,7 +110,8 @@ impl Cluster {
             .map(|l| {
                 let rate = word_after(l, "rate").unwrap_or_else(|| panic!("no rate in: {l}"));
                 let burst = word_after(l, "burst").unwrap_or_else(|| panic!("no burst in: {l}"));
-                (rate, tc_bytes(&burst))
+                let segment = word_after(l, "segments").unwrap_or_else(|| panic!("no segments in: {l}"));
+                (rate, tc_bytes(&burst), segment.parse().unwrap_or_else(|_| panic!("segments of '{segment}' in: {l}")))
             })
             .collect()
     }
@@ -132,6 +134,12 @@ impl Drop for Cluster {
 }
 
 /// A size as `tc` prints it ("16Kb", "123750b", "1Mb") in bytes.
+/// Whether tc's figure for a bucket of `asked` bytes is that bucket: tc stores it in timer
+/// ticks and prints it back rounded down, by up to 0.1% (131072 comes back as 131000).
+fn same_bucket(printed: u64, asked: u64) -> bool {
+    printed <= asked && printed >= asked - asked / 1000 - 8
+}
+
 fn tc_bytes(s: &str) -> u64 {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().unwrap_or_else(|_| panic!("not a tc size: {s}"));
@@ -171,13 +179,14 @@ fn three_emulated_hosts_train_what_one_host_trains() {
     }
     let cluster = Cluster::up(3, &["--rate", "1gbit"], 'a');
     assert_eq!(cluster.namespaces().len(), 4, "3 hosts and the switch");
-    // Both ends of every link are shaped, by default with a token bucket of two 16 KiB
-    // segments (tc stores it in timer ticks, so it may print a little less).
+    // Both ends of every link are shaped, by default in 64 KiB segments (what TSO and GRO hand
+    // a real host's stack) with a token bucket of two of them.
     let shaping = cluster.shaping();
     assert_eq!(shaping.len(), 6, "{shaping:?}");
-    for (rate, burst) in &shaping {
+    for (rate, burst, segment) in &shaping {
         assert_eq!(rate, "1Gbit");
-        assert!((32 * 1024 - 64..=32 * 1024).contains(burst), "burst of {burst} bytes: not two segments");
+        assert_eq!(*segment, 64 * 1024, "segments of {segment} bytes, not 64 KiB");
+        assert!(same_bucket(*burst, 128 * 1024), "burst of {burst} bytes: not two segments");
     }
     // The switch forwards frames without the host's firewall hooks, where br_netfilter is
     // loaded at all and the kernel keeps that setting per namespace (5.3 and later).
@@ -298,25 +307,43 @@ fn burst_sets_the_token_bucket_of_every_link_end() {
     if skipped() {
         return;
     }
-    let cluster = Cluster::up(2, &["--rate", "500mbit", "--burst", "16KiB"], 'b');
+    let cluster = Cluster::up(2, &["--rate", "500mbit", "--segment", "16KiB", "--burst", "16KiB"], 'b');
     let shaping = cluster.shaping();
     assert_eq!(shaping.len(), 4, "{shaping:?}");
-    for (rate, burst) in &shaping {
+    for (rate, burst, segment) in &shaping {
         assert_eq!(rate, "500Mbit");
-        assert!((16 * 1024 - 64..=16 * 1024).contains(burst), "burst of {burst} bytes, asked for 16 KiB");
+        assert_eq!(*segment, 16 * 1024, "segments of {segment} bytes, asked for 16 KiB");
+        assert!(same_bucket(*burst, 16 * 1024), "burst of {burst} bytes, asked for 16 KiB");
     }
-    // reshape changes every end's bucket in place and leaves the rate; `default` is what `up`
-    // gives without --burst (two 16 KiB segments at 500 Mbit/s).
-    for (asked, lo, hi) in [("48KiB", 48 * 1024 - 64, 48 * 1024), ("default", 32 * 1024 - 64, 32 * 1024)] {
+    // reshape changes every end in place and leaves the rate. `--burst default` is what `up`
+    // gives without --burst (two segments at 500 Mbit/s, where 250 us is less); new segments
+    // without --burst take that default for themselves.
+    let steps: [(&[&str], u64, u64); 3] = [
+        (&["--burst", "48KiB"], 48 * 1024, 16 * 1024),
+        (&["--burst", "default"], 32 * 1024, 16 * 1024),
+        (&["--segment", "64KiB"], 128 * 1024, 64 * 1024),
+    ];
+    for (asked, bucket, segments) in steps {
         cluster.reshape(asked);
         let shaping = cluster.shaping();
         assert_eq!(shaping.len(), 4, "{shaping:?}");
-        for (rate, burst) in &shaping {
+        for (rate, burst, segment) in &shaping {
             assert_eq!(rate, "500Mbit");
-            assert!((lo..=hi).contains(burst), "burst of {burst} bytes after reshape --burst {asked}");
+            assert_eq!(*segment, segments, "segments of {segment} bytes after reshape {asked:?}");
+            assert!(same_bucket(*burst, bucket), "burst of {burst} bytes after reshape {asked:?}");
         }
-        assert!(cluster.status().contains(&format!("token bucket {hi} bytes")), "{}", cluster.status());
+        let status = cluster.status();
+        assert!(status.contains(&format!("segments of {segments} bytes, token bucket {bucket} bytes")), "{status}");
     }
+    // A bucket that cannot hold a segment would have tbf cut each one in software: refused,
+    // and the links keep what they had.
+    let o = Command::new(script()).args(["reshape", "--name", &cluster.name, "--burst", "32KiB"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("smaller than a segment (65536 bytes)") && e.contains("--segment"),
+        "{e}"
+    );
+    assert!(cluster.shaping().iter().all(|&(_, b, s)| same_bucket(b, 128 * 1024) && s == 64 * 1024));
 }
 
 #[test]
@@ -351,14 +378,21 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!ok && e.contains("smaller than one packet"), "{e}");
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "lots"]);
     assert!(!ok && e.contains("is not a size"), "{e}");
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "16KiB"]);
+    assert!(!ok && e.contains("smaller than a segment (65536 bytes)") && e.contains("add --segment 16KiB"), "{e}");
+    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--segment", "128KiB"]);
+    assert!(!ok && e.contains("give 2KiB to 64KiB"), "{e}");
+    let (ok, e) = run(&["up", "2", "--segment", "16KiB"]);
+    assert!(!ok && e.contains("shapes nothing without --rate"), "{e}");
     // --check judges the options and makes nothing.
-    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "16KiB", "--check", "--name", "chk"]);
+    let (ok, e) =
+        run(&["up", "2", "--rate", "1gbit", "--segment", "16KiB", "--burst", "16KiB", "--check", "--name", "chk"]);
     assert!(ok, "{e}");
     assert!(!Path::new("/run/dcgan-cluster/chk").exists());
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "1KiB", "--check"]);
     assert!(!ok && e.contains("smaller than one packet"), "{e}");
     let (ok, e) = run(&["reshape", "--name", "nosuchcluster"]);
-    assert!(!ok && e.contains("give the new bucket"), "{e}");
+    assert!(!ok && e.contains("give new segments or a new bucket"), "{e}");
     let (ok, e) = run(&["reshape", "--name", "nosuchcluster", "--burst", "16KiB"]);
     assert!(!ok && (e.contains("no emulated cluster named 'nosuchcluster'") || e.contains("needs root")), "{e}");
     let (ok, e) = run(&["up", "2", "--slots", "0"]);
