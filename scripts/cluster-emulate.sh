@@ -81,9 +81,10 @@ load_state() {
 # switch, and usually a tbf timer at each of its two hops: in a VM guest, an interrupt taken
 # from whichever rank computes on that core. 16 KiB segments took ~800 per 2-host training
 # step; 64 KiB, what TSO and GRO hand a real host's stack, a third of that, and each step ran
-# 0.95x as long (docs/measurements/2026-11-27/segment-size.txt). The price is the bucket below.
+# 0.96x as long (docs/measurements/2026-11-27/segment-size.txt). The price is the bucket below.
 SEGMENT_DEFAULT=65536
 SEGMENT_MAX=65536   # the largest segment a veth takes (without BIG TCP)
+SEGMENT_BEFORE=16384   # what clusters brought up before --segment existed use
 
 # tbf burst in bytes (the default of --burst): two segments, or 250 us at the rate where that
 # is more. The bucket fills while a direction idles and then lets that much through at memory
@@ -390,8 +391,7 @@ cmd_reshape() {
     need_tools
     load_state
     [ "$RATE_BITS" != 0 ] || die "reshape: the links of '$NAME' are unshaped: bring it up with --rate to give them a bucket"
-    # Clusters brought up before --segment existed used 16 KiB segments.
-    local segment_b="${SEGMENT_BYTES:-16384}" burst_b
+    local segment_b="${SEGMENT_BYTES:-$SEGMENT_BEFORE}" burst_b
     [ -z "$segment" ] || segment_b="$(segment_arg "$segment")"
     if [ -z "$burst" ] || [ "$burst" = default ]; then
         burst_b="$(burst_bytes "$RATE_BITS" "$segment_b")"
@@ -417,7 +417,7 @@ cmd_reshape() {
 cmd_status() {
     load_state
     local bucket=""
-    [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (segments of ${SEGMENT_BYTES:-16384} bytes, token bucket $BURST_BYTES bytes)"
+    [ "${BURST_BYTES:-0}" = 0 ] || bucket=" (segments of ${SEGMENT_BYTES:-$SEGMENT_BEFORE} bytes, token bucket $BURST_BYTES bytes)"
     echo "cluster '$NAME': $K host(s) with ${SLOTS:-1} slot(s) each, links $RATE$bucket, subnet $SUBNET.0/24, state $(state)"
     if bridge_nf_loaded; then
         if kernel_at_least 5 3; then

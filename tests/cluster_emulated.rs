@@ -133,13 +133,13 @@ impl Drop for Cluster {
     }
 }
 
-/// A size as `tc` prints it ("16Kb", "123750b", "1Mb") in bytes.
 /// Whether tc's figure for a bucket of `asked` bytes is that bucket: tc stores it in timer
 /// ticks and prints it back rounded down, by up to 0.1% (131072 comes back as 131000).
 fn same_bucket(printed: u64, asked: u64) -> bool {
     printed <= asked && printed >= asked - asked / 1000 - 8
 }
 
+/// A size as `tc` prints it ("16Kb", "123750b", "1Mb") in bytes.
 fn tc_bytes(s: &str) -> u64 {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().unwrap_or_else(|_| panic!("not a tc size: {s}"));
