@@ -12,8 +12,8 @@ BIG = 64 * 1024
 
 
 def bucket_bytes(shaped_text):
-    """The links' token bucket from cluster-emulate.sh's `up` line, or None (unshaped links)."""
-    m = re.search(r"token bucket (\d+) bytes", shaped_text or "")
+    """The links' token bucket from cluster-emulate.sh's `up` or `reshape` line, or None (unshaped links)."""
+    m = re.search(r"token bucket (?:of )?(\d+) bytes", shaped_text or "")
     return int(m.group(1)) if m else None
 
 
@@ -65,9 +65,10 @@ def section(model_rows, model_md, shaped_text, beta, cores, w):
         return (f"{min((r['ratio'] for r in rows), default=float('nan')):.2f} to "
                 f"{max((r['ratio'] for r in rows), default=float('nan')):.2f}")
 
+    crowded = [r for r in big_all if r["ranks"] > cores]
     w(f"\nHand-written algorithms at 64 KiB and above, ranks <= {cores} cores: {len(within)} of {len(big)} rows within "
-      f"{BAND}x of the model (ratios {span(big)}); with more ranks than cores: ratios "
-      f"{span([r for r in big_all if r['ranks'] > cores])}.\n")
+      f"{BAND}x of the model (ratios {span(big)})"
+      + (f"; with more ranks than cores: ratios {span(crowded)}.\n" if crowded else ".\n"))
     bucket = bucket_bytes(shaped_text)
     outside = []
     for r in big:

@@ -5,6 +5,7 @@
 #   scripts/bench-scaling.sh [--rate 1gbit] [--segment SIZE] [--burst SIZE] [--steps 40] [--repeats 3] [--batch 64] [--out DIR]
 #                            [--train-args "--wire bf16"] [--hosts 1,2,4]
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
+#                            [--allreduce-links 16KiB/24KiB|training]
 #
 # (default DIR: runs/scaling-DATE-TIME; --steps 30 --repeats 3 took 7 minutes on a 2-core Zen 3)
 #
@@ -17,7 +18,16 @@
 #    --segment and --burst set their segments and token bucket, see cluster-emulate.sh for the
 #    defaults and their trade-off).
 # 2. alpha, beta (ping-pong between two hosts) and gamma (a local reduction): links.json.
-# 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model.
+# 3. bench-allreduce for every algorithm at 2 and 4 hosts, compared with the cost model. These
+#    rows time the algorithms against a wire, so they run on links reshaped to
+#    --allreduce-links SEGMENT/BUCKET (default 16KiB/24KiB), with alpha and beta measured again
+#    on them (links-allreduce.json); then the training links come back. A link's token bucket
+#    lets one-way bursts through at memory speed after the link has idled, which a wire does
+#    not: on the training links' 128 KiB the binomial tree, whose directions take turns, ran
+#    256 KiB allreduces at 0.68x of the model; on 24 KiB every row from 64 KiB ran at
+#    0.83-1.05x. Small segments cost the ranks a timer interrupt each, which training, unlike
+#    these rows, pays for in compute (README, "The emulator's own cost"). `training` keeps the
+#    training links for these rows too.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
 #    --no-exchange (the same placement without the exchange), --repeats times, interleaved
 #    (each repeat runs 1 host, then every N and mode, so the report can pair them by repeat);
@@ -44,7 +54,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
 RATE=1gbit BURST="" SEGMENT="" STEPS=40 REPEATS=3 BATCH=64 OUT="" TRAIN_ARGS="" HOSTS_ARG=1,2,4
-MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1
+MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1 ALLREDUCE_LINKS=16KiB/24KiB
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
 log() { echo "bench-scaling: $*" >&2; }
@@ -64,6 +74,7 @@ while [ $# -gt 0 ]; do
         --hosts) HOSTS_ARG="${2:?--hosts needs a list, e.g. 1,2,4}"; shift 2 ;;
         --modes) MODES_ARG="${2:?--modes needs a list, e.g. overlap,no-exchange}"; shift 2 ;;
         --skip-allreduce-bench) ALLREDUCE_BENCH=0; shift ;;
+        --allreduce-links) ALLREDUCE_LINKS="${2:?--allreduce-links needs SEGMENT/BUCKET (e.g. 16KiB/24KiB) or training}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
@@ -90,6 +101,14 @@ done
 
 # Fail before anything long runs.
 "$HERE/cluster-emulate.sh" up "${HOSTS[-1]}" --rate "$RATE" ${SEGMENT:+--segment "$SEGMENT"} ${BURST:+--burst "$BURST"} --check || exit 1
+AR_SEGMENT="" AR_BURST=""
+if [ "$ALLREDUCE_LINKS" != training ]; then
+    [[ "$ALLREDUCE_LINKS" == */* ]] \
+        || die "--allreduce-links '$ALLREDUCE_LINKS': give SEGMENT/BUCKET, e.g. 16KiB/24KiB, or training (the training links)"
+    AR_SEGMENT="${ALLREDUCE_LINKS%%/*}" AR_BURST="${ALLREDUCE_LINKS#*/}"
+    why="$("$HERE/cluster-emulate.sh" up 2 --rate "$RATE" --segment "$AR_SEGMENT" --burst "$AR_BURST" --check 2>&1)" \
+        || die "--allreduce-links '$ALLREDUCE_LINKS' (SEGMENT/BUCKET): ${why#cluster-emulate: }"
+fi
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces): run it as root"
 command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
 python3 -c 'import matplotlib' 2>/dev/null \
@@ -113,7 +132,7 @@ cleanup
 
 {
     environment_header
-    echo "settings: --rate $RATE${SEGMENT:+ --segment $SEGMENT}${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
+    echo "settings: --rate $RATE${SEGMENT:+ --segment $SEGMENT}${BURST:+ --burst $BURST} --steps $STEPS --repeats $REPEATS --batch $BATCH --hosts $HOSTS_ARG --modes $MODES_ARG --allreduce-links $ALLREDUCE_LINKS, --threads 1 per rank${TRAIN_ARGS:+, train $TRAIN_ARGS}"
 } >"$OUT/environment.txt"
 
 log "1/6 link checks (unshaped, then $RATE)"
@@ -126,8 +145,18 @@ run() { "$CLUSTER" run --name "$NAME" "$@"; }
 log "2/6 ping-pong: alpha, beta, gamma"
 run -n 2 -- "$BIN" ping-pong --json "$OUT/links.json" | tee "$OUT/ping-pong.txt"
 
+# The segments and token bucket `up` gave the links, from its line: "segments of N bytes, token
+# bucket M bytes" (nothing on unshaped links).
+training_links() { sed -n 's/.*segments of \([0-9]*\) bytes, token bucket \([0-9]*\) bytes.*/\1 \2/p' "$OUT/links-shaped.txt" | head -1; }
+[ -n "$(training_links)" ] || AR_SEGMENT=""
 ALLREDUCE_FILES=()
+AR_LINKS_JSON="$OUT/links.json"
 if [ "$ALLREDUCE_BENCH" = 1 ]; then log "3/6 bench-allreduce at ${HOSTS[*]:1} hosts"; else log "3/6 bench-allreduce skipped"; fi
+if [ "$ALLREDUCE_BENCH" = 1 ] && [ -n "$AR_SEGMENT" ]; then
+    "$CLUSTER" reshape --name "$NAME" --segment "$AR_SEGMENT" --burst "$AR_BURST" 2>&1 | tee "$OUT/links-allreduce.txt"
+    AR_LINKS_JSON="$OUT/links-allreduce.json"
+    run -n 2 -- "$BIN" ping-pong --json "$AR_LINKS_JSON" | tee "$OUT/ping-pong-allreduce.txt"
+fi
 for n in "${HOSTS[@]}"; do
     [ "$n" -ge 2 ] && [ "$ALLREDUCE_BENCH" = 1 ] || continue
     # Fixed call counts: the default (by size, for fast links) would take minutes per size here.
@@ -138,6 +167,11 @@ for n in "${HOSTS[@]}"; do
         ALLREDUCE_FILES+=("$OUT/allreduce-$n-$label.json")
     done
 done
+if [ "$ALLREDUCE_BENCH" = 1 ] && [ -n "$AR_SEGMENT" ]; then
+    # Back to the links the cluster came up with (and links.json was measured on).
+    read -r seg bucket < <(training_links)
+    "$CLUSTER" reshape --name "$NAME" --segment "$seg" --burst "$bucket" >&2
+fi
 
 log "4/6 training: ${HOSTS[*]} hosts x (${MODES[*]}) x $REPEATS"
 # The whole machine's CPU ticks (/proc/stat's cpu line: user nice system idle iowait irq
@@ -183,7 +217,7 @@ echo "load average after the training runs: $(cut -d' ' -f1-3 /proc/loadavg)" >>
 log "5/6 simulate-scaling"
 if [ "${#ALLREDUCE_FILES[@]}" -gt 0 ]; then
     files=$(IFS=,; echo "${ALLREDUCE_FILES[*]}")
-    "$BIN" simulate-scaling --bench-allreduce "$files" --links "$OUT/links.json" \
+    "$BIN" simulate-scaling --bench-allreduce "$files" --links "$AR_LINKS_JSON" \
         --json "$OUT/model-allreduce.json" >"$OUT/model-allreduce.md"
 fi
 "$BIN" simulate-scaling --summary "$OUT/runs/1-overlap-1/summary.json" --links "$OUT/links.json" \

@@ -128,7 +128,7 @@ size_bytes() { # VALUE OPTION
 
 # --burst's size in bytes, or the reason it cannot be a bucket for segments of SEGMENT bytes.
 burst_arg() { # value segment-bytes
-    local b; b="$(size_bytes "$1" --burst)"
+    local b; b="$(size_bytes "$1" --burst)" || exit 1
     # A bucket smaller than one full-size packet could never send it.
     [ "$b" -ge 2048 ] || die "--burst $1 is smaller than one packet: use at least 2KiB"
     # tbf would cut every larger segment into MTU-size packets in software.
@@ -138,7 +138,7 @@ burst_arg() { # value segment-bytes
 
 # --segment's size in bytes, or the reason the stack cannot hand a link segments of it.
 segment_arg() {
-    local b; b="$(size_bytes "$1" --segment)"
+    local b; b="$(size_bytes "$1" --segment)" || exit 1
     [ "$b" -ge 2048 ] && [ "$b" -le "$SEGMENT_MAX" ] \
         || die "--segment $1: give 2KiB to 64KiB (the largest segment a veth takes)"
     echo "$b"

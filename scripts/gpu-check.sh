@@ -350,7 +350,7 @@ stage_scaling() {
       bash "$ROOT/scripts/bench-scaling.sh" --steps 30 "${args[@]}" --out "$dir"
     # The report, not the 100-odd run folders: the device tool brings back few files.
     mkdir -p "$OUT/scaling"
-    for f in environment.txt links-shaped.txt results.md results.json speedup.png simulated.md simulated-cpu.md \
+    for f in environment.txt links-shaped.txt links-allreduce.txt results.md results.json speedup.png simulated.md simulated-cpu.md \
         model-allreduce.md; do
       cp "$dir/$f" "$OUT/scaling/" 2>/dev/null || true
     done

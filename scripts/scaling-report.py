@@ -236,8 +236,20 @@ def main():
             w(f"Link checks ({'unshaped' if 'unshaped' in name else 'shaped'}):\n")
             w("```\n" + "\n".join(probe) + "\n```\n")
     links = load(os.path.join(out, "links.json"))
-    w(f"Cost-model constants (ping-pong h1<->h2): alpha {links['alpha_us']:.2f} us, beta {links['beta_ns_per_byte']:.3f} ns/B "
+    w(f"Cost-model constants (ping-pong h1<->h2 on the training links, which simulate-scaling replays with): "
+      f"alpha {links['alpha_us']:.2f} us, beta {links['beta_ns_per_byte']:.3f} ns/B "
       f"({links['bandwidth_gbit_per_s']:.3f} Gbit/s), gamma {links['gamma_ns_per_byte']:.4f} ns/B.\n")
+    # The allreduce rows ran on links of their own (bench-scaling.sh --allreduce-links), with
+    # their own ping-pong; without those files, on the training links.
+    ar_links, ar_shaped = links, open(opt("links-shaped.txt")).read() if opt("links-shaped.txt") else ""
+    if opt("links-allreduce.json"):
+        ar_links = load(opt("links-allreduce.json"))
+        ar_shaped = open(opt("links-allreduce.txt")).read() if opt("links-allreduce.txt") else ""
+        m = re.search(r"segments of (\d+) bytes and a token bucket of (\d+) bytes", ar_shaped)
+        what = f"segments of {m.group(1)} bytes, token bucket {m.group(2)} bytes" if m else "links of their own"
+        w(f"The allreduce rows ran on the same links reshaped ({what}; `--allreduce-links`), with a ping-pong of "
+          f"their own: alpha {ar_links['alpha_us']:.2f} us, beta {ar_links['beta_ns_per_byte']:.3f} ns/B "
+          f"({ar_links['bandwidth_gbit_per_s']:.3f} Gbit/s).\n")
 
     steadiness = load_script("sitting-steadiness.py")
     intervals = load_script("median-interval.py")
@@ -289,10 +301,9 @@ def main():
     within = big = outside = None
     if opt("model-allreduce.json"):
         vs_model = load_script("allreduce-vs-model.py")
-        shaped = open(opt("links-shaped.txt")).read() if opt("links-shaped.txt") else ""
         within, big, outside = vs_model.section(
-            load(opt("model-allreduce.json")).get("allreduce", []), open(opt("model-allreduce.md")).read(), shaped,
-            links["beta_ns_per_byte"], os.cpu_count() or 1, w)
+            load(opt("model-allreduce.json")).get("allreduce", []), open(opt("model-allreduce.md")).read(), ar_shaped,
+            ar_links["beta_ns_per_byte"], os.cpu_count() or 1, w)
 
     # Predictions against the measurements.
     errors, cpu_errors, own_pair, predicted_ms = predictions_section(out, hosts, meas, w)

@@ -376,8 +376,14 @@ fn the_launcher_names_the_problem_and_the_fix() {
     assert!(!ok && e.contains("shapes nothing without --rate"), "{e}");
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "1KiB"]);
     assert!(!ok && e.contains("smaller than one packet"), "{e}");
-    let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "lots"]);
-    assert!(!ok && e.contains("is not a size"), "{e}");
+    // One line, not a second complaint about the empty number the first left behind.
+    for (option, value) in [("--burst", "lots"), ("--segment", "x")] {
+        let (ok, e) = run(&["up", "2", "--rate", "1gbit", option, value]);
+        assert!(
+            !ok && e.contains(&format!("{option} '{value}' is not a size")) && e.trim().lines().count() == 1,
+            "{e}"
+        );
+    }
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--burst", "16KiB"]);
     assert!(!ok && e.contains("smaller than a segment (65536 bytes)") && e.contains("add --segment 16KiB"), "{e}");
     let (ok, e) = run(&["up", "2", "--rate", "1gbit", "--segment", "128KiB"]);

@@ -261,6 +261,19 @@ fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
     let (md, results) = report(out);
     assert!(results["allreduce_outside_band"][0]["bucket_floor"].is_null(), "{results}");
     assert!(md.contains("tree, 2 ranks, 64 KiB: 0.68x, faster than the model.\n"), "{md}");
+
+    // Rows run on links reshaped for them (--allreduce-links): their bucket and beta weigh them.
+    std::fs::write(out.join("links-shaped.txt"), up).unwrap();
+    let reshaped = "cluster-emulate: reshape: links of 'b' at 1gbit with segments of 16384 bytes and a token bucket of 16384 bytes\n";
+    std::fs::write(out.join("links-allreduce.txt"), reshaped).unwrap();
+    let ar_links =
+        json!({"alpha_us": 9.0, "beta_ns_per_byte": 8.0, "bandwidth_gbit_per_s": 1.0, "gamma_ns_per_byte": 0.02});
+    std::fs::write(out.join("links-allreduce.json"), ar_links.to_string()).unwrap();
+    let (md, results) = report(out);
+    let floor = results["allreduce_outside_band"][0]["bucket_floor"].as_f64().unwrap();
+    assert!((floor - (1.0 - 2.0 * 16384.0 * 8.0e-3 / 1120.0)).abs() < 1e-9, "{results}");
+    assert!(md.contains("(segments of 16384 bytes, token bucket 16384 bytes; `--allreduce-links`)"), "{md}");
+    assert!(md.contains("alpha 9.00 us, beta 8.000 ns/B"), "{md}");
 }
 
 /// A run's metrics.jsonl with one step record per wall time in `ms`.
