@@ -89,12 +89,12 @@ SEGMENT_BEFORE=16384   # what clusters brought up before --segment existed use
 # tbf burst in bytes (the default of --burst): two segments, or 250 us at the rate where that
 # is more. The bucket fills while a direction idles and then lets that much through at memory
 # speed, which no real link does: with 128 KiB a one-way 256 KiB message takes 0.56x its
-# 1 Gbit/s time (0.90x with 32 KiB), and the binomial tree, whose directions take turns, runs
-# 256 KiB allreduces at 0.68x of the cost model (0.94x); rd, vhd and ring keep both directions
-# busy and stay on it. One segment is not enough: the bucket is also what keeps the rate when
-# tbf's timer fires late on a busy machine (one 16 KiB segment: 19% longer in the exchange,
-# docs/measurements/2026-11-23/tbf-burst.txt; one 64 KiB segment: five times the timers and a
-# 1.08x longer step, segment-size.txt).
+# 1 Gbit/s time, and the binomial tree, whose directions take turns, runs 256 KiB allreduces at
+# 0.68x of the cost model; rd, vhd and ring keep both directions busy and stay on it. So
+# bench-scaling times allreduces on 16 KiB segments in a 24 KiB bucket (allreduce-links.txt).
+# One segment is not enough: the bucket is also what keeps the rate when tbf's timer fires late
+# on a busy machine (one 16 KiB segment: 19% longer in the exchange, 2026-11-23/tbf-burst.txt;
+# one 64 KiB segment: five times the timers and a 1.08x longer step, segment-size.txt).
 burst_bytes() { # bit/s segment-bytes
     local bits="$1" seg="$2" b
     b=$((bits / 8 / 4000))
