@@ -25,9 +25,10 @@
 #    lets one-way bursts through at memory speed after the link has idled, which a wire does
 #    not: on the training links' 128 KiB the binomial tree, whose directions take turns, ran
 #    256 KiB allreduces at 0.68x of the model; on 24 KiB every row from 64 KiB ran at
-#    0.83-1.05x. Small segments cost the ranks a timer interrupt each, which training, unlike
-#    these rows, pays for in compute (README, "The emulator's own cost"). `training` keeps the
-#    training links for these rows too.
+#    0.82-1.05x in six rounds (docs/measurements/2026-11-27/allreduce-links.txt). Small
+#    segments cost the ranks a timer interrupt each, which training, unlike these rows, pays
+#    for in compute (README, "The emulator's own cost"). `training` keeps the training links
+#    for these rows too.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
 #    --no-exchange (the same placement without the exchange), --repeats times, interleaved
 #    (each repeat runs 1 host, then every N and mode, so the report can pair them by repeat);
