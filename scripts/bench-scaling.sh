@@ -104,7 +104,7 @@ done
 "$HERE/cluster-emulate.sh" up "${HOSTS[-1]}" --rate "$RATE" ${SEGMENT:+--segment "$SEGMENT"} ${BURST:+--burst "$BURST"} --check || exit 1
 AR_SEGMENT="" AR_BURST=""
 if [ "$ALLREDUCE_LINKS" != training ]; then
-    [[ "$ALLREDUCE_LINKS" == */* ]] \
+    [[ "$ALLREDUCE_LINKS" =~ ^[^/]+/[^/]+$ ]] \
         || die "--allreduce-links '$ALLREDUCE_LINKS': give SEGMENT/BUCKET, e.g. 16KiB/24KiB, or training (the training links)"
     AR_SEGMENT="${ALLREDUCE_LINKS%%/*}" AR_BURST="${ALLREDUCE_LINKS#*/}"
     why="$("$HERE/cluster-emulate.sh" up 2 --rate "$RATE" --segment "$AR_SEGMENT" --burst "$AR_BURST" --check 2>&1)" \
@@ -149,7 +149,10 @@ run -n 2 -- "$BIN" ping-pong --json "$OUT/links.json" | tee "$OUT/ping-pong.txt"
 # The segments and token bucket `up` gave the links, from its line: "segments of N bytes, token
 # bucket M bytes" (nothing on unshaped links).
 training_links() { sed -n 's/.*segments of \([0-9]*\) bytes, token bucket \([0-9]*\) bytes.*/\1 \2/p' "$OUT/links-shaped.txt" | head -1; }
-[ -n "$(training_links)" ] || AR_SEGMENT=""
+if [ -z "$(training_links)" ] && [ -n "$AR_SEGMENT" ]; then
+    log "the links are unshaped (no token bucket): the allreduce rows run on them as they are"
+    AR_SEGMENT=""
+fi
 ALLREDUCE_FILES=()
 AR_LINKS_JSON="$OUT/links.json"
 if [ "$ALLREDUCE_BENCH" = 1 ]; then log "3/6 bench-allreduce at ${HOSTS[*]:1} hosts"; else log "3/6 bench-allreduce skipped"; fi

@@ -255,6 +255,8 @@ fn a_row_faster_than_the_model_is_weighed_against_the_links_token_bucket() {
     assert!(md.contains("rd, 2 ranks, 1 MiB: 1.57x, slower than the model."), "{md}");
     assert!(md.contains("tree, 2 ranks, 4 MiB: 0.30x") && md.contains("below even that floor"), "{md}");
     assert!(md.contains("1/4 rows: NOT met"), "{md}");
+    // Every row had a core per rank: no range is given for crowded rows it does not have.
+    assert!(!md.contains("more ranks than cores") && !md.contains("nan"), "{md}");
 
     // Unshaped links (no bucket): the row is only called faster.
     std::fs::remove_file(out.join("links-shaped.txt")).unwrap();
