@@ -241,7 +241,8 @@ def main():
       f"({links['bandwidth_gbit_per_s']:.3f} Gbit/s), gamma {links['gamma_ns_per_byte']:.4f} ns/B.\n")
     # The allreduce rows ran on links of their own (bench-scaling.sh --allreduce-links), with
     # their own ping-pong; without those files, on the training links.
-    ar_links, ar_shaped = links, open(opt("links-shaped.txt")).read() if opt("links-shaped.txt") else ""
+    ar_links = links
+    ar_shaped = open(opt("links-shaped.txt")).read() if opt("links-shaped.txt") else ""
     if opt("links-allreduce.json"):
         ar_links = load(opt("links-allreduce.json"))
         ar_shaped = open(opt("links-allreduce.txt")).read() if opt("links-allreduce.txt") else ""
