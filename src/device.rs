@@ -5,10 +5,11 @@ use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
 use anyhow::Result;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceChoice {
     /// CUDA when a GPU is usable, otherwise the CPU (saying why).
+    #[default]
     Auto,
     Cpu,
     Cuda,

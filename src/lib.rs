@@ -1,27 +1,23 @@
 //! dcgan-train: data-parallel DCGAN training over MPI with hand-written allreduce algorithms
-//! and CUDA kernels. The binary is a thin layer over this library (see `main.rs`).
+//! and CUDA kernels. The binary is a thin layer over this library (see `main.rs`); the layers,
+//! from the top: `commands` (the command line) -> `train` (the run, the GAN step, data
+//! parallelism) and `scaling` (the cost model) -> `model`/`nn` -> `ops`/`backend`, with `comm`,
+//! `record`, `data`, `report` and `checkpoint` below `train`. Imports run downward only
+//! (docs/architecture.md).
 
 pub mod backend;
 pub mod checkpoint;
-pub mod cli;
 pub mod comm;
+pub mod commands;
 pub mod data;
 pub mod device;
-pub mod info;
+pub mod fault_hooks;
+pub mod memory;
 pub mod model;
 pub mod nn;
 pub mod ops;
+pub mod record;
 pub mod report;
-pub mod sample;
 pub mod scaling;
 pub mod train;
-
-/// `dcgan-train [train]`
-pub fn run_train(args: cli::TrainArgs) -> anyhow::Result<()> {
-    train::run::run(args)
-}
-
-/// `dcgan-train bench-step`
-pub fn run_bench_step(args: cli::BenchStepArgs) -> anyhow::Result<()> {
-    train::bench::run(args)
-}
+pub mod units;

@@ -241,27 +241,23 @@ fn stall_report_when_ranks_submit_buckets_in_different_orders() {
 
 #[test]
 fn config_rejects_tuning_file_with_a_fixed_algorithm() {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        comm: dcgan_train::cli::comm::CommArgs,
-    }
-    let args = T::parse_from(["x", "--allreduce", "rd", "--allreduce-tuning", "rules.csv"]).comm;
-    let e = CommConfig::from_args(&args).unwrap_err().to_string();
+    use dcgan_train::comm::{AllreduceChoice, CommOptions};
+    let tuning = |file: &std::path::Path| CommOptions { allreduce_tuning: Some(file.into()), ..CommOptions::default() };
+    let mut args = tuning("rules.csv".as_ref());
+    args.allreduce = AllreduceChoice::Fixed(Algorithm::Rd);
+    let e = CommConfig::from_options(&args).unwrap_err().to_string();
     assert!(e.contains("--allreduce-tuning applies to --allreduce auto"), "{e}");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rules.csv");
     std::fs::write(&dir, "ranks,min_bytes,max_bytes,algorithm\n2,0,100,rd\n3,0,inf,vhd\n").unwrap();
-    let args = T::parse_from(["x", "--allreduce-tuning", dir.to_str().unwrap()]).comm;
-    let e = CommConfig::from_args(&args).unwrap_err().to_string();
+    let e = CommConfig::from_options(&tuning(&dir)).unwrap_err().to_string();
     assert!(e.contains(":2: the rules for 2 ranks end at 100 bytes"), "{e}");
     std::fs::write(&dir, "2,0,inf,ring\n").unwrap();
-    let cfg = CommConfig::from_args(&T::parse_from(["x", "--allreduce-tuning", dir.to_str().unwrap()]).comm).unwrap();
+    let cfg = CommConfig::from_options(&tuning(&dir)).unwrap();
     // Every rank fails together: the failing ones print their line ("no rule for 3 ranks",
     // checked under mpiexec in tests/parallel.rs) and all return PeerFailed, printed by none.
     let e = start_local_group(3, cfg.clone()).err().unwrap();
-    assert!(e.downcast_ref::<dcgan_train::train::job::PeerFailed>().is_some(), "{e:#}");
+    assert!(e.downcast_ref::<dcgan_train::comm::PeerFailed>().is_some(), "{e:#}");
     let hs = start_local_group(2, cfg).unwrap();
     assert_eq!(hs[0].algorithm_for(4), Algorithm::Ring);
     std::fs::remove_file(&dir).ok();

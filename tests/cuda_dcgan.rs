@@ -13,8 +13,9 @@ use dcgan_train::backend::{Backend, View};
 use dcgan_train::data::{DataSource, Dataset};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, GENERATOR_28};
 use dcgan_train::model::net::StageSpec;
-use dcgan_train::train::exchange::{SoloExchange, plan_buckets};
-use dcgan_train::train::step::{GanTrainer, StepConfig, StepMetrics};
+use dcgan_train::record::StepMetrics;
+use dcgan_train::train::ddp::exchange::{SoloExchange, plan_buckets};
+use dcgan_train::train::step::{GanTrainer, StepConfig};
 use dcgan_train::train::timeline::Timeline;
 
 /// The 28x28 architecture with every width divided by `div` (nz too), as on the emulator.

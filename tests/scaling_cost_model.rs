@@ -6,8 +6,8 @@
 //! from 2 to 16 (powers of two and the folded ones). Also what a rank sends plus receives,
 //! halved, which the replay charges the exchange's CPU by.
 
-use dcgan_train::cli::comm::Wire;
 use dcgan_train::comm::Algorithm;
+use dcgan_train::comm::Wire;
 use dcgan_train::comm::allreduce::allreduce_mean;
 use dcgan_train::comm::status::{Activity, StatusReply};
 use dcgan_train::comm::transport::{Combine, CommError, Local, Tag, Transport, WaitPolicy};

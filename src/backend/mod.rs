@@ -12,6 +12,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod threads;
 
 use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;

@@ -1,24 +1,60 @@
 //! `dcgan-train bench-allreduce`: time every algorithm over a range of message sizes on the
-//! comm thread, directly on the transport (no engine in between), and check every result
-//! against the exact expected mean.
-//!
-//! For the stall detector's integration test, `DCGAN_TEST_DELAY_RANK=r` makes rank r's comm
-//! thread sleep for 20 stall timeouts (at most 60 s) before its first collective.
+//! comm thread, directly on the transport (no `CommHandle` queue in between), and check every
+//! result against the exact expected mean.
 
-use crate::cli::comm::{BenchAlgo, BenchAllreduceArgs, default_bench_algos, default_sizes};
-use crate::cli::size::{ensure_fits_in_memory, format_bytes};
 use crate::comm::allreduce::hierarchical::HostLayout;
 use crate::comm::allreduce::select::{SelectionTable, large_message_algorithm_on};
 use crate::comm::allreduce::{Algorithm, allreduce_mean, inv_ranks};
-use crate::comm::engine::{first_fragment_bytes, fragments};
+use crate::comm::handle::{first_fragment_bytes, fragments};
+use crate::comm::options::{AllreduceChoice, CommOptions};
 use crate::comm::transport::{CommError, TAG_BENCH, Transport};
-use crate::comm::{CommConfig, WorldInfo, helpers, run_on_comm_thread, stall};
+use crate::comm::{CommConfig, WorldInfo, collectives, run_on_comm_thread, stall};
+use crate::memory::ensure_fits_in_memory;
+use crate::units::format_bytes;
 use anyhow::Context;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Instant;
+
+/// What `bench-allreduce` measures.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub comm: CommOptions,
+    /// Message sizes in bytes, multiples of 4 (empty: `default_sizes`).
+    pub sizes: Vec<usize>,
+    /// What to time (empty: `default_bench_algos`).
+    pub algos: Vec<AllreduceChoice>,
+    /// Timed calls per size and algorithm (None: `default_iters`).
+    pub iters: Option<u64>,
+    /// Untimed calls first (None: a tenth of the timed calls, at least 2).
+    pub warmup: Option<u64>,
+    /// Verify every result on every rank, not only the first and last.
+    pub check: bool,
+    /// Also write the rows as a JSON array here.
+    pub json: Option<PathBuf>,
+    /// Time whole buckets through the comm thread's queue instead (`bench_engine`).
+    pub via_engine: bool,
+}
+
+/// The sizes timed by default: 4 B to 64 MiB in x4 steps.
+pub fn default_sizes() -> Vec<usize> {
+    (0..=12).map(|k| 4usize << (2 * k)).collect()
+}
+
+/// What is timed by default; `two_levels`: the job's hosts each run the same number (two or
+/// more) of ranks, so that hier is an algorithm of its own (elsewhere it is ring or the
+/// across-hosts algorithm under another name).
+pub fn default_bench_algos(two_levels: bool) -> Vec<AllreduceChoice> {
+    Algorithm::all()
+        .iter()
+        .filter(|&&a| a != Algorithm::Hier || two_levels)
+        .map(|&a| AllreduceChoice::Fixed(a))
+        .chain([AllreduceChoice::Auto])
+        .collect()
+}
 
 /// One line of the table (and one object of the JSON array).
 #[derive(Clone, Debug, Serialize)]
@@ -77,7 +113,7 @@ pub struct Case {
 }
 
 impl Case {
-    pub fn new(algo: BenchAlgo, table: &SelectionTable, bytes: usize, fragment_bytes: usize) -> Case {
+    pub fn new(algo: AllreduceChoice, table: &SelectionTable, bytes: usize, fragment_bytes: usize) -> Case {
         let fixed = |a: Algorithm| Case {
             name: a.name().into(),
             algorithm: a,
@@ -85,13 +121,8 @@ impl Case {
             fragment_bytes: if a == Algorithm::Mpi { 0 } else { fragment_bytes },
         };
         match algo {
-            BenchAlgo::Tree => fixed(Algorithm::Tree),
-            BenchAlgo::Rd => fixed(Algorithm::Rd),
-            BenchAlgo::Vhd => fixed(Algorithm::Vhd),
-            BenchAlgo::Ring => fixed(Algorithm::Ring),
-            BenchAlgo::Hier => fixed(Algorithm::Hier),
-            BenchAlgo::Mpi => fixed(Algorithm::Mpi),
-            BenchAlgo::Auto => {
+            AllreduceChoice::Fixed(a) => fixed(a),
+            AllreduceChoice::Auto => {
                 let frag = first_fragment_bytes(bytes, fragment_bytes);
                 Case { name: "auto".into(), algorithm: table.pick(frag), fragment_bytes }
             }
@@ -135,7 +166,7 @@ pub fn time_cases(
             call(t, k, &mut data)?;
         }
     }
-    helpers::barrier(t, TAG_BENCH)?;
+    collectives::barrier(t, TAG_BENCH)?;
     let mut times = vec![Vec::with_capacity(iters as usize + 1); cases.len()];
     let mut wrong = vec![0usize; cases.len()];
     // A fresh order every round, the same on every rank (same seed): a call that leaves the
@@ -161,7 +192,7 @@ pub fn time_cases(
         flat.extend_from_slice(&times[k]);
         flat.push(wrong[k] as f64);
     }
-    let maxed = helpers::max_f64(t, &flat, TAG_BENCH)?;
+    let maxed = collectives::max_f64(t, &flat, TAG_BENCH)?;
     Ok(maxed
         .chunks_exact(iters as usize + 1)
         .map(|c| Timings { seconds: c[..iters as usize].to_vec(), correct: c[iters as usize] == 0.0 })
@@ -269,21 +300,21 @@ pub(crate) fn ensure_sizes_fit(sizes: &[usize], command: &str) -> anyhow::Result
     ensure_fits_in_memory(MESSAGE_COPIES * most, &format!("{command} --sizes"))
 }
 
-pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
+pub fn run(args: BenchOptions) -> anyhow::Result<()> {
     args.comm.wire.require_f32("bench-allreduce")?;
     if args.via_engine {
         let (rows, rank) = crate::comm::bench_engine::run(&args)?;
         return finish_rows(args.json.as_deref(), args.check, rows, rank == 0);
     }
-    let cfg = CommConfig::from_args(&args.comm)?;
+    let cfg = CommConfig::from_options(&args.comm)?;
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
     ensure_sizes_fit(&sizes, "bench-allreduce")?;
     let json = args.json.clone();
     let check = args.check;
     let options = format!("{args:?}");
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
-        helpers::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
-        let table = helpers::agree(t, cfg.policy.table_on(t.size(), t.hosts()), TAG_BENCH)?;
+        collectives::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
+        let table = collectives::agree(t, cfg.policy.table_on(t.size(), t.hosts()), TAG_BENCH)?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),
             None => "10..10000 (by size)".into(),
@@ -292,8 +323,7 @@ pub fn run(args: BenchAllreduceArgs) -> anyhow::Result<()> {
             println!("{}", header(world, &cfg, &table, &iters_note));
         }
         let p = t.size();
-        let delayed = std::env::var("DCGAN_TEST_DELAY_RANK").ok();
-        if delayed.and_then(|v| v.parse::<usize>().ok()) == Some(world.rank) {
+        if crate::fault_hooks::delayed_bench_rank(world.rank) {
             let nap = cfg.stall_timeout.saturating_mul(20);
             std::thread::sleep(nap.min(std::time::Duration::from_secs(60)));
         }

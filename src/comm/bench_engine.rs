@@ -2,18 +2,19 @@
 //! training uses it: the calling thread submits a bucket and waits for it, so each call also
 //! pays the hand-over to the comm thread and back.
 
-use crate::cli::comm::{BenchAllreduceArgs, default_sizes};
-use crate::cli::size::format_bytes;
-use crate::comm::bench::{Row, bench_expected, bench_input, default_iters, format_row, median};
-use crate::comm::engine::HostData;
+use crate::comm::bench::{
+    BenchOptions, Row, bench_expected, bench_input, default_iters, default_sizes, format_row, median,
+};
+use crate::comm::handle::HostData;
 use crate::comm::{BucketRequest, CommConfig, start};
+use crate::units::format_bytes;
 use std::io::Write;
 use std::time::Instant;
 
 /// Rows for every size, algorithm column "engine" (selected = what the engine picked), and
 /// this process's rank.
-pub fn run(args: &BenchAllreduceArgs) -> anyhow::Result<(Vec<Row>, usize)> {
-    let cfg = CommConfig::from_args(&args.comm)?;
+pub fn run(args: &BenchOptions) -> anyhow::Result<(Vec<Row>, usize)> {
+    let cfg = CommConfig::from_options(&args.comm)?;
     let comm = start(cfg.clone())?;
     let (rank, p) = (comm.world().rank, comm.world().size);
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
@@ -93,7 +94,7 @@ pub fn run(args: &BenchAllreduceArgs) -> anyhow::Result<(Vec<Row>, usize)> {
             algorithm: "engine".into(),
             selected: comm.algorithm_for(bytes).name().into(),
             ranks: p,
-            fragments: crate::comm::engine::fragments(n, cfg.fragment_bytes).len(),
+            fragments: crate::comm::handle::fragments(n, cfg.fragment_bytes).len(),
             iters,
             avg_us: avg * 1e6,
             median_us: median(&x) * 1e6,

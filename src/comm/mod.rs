@@ -1,6 +1,6 @@
 //! Communication between ranks: the `Transport` (MPI or in-process channels), the hand-written
-//! allreduce algorithms, the comm thread that owns MPI (`engine`), and the `bench-allreduce` /
-//! `tune-allreduce` commands.
+//! allreduce algorithms, the comm thread that owns MPI (`comm_thread`, driven through the
+//! `CommHandle` of `handle`), and the measurements of `bench-allreduce` / `tune-allreduce`.
 //!
 //! MPI lives on one thread: `start` spawns the comm thread, which initializes MPI, makes every
 //! MPI call and finalizes; the rest of the program talks to it through a `CommHandle`.
@@ -8,30 +8,32 @@
 pub mod allreduce;
 pub mod bench;
 mod bench_engine;
+pub mod collectives;
+mod comm_thread;
 pub mod cpu_clock;
-pub mod engine;
-pub mod helpers;
+pub mod handle;
+pub mod options;
 pub mod reduce;
 pub mod stall;
 pub mod status;
 pub mod transport;
 pub mod tune;
-mod worker;
 
 pub use allreduce::Algorithm;
-pub use engine::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
+pub use collectives::PeerFailed;
+pub use handle::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
+pub use options::{AllreduceChoice, CommOptions, Wire};
 
-use crate::cli::comm::{AllreduceChoice, CommArgs, Wire};
 use allreduce::select::{Policy, RulesFile, SelectionTable};
 use anyhow::{Context, anyhow};
-use engine::Shared;
+use comm_thread::CommThread;
+use handle::Shared;
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 use transport::{Local, Transport, WaitPolicy};
-use worker::Worker;
 
 /// Who this process is in the job.
 #[derive(Clone, Debug, Serialize)]
@@ -76,7 +78,7 @@ pub(crate) fn hostname() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
-/// The comm thread's settings, built from `CommArgs`.
+/// The comm thread's settings, built from `CommOptions`.
 #[derive(Clone, Debug)]
 pub struct CommConfig {
     /// How the algorithm is picked per message size.
@@ -94,22 +96,21 @@ pub struct CommConfig {
 
 impl Default for CommConfig {
     fn default() -> Self {
-        CommConfig::from_args(&CommArgs::default()).expect("the defaults are valid")
+        CommConfig::from_options(&CommOptions::default()).expect("the defaults are valid")
     }
 }
 
 impl CommConfig {
-    pub fn from_args(a: &CommArgs) -> anyhow::Result<Self> {
+    pub fn from_options(a: &CommOptions) -> anyhow::Result<Self> {
         let policy = match (a.allreduce, &a.allreduce_tuning) {
             (AllreduceChoice::Auto, Some(path)) => Policy::Rules(RulesFile::load(path)?),
             (AllreduceChoice::Auto, None) => Policy::Threshold(a.allreduce_threshold),
-            (fixed, Some(_)) => anyhow::bail!(
-                "--allreduce-tuning applies to --allreduce auto, not --allreduce {}: drop one of the two",
-                fixed.algorithm().map(|x| x.name()).unwrap_or("auto")
+            (AllreduceChoice::Fixed(fixed), Some(_)) => anyhow::bail!(
+                "--allreduce-tuning applies to --allreduce auto, not --allreduce {fixed}: drop one of the two"
             ),
-            (fixed, None) => Policy::Fixed(fixed.algorithm().expect("not auto")),
+            (AllreduceChoice::Fixed(fixed), None) => Policy::Fixed(fixed),
         };
-        if a.wire == Wire::Bf16 && a.allreduce == AllreduceChoice::Mpi {
+        if a.wire == Wire::Bf16 && a.allreduce == AllreduceChoice::Fixed(Algorithm::Mpi) {
             anyhow::bail!(
                 "--wire bf16 compresses the hand-written algorithms, not MPI_Allreduce: drop --allreduce mpi or --wire bf16"
             );
@@ -227,7 +228,7 @@ fn spawn(
                 // Each host reads its own --allreduce-tuning file, which may lack this rank
                 // count: a rank that returned alone would leave the others waiting for it.
                 let table = cfg.policy.table_on(t.size(), t.hosts());
-                let table = helpers::agree(&mut *t, table, transport::TAG_SETUP)?;
+                let table = collectives::agree(&mut *t, table, transport::TAG_SETUP)?;
                 Ok((t, world, table))
             });
             let (t, world, table) = match opened {
@@ -238,7 +239,7 @@ fn spawn(
                 }
             };
             let _ = ready_tx.send(Ok((world, table.clone())));
-            Worker {
+            CommThread {
                 t,
                 table,
                 fragment_bytes: cfg.fragment_bytes,
@@ -246,7 +247,7 @@ fn spawn(
                 abort_on_failure: cfg.abort_on_failure,
                 wire: cfg.wire,
                 bf16_stage: Default::default(),
-                test_nap: worker::test_nap_from_env(),
+                test_nap: crate::fault_hooks::comm_fragment_nap(),
                 shared: thread_shared,
                 failed: None,
             }

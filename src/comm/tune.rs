@@ -1,14 +1,29 @@
 //! `dcgan-train tune-allreduce`: time every algorithm at every message size on the ranks of
 //! this job and write the fastest per size range as a rules file for `--allreduce-tuning`.
 
-use crate::cli::comm::{BenchAlgo, TuneAllreduceArgs};
-use crate::cli::size::format_bytes;
 use crate::comm::allreduce::Algorithm;
 use crate::comm::allreduce::select::{NO_LIMIT, Policy, RulesFile, format_rules, large_message_algorithm_on};
 use crate::comm::bench::{Case, bench_expected, bench_input, default_iters, fatal, median, time_cases};
+use crate::comm::options::{AllreduceChoice, CommOptions};
 use crate::comm::{CommConfig, run_on_comm_thread};
+use crate::units::format_bytes;
 use anyhow::Context;
 use std::io::Write;
+use std::path::PathBuf;
+
+/// What `tune-allreduce` measures and where it writes the rules.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub comm: CommOptions,
+    /// The rules file (CSV: ranks,min_bytes,max_bytes,algorithm).
+    pub out: PathBuf,
+    /// Message sizes in bytes, multiples of 4 (empty: `default_tune_sizes`).
+    pub sizes: Vec<usize>,
+    /// Each measurement repeated this many times; the median is kept.
+    pub repeats: u64,
+    /// Replace only this rank count's lines of an existing `out`.
+    pub append: bool,
+}
 
 /// A later size keeps the previous size's winner unless another algorithm is this much faster
 /// (measurement noise should not split the rules into many tiny ranges).
@@ -50,9 +65,9 @@ pub fn rules_from_scores(sizes: &[usize], algos: &[Algorithm], scores: &[Vec<f64
     rules
 }
 
-pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
+pub fn run(args: TuneOptions) -> anyhow::Result<()> {
     args.comm.wire.require_f32("tune-allreduce")?;
-    let cfg = CommConfig::from_args(&args.comm)?;
+    let cfg = CommConfig::from_options(&args.comm)?;
     let mut sizes = if args.sizes.is_empty() { default_tune_sizes() } else { args.sizes.clone() };
     sizes.sort();
     sizes.dedup();
@@ -67,28 +82,20 @@ pub fn run(args: TuneAllreduceArgs) -> anyhow::Result<()> {
     let out = args.out.clone();
     let options = format!("{args:?}");
     let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
-        crate::comm::helpers::same_options(t, "tune-allreduce", &options, crate::comm::transport::TAG_BENCH)?;
+        crate::comm::collectives::same_options(t, "tune-allreduce", &options, crate::comm::transport::TAG_BENCH)?;
         let p = t.size();
         // On one host, or one rank per host, hier is ring or vhd under another name: timing it
         // there could write `hier` into rules that a job of this rank count spread over
         // several hosts would then run untimed.
         let two_levels = large_message_algorithm_on(p, t.hosts()) == Algorithm::Hier;
         let algos: Vec<Algorithm> =
-            Algorithm::ALL.into_iter().filter(|&a| a != Algorithm::Hier || two_levels).collect();
+            Algorithm::all().iter().copied().filter(|&a| a != Algorithm::Hier || two_levels).collect();
         let cases: Vec<Case> = algos
             .iter()
             .map(|&a| {
-                let b = match a {
-                    Algorithm::Tree => BenchAlgo::Tree,
-                    Algorithm::Rd => BenchAlgo::Rd,
-                    Algorithm::Vhd => BenchAlgo::Vhd,
-                    Algorithm::Ring => BenchAlgo::Ring,
-                    Algorithm::Hier => BenchAlgo::Hier,
-                    Algorithm::Mpi => BenchAlgo::Mpi,
-                };
                 // Rules select by message size: time whole messages, not fragments.
                 let table = Policy::Fixed(a).table(p).expect("fixed policy");
-                Case::new(b, &table, 0, 0)
+                Case::new(AllreduceChoice::Fixed(a), &table, 0, 0)
             })
             .collect();
         if world.rank == 0 {

@@ -35,7 +35,7 @@ static SPINNING: AtomicUsize = AtomicUsize::new(0);
 /// Whether arming is allowed at all (see `set_enabled`).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Allows or forbids spinning. `train::setup_threads` forbids it when the ranks of a host
+/// Allows or forbids spinning. `backend::threads::setup_threads` forbids it when the ranks of a host
 /// ask for more compute threads than it has cores: a spinning helper would then take turns
 /// on a core with another rank's compute thread instead of with nothing.
 pub fn set_enabled(enabled: bool) {
@@ -43,7 +43,7 @@ pub fn set_enabled(enabled: bool) {
 }
 
 /// Arms a spinner on every helper unless they already spin; true when this call armed them.
-/// Only from worker 0 of the pool, which `train::setup_threads` makes the program's main
+/// Only from worker 0 of the pool, which `backend::threads::setup_threads` makes the program's main
 /// thread: a thread outside the pool, such as a test's, keeps rayon's plain behaviour, and
 /// no worker is ever left waiting on itself.
 pub fn keep_awake() -> bool {

@@ -32,12 +32,11 @@
 
 use super::core_share::{core_share, cpu_ns_per_byte_at, speed_at};
 use super::cost::{Choice, bucket_bytes_moved, bucket_time};
-use super::run_info::recorded_wire;
 use super::two_level::{Links, Placement};
-use crate::comm::Algorithm;
-use anyhow::{Context, Result, bail};
+use crate::comm::{Algorithm, AllreduceChoice};
+use crate::record::Summary;
+use anyhow::{Result, bail};
 use serde::Serialize;
-use serde_json::Value;
 use std::path::Path;
 
 /// The calibration and where it came from.
@@ -67,9 +66,9 @@ pub struct CommCpu {
     /// The placement of the two runs.
     pub ranks: usize,
     pub hosts: usize,
-    /// The run's `--allreduce` ("auto" or one algorithm; the library's, "mpi", as vhd), which
-    /// the fit replays.
-    pub allreduce: String,
+    /// The run's `--allreduce` (auto or one algorithm; the library's, mpi, as vhd), which the
+    /// fit replays.
+    pub allreduce: AllreduceChoice,
     /// The share of a core the run without the exchange had (`core_share`): the figures above
     /// are divided back to a rank with a core of its own, C multiplied and s divided by it.
     pub core_share: f64,
@@ -102,45 +101,43 @@ impl SharedCores {
     }
 }
 
-fn read(path: &Path) -> Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read --comm-cpu-from {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("--comm-cpu-from {} is not JSON", path.display()))
-}
-
-/// A number the summary must have.
-fn field(s: &Value, path: &Path, pointer: &str) -> Result<f64> {
-    s.pointer(pointer).and_then(Value::as_f64).with_context(|| {
-        format!("--comm-cpu-from {} has no {pointer}: pass summary.json files of dcgan-train runs", path.display())
-    })
-}
-
 /// Per step, the bytes the busiest rank moved each way and the seconds the cost model gives
 /// the exchange: every gradient bucket with the algorithm the run recorded for it, cut into
 /// the run's fragments. (The 24-byte metrics are left out, here and in the replay.)
-fn exchange_per_step(s: &Value, path: &Path, place: Placement, links: &Links) -> Result<(f64, f64)> {
-    let fragment_bytes = field(s, path, "/options/comm/fragment_bytes")? as usize;
-    let wire = recorded_wire(s).map_err(|e| anyhow::anyhow!("--comm-cpu-from {}: {e}", path.display()))?;
-    let buckets = s.pointer("/comm/buckets").and_then(Value::as_array).with_context(|| {
-        format!("--comm-cpu-from {} has no comm.buckets: pass summary.json files of dcgan-train runs", path.display())
-    })?;
+fn exchange_per_step(s: &Summary, path: &Path, place: Placement, links: &Links) -> Result<(f64, f64)> {
+    let (fragment_bytes, wire) = (s.options.comm.fragment_bytes, s.options.comm.wire);
     let (mut moved, mut seconds) = (0.0, 0.0);
-    for b in buckets {
-        let name = b["algorithm"].as_str().unwrap_or("");
+    for b in &s.comm.buckets {
         // (The library's own allreduce, "mpi", is priced as vhd, as everywhere in the model.)
-        let Some(algo) = Algorithm::from_name(name) else {
+        let Some(algo) = Algorithm::from_name(&b.algorithm) else {
             bail!(
-                "--comm-cpu-from {}: bucket {} records the algorithm '{name}', which the model does not know: \
+                "--comm-cpu-from {}: bucket {} records the algorithm '{}', which the model does not know: \
                  pass the summary.json of a run with the exchange",
                 path.display(),
-                b["bucket"]
+                b.bucket,
+                b.algorithm
             );
         };
-        let bytes = b["bytes"].as_u64().context("bucket bytes")? as usize;
-        moved += bucket_bytes_moved(&Choice::Fixed(algo), bytes, fragment_bytes, place, wire);
-        seconds += bucket_time(&Choice::Fixed(algo), bytes, fragment_bytes, place, links, wire).1;
+        moved += bucket_bytes_moved(&Choice::Fixed(algo), b.bytes, fragment_bytes, place, wire);
+        seconds += bucket_time(&Choice::Fixed(algo), b.bytes, fragment_bytes, place, links, wire).1;
     }
     Ok((moved, seconds))
+}
+
+/// The first of the figures that must match between the two runs in which they differ, as
+/// (name, with, without).
+fn placement_difference(w: &Summary, wo: &Summary) -> Option<(&'static str, String, String)> {
+    let figures = |s: &Summary| {
+        [
+            ("ranks", s.ranks.to_string()),
+            ("host_count", s.host_count.to_string()),
+            ("batch_size_per_rank", s.batch_size_per_rank.to_string()),
+            ("threads_per_rank", s.threads_per_rank.to_string()),
+            ("device", format!("{:?}", s.device)),
+            ("image_size", s.image_size.to_string()),
+        ]
+    };
+    figures(w).into_iter().zip(figures(wo)).find(|(a, b)| a.1 != b.1).map(|(a, b)| (a.0, a.1, b.1))
 }
 
 /// The calibration from `with` (a run with the exchange overlapped) and `without` (the same
@@ -148,58 +145,41 @@ fn exchange_per_step(s: &Value, path: &Path, place: Placement, links: &Links) ->
 /// compute difference negative, read as no cost, or the comm faster than the model, read as
 /// full speed.
 pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> {
-    let (w, wo) = (read(with)?, read(without)?);
-    let flag = |s: &Value, path: &Path, name: &str| {
-        s.pointer(&format!("/options/parallel/{name}")).and_then(Value::as_bool).with_context(|| {
-            format!(
-                "--comm-cpu-from {} has no options.parallel.{name}: pass summary.json files of dcgan-train runs",
-                path.display()
-            )
-        })
-    };
-    if field(&w, with, "/ranks")? < 2.0 || flag(&w, with, "no_exchange")? {
+    let (w, wo) = (Summary::read(with, "--comm-cpu-from")?, Summary::read(without, "--comm-cpu-from")?);
+    if w.ranks < 2 || w.options.parallel.no_exchange {
         bail!(
             "--comm-cpu-from {}: the first summary must come from a run of 2 or more ranks with the exchange",
             with.display()
         );
     }
-    if flag(&w, with, "no_overlap")? {
+    if w.options.parallel.no_overlap {
         bail!(
             "--comm-cpu-from {}: that run used --no-overlap, so its exchange never ran beside compute: \
              give a run with overlap",
             with.display()
         );
     }
-    if !flag(&wo, without, "no_exchange")? {
+    if !wo.options.parallel.no_exchange {
         bail!("--comm-cpu-from {}: the second summary must come from a run with --no-exchange", without.display());
     }
-    for key in ["/ranks", "/host_count", "/batch_size_per_rank", "/threads_per_rank", "/device", "/image_size"] {
-        let (a, b) = (w.pointer(key), wo.pointer(key));
-        if a != b {
-            bail!(
-                "--comm-cpu-from: the two runs differ in {} ({} against {}): train both with the same ranks, hosts, \
-                 batch, threads and device",
-                &key[1..],
-                a.unwrap_or(&Value::Null),
-                b.unwrap_or(&Value::Null)
-            );
-        }
+    if let Some((name, a, b)) = placement_difference(&w, &wo) {
+        bail!(
+            "--comm-cpu-from: the two runs differ in {name} ({a} against {b}): train both with the same ranks, hosts, \
+             batch, threads and device"
+        );
     }
-    let ranks = field(&w, with, "/ranks")? as usize;
-    let hosts = field(&w, with, "/host_count")? as usize;
+    let (ranks, hosts) = (w.ranks, w.host_count);
     if hosts == 0 || !ranks.is_multiple_of(hosts) {
         bail!("--comm-cpu-from {}: {ranks} ranks on {hosts} hosts are not in equal blocks", with.display());
     }
     let place = Placement { hosts, ranks_per_host: ranks / hosts };
-    let allreduce = match w.pointer("/options/comm/allreduce").and_then(Value::as_str).unwrap_or("auto") {
-        "mpi" => "vhd".to_string(),
-        other => other.to_string(),
+    let allreduce = match w.options.comm.allreduce {
+        AllreduceChoice::Fixed(Algorithm::Mpi) => AllreduceChoice::Fixed(Algorithm::Vhd),
+        other => other,
     };
-    let compute_with_ms = field(&w, with, "/compute_ms_per_step")?;
-    let compute_without_ms = field(&wo, without, "/compute_ms_per_step")?;
+    let (compute_with_ms, compute_without_ms) = (w.compute_ms_per_step, wo.compute_ms_per_step);
     let (bytes, model_s) = exchange_per_step(&w, with, place, links)?;
-    let hidden = field(&w, with, "/comm/hidden_comm_fraction")?;
-    let measured_ms = field(&w, with, "/comm/comm_ms_per_step")?;
+    let (hidden, measured_ms) = (w.comm.hidden_comm_fraction, w.comm.comm_ms_per_step);
     let (d, model_ms) = (measured_ms, model_s * 1e3);
     let speed =
         if hidden > 0.0 && d > 0.0 { ((model_ms - (1.0 - hidden) * d) / (hidden * d)).clamp(0.05, 1.0) } else { 1.0 };
@@ -235,11 +215,11 @@ pub fn calibrate(with: &Path, without: &Path, links: &Links) -> Result<CommCpu> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn summary(no_exchange: bool, compute_ms: f64, algorithm: &str) -> Value {
         json!({
-            "ranks": 2, "host_count": 2, "batch_size_per_rank": 64, "threads_per_rank": 1,
+            "ranks": 2, "host_count": 2, "batch_size_per_rank": 64, "threads_per_rank": 1, "ms_per_step": 200.0,
             "device": "cpu (1 threads)", "image_size": 28,
             "compute_ms_per_step": compute_ms,
             "options": {"comm": {"fragment_bytes": 1 << 20, "wire": "bf16"},
@@ -317,9 +297,9 @@ mod tests {
         let serial = write(dir, "serial.json", &serial);
         assert!(calibrate(&serial, &without, &LINKS).unwrap_err().to_string().contains("--no-overlap"));
         let mut bare = summary(false, 170.0, "vhd");
-        bare["options"]["parallel"] = json!({});
+        bare.as_object_mut().unwrap().remove("comm");
         let bare = write(dir, "bare.json", &bare);
         let e = calibrate(&bare, &without, &LINKS).unwrap_err().to_string();
-        assert!(e.contains("has no options.parallel.no_exchange"), "{e}");
+        assert!(e.contains("bare.json is not the summary.json of a dcgan-train run"), "{e}");
     }
 }

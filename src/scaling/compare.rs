@@ -4,8 +4,8 @@
 
 use super::cost::{Link, Terms, terms};
 use super::two_level::{Links, Placement, schedule};
-use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
+use crate::comm::Wire;
 use crate::comm::allreduce::part;
 use anyhow::{Context, Result};
 use serde::Serialize;

@@ -15,7 +15,7 @@
 //! `--no-exchange`. A run with the exchange waited for its own comm thread too, which the
 //! calibration already counts; such a run is taken to have its cores to itself.
 
-use serde_json::Value;
+use crate::record::Summary;
 
 /// Where a run's share of a core came from, for the prediction's report.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -33,15 +33,11 @@ pub enum ShareSource {
 
 /// The share of a core the training thread of the run `summary` describes had, and where the
 /// figure came from; 1 where it cannot be read cleanly.
-pub fn core_share(summary: &Value) -> (f64, ShareSource) {
-    let ranks = summary["ranks"].as_u64().unwrap_or(1);
-    let no_exchange = summary.pointer("/options/parallel/no_exchange").and_then(Value::as_bool).unwrap_or(false);
-    if ranks > 1 && !no_exchange {
+pub fn core_share(summary: &Summary) -> (f64, ShareSource) {
+    if summary.ranks > 1 && !summary.options.parallel.no_exchange {
         return (1.0, ShareSource::RunHadExchange);
     }
-    let cpu = summary["training_thread_cpu_ms_per_step"].as_f64();
-    let waited = summary["training_thread_descheduled_ms_per_step"].as_f64();
-    match (cpu, waited) {
+    match (summary.training_thread_cpu_ms_per_step, summary.training_thread_descheduled_ms_per_step) {
         (Some(c), Some(w)) if c > 0.0 && w >= 0.0 => ((c / (c + w)).min(1.0), ShareSource::Measured),
         _ => (1.0, ShareSource::NotRecorded),
     }
@@ -62,16 +58,20 @@ pub fn speed_at(own_core_speed: f64, share: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    fn run(ranks: u64, no_exchange: bool, cpu: f64, waited: Value) -> Value {
-        json!({"ranks": ranks, "options": {"parallel": {"no_exchange": no_exchange}},
-               "training_thread_cpu_ms_per_step": cpu, "training_thread_descheduled_ms_per_step": waited})
+    fn run(ranks: u64, no_exchange: bool, cpu: f64, waited: Value) -> Summary {
+        serde_json::from_value(json!({
+            "ranks": ranks, "options": {"parallel": {"no_exchange": no_exchange}},
+            "batch_size_per_rank": 64, "ms_per_step": 200.0, "comm": {},
+            "training_thread_cpu_ms_per_step": cpu, "training_thread_descheduled_ms_per_step": waited
+        }))
+        .unwrap()
     }
 
     #[test]
     fn the_share_is_cpu_over_cpu_and_wait_where_nothing_of_the_exchange_is_in_it() {
-        // The s24 run of 4 ranks on 2 cores with --no-exchange: 172.4 ms on a core, 173.0 waited.
+        // 4 ranks on 2 cores with --no-exchange, as measured: 172.4 ms on a core, 173.0 waited.
         let (share, from) = core_share(&run(4, true, 172.4, json!(173.0)));
         assert_eq!(from, ShareSource::Measured);
         assert!((share - 172.4 / 345.4).abs() < 1e-12, "{share}");

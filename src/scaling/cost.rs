@@ -4,12 +4,12 @@
 //! of the extra ranks when p is not a power of two, and a bucket cut into fragments as the
 //! comm thread cuts it. Nodes that run several ranks each are `two_level`'s.
 
-use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
+use crate::comm::Wire;
 use crate::comm::allreduce::fold::pow2_floor;
 use crate::comm::allreduce::hierarchical;
 use crate::comm::allreduce::select::SelectionTable;
-use crate::comm::engine::fragments;
+use crate::comm::handle::fragments;
 use crate::scaling::two_level::{self, Links, Placement};
 
 /// Link and CPU constants of the model.

@@ -6,6 +6,7 @@ pub mod comm_cpu;
 pub mod compare;
 pub mod core_share;
 pub mod cost;
+pub mod links;
 pub mod pingpong;
 pub mod prediction_table;
 pub mod program;

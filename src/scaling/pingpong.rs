@@ -5,13 +5,26 @@
 //! 64 KiB and above (where bandwidth dominates). Gamma is timed on rank 0: adding one vector
 //! into another with the comm layer's own reduction.
 
-use crate::cli::scaling::PingPongArgs;
 use crate::comm::reduce::combine;
 use crate::comm::transport::{Combine, CommError, TAG_BENCH, Transport};
-use crate::comm::{helpers, run_on_comm_thread};
+use crate::comm::{collectives, run_on_comm_thread};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What `ping-pong` measures.
+#[derive(Clone, Debug)]
+pub struct PingPongOptions {
+    /// Message sizes in bytes (positive multiples of 4).
+    pub sizes: Vec<usize>,
+    /// Round trips per size (None: about 0.3 s per size, 5 to 2000).
+    pub iters: Option<u64>,
+    /// Also write the report as JSON here (the input of `simulate-scaling --links`).
+    pub json: Option<PathBuf>,
+    /// A message that waits this long ends the job.
+    pub stall_timeout: Duration,
+}
 
 /// Sizes at and above this many bytes fit beta.
 pub const BETA_FROM_BYTES: usize = 64 << 10;
@@ -136,17 +149,17 @@ fn bounce(t: &mut dyn Transport, bytes: usize, iters: u64) -> Result<Vec<f64>, C
     Ok(out)
 }
 
-pub fn run(args: PingPongArgs) -> anyhow::Result<()> {
+pub fn run(args: PingPongOptions) -> anyhow::Result<()> {
     let json = args.json.clone();
     let options = format!("{args:?}");
     let report = run_on_comm_thread(args.stall_timeout, move |t, world| {
-        helpers::same_options(t, "ping-pong", &options, TAG_BENCH)?;
+        collectives::same_options(t, "ping-pong", &options, TAG_BENCH)?;
         if t.size() < 2 {
             bail!("ping-pong needs two ranks: run it as mpiexec -n 2 dcgan-train ping-pong (one rank per host)");
         }
         let mut points = Vec::new();
         for &bytes in &args.sizes {
-            helpers::barrier(t, TAG_BENCH).context("barrier before a ping-pong size")?;
+            collectives::barrier(t, TAG_BENCH).context("barrier before a ping-pong size")?;
             if t.rank() < 2 {
                 let iters = match args.iters {
                     Some(n) => n,
@@ -162,7 +175,7 @@ pub fn run(args: PingPongArgs) -> anyhow::Result<()> {
                 });
             }
         }
-        helpers::barrier(t, TAG_BENCH).context("barrier after the ping-pong")?;
+        collectives::barrier(t, TAG_BENCH).context("barrier after the ping-pong")?;
         if t.rank() != 0 {
             return Ok(None);
         }

@@ -4,15 +4,15 @@
 use super::comm_cpu::SharedCores;
 use super::core_share::ShareSource;
 use super::simulate::{Prediction, Row};
-use crate::cli::comm::Wire;
-use crate::cli::size::format_bytes;
+use crate::comm::Wire;
+use crate::units::format_bytes;
 
 /// "G[1] vhd x5, D[3+2] vhd, D[1] rd": the algorithm per bucket (and fragments when cut).
 fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
     row.buckets
         .iter()
         .map(|b| {
-            let k = crate::comm::engine::fragments(b.bytes / 4, fragment_bytes).len();
+            let k = crate::comm::handle::fragments(b.bytes / 4, fragment_bytes).len();
             if k > 1 { format!("{} {} x{k}", b.bucket, b.algorithm) } else { format!("{} {}", b.bucket, b.algorithm) }
         })
         .collect::<Vec<_>>()

@@ -4,9 +4,9 @@
 use super::core_share::{ShareSource, core_share};
 use super::program::{self, BucketSpec, StepProgram};
 use super::replay::{CollectiveCost, WARM_STEPS, replay};
-use crate::cli::comm::Wire;
+use crate::comm::Wire;
+use crate::record::Summary;
 use anyhow::{Context, Result};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// What the replay needs from summary.json.
@@ -19,8 +19,8 @@ pub struct RunInfo {
     pub ranks: u64,
     pub ms_per_step: f64,
     pub trace: Option<PathBuf>,
-    /// How the run's gradients travelled (`options.comm.wire`; f32 in runs from before it),
-    /// or `--wire` to ask about the other.
+    /// How the run's gradients travelled (`options.comm.wire`), or `--wire` to ask about the
+    /// other.
     pub wire: Wire,
     /// The share of a core each rank had, and where that figure came from (`core_share`).
     pub core_share: (f64, ShareSource),
@@ -28,57 +28,27 @@ pub struct RunInfo {
 
 impl RunInfo {
     pub fn from_summary(path: &Path) -> Result<RunInfo> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read --summary {}", path.display()))?;
-        let s: Value =
-            serde_json::from_str(&text).with_context(|| format!("--summary {} is not JSON", path.display()))?;
-        let missing = |what: &str| {
-            anyhow::anyhow!("--summary {} has no {what}: pass the summary.json of a dcgan-train run", path.display())
-        };
-        let buckets = s["comm"]["buckets"]
-            .as_array()
-            .ok_or_else(|| missing("comm.buckets"))?
-            .iter()
-            .map(|b| {
-                let label = b["bucket"].as_str().ok_or_else(|| missing("bucket label"))?;
-                let bytes = b["bytes"].as_u64().ok_or_else(|| missing("bucket bytes"))? as usize;
-                BucketSpec::new(label, bytes)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let opt = &s["options"];
-        let trace = opt["parallel"]["trace"].as_str().map(|t| {
-            let p = PathBuf::from(t);
+        let s = Summary::read(path, "--summary")?;
+        let buckets = s.comm.buckets.iter().map(|b| BucketSpec::new(&b.bucket, b.bytes)).collect::<Result<Vec<_>>>()?;
+        let trace = s.options.parallel.trace.as_ref().map(|p| {
             // A relative path was relative to where the run started; try next to the summary too.
             if p.is_relative() && !p.exists() {
-                path.parent().map(|d| d.join(p.file_name().unwrap_or_default())).unwrap_or(p)
+                path.parent().map(|d| d.join(p.file_name().unwrap_or_default())).unwrap_or(p.clone())
             } else {
-                p
+                p.clone()
             }
         });
         Ok(RunInfo {
             buckets,
-            batch: s["batch_size_per_rank"].as_f64().ok_or_else(|| missing("batch_size_per_rank"))?,
-            fragment_bytes: opt["comm"]["fragment_bytes"]
-                .as_u64()
-                .ok_or_else(|| missing("options.comm.fragment_bytes"))? as usize,
-            threshold: opt["comm"]["allreduce_threshold"].as_u64().unwrap_or(8192) as usize,
-            ranks: s["ranks"].as_u64().unwrap_or(1),
-            ms_per_step: s["ms_per_step"].as_f64().unwrap_or(0.0),
+            batch: s.batch_size_per_rank as f64,
+            fragment_bytes: s.options.comm.fragment_bytes,
+            threshold: s.options.comm.allreduce_threshold,
+            ranks: s.ranks as u64,
+            ms_per_step: s.ms_per_step,
             trace,
-            wire: recorded_wire(&s).map_err(|e| anyhow::anyhow!("--summary {}: {e}", path.display()))?,
+            wire: s.options.comm.wire,
             core_share: core_share(&s),
         })
-    }
-}
-
-/// How a run's gradients travelled, from its summary.json (`options.comm.wire`; f32 in runs
-/// from before it).
-pub fn recorded_wire(summary: &Value) -> std::result::Result<Wire, String> {
-    match summary.pointer("/options/comm/wire").and_then(Value::as_str) {
-        None => Ok(Wire::F32),
-        Some(w) => {
-            <Wire as clap::ValueEnum>::from_str(w, false).map_err(|_| format!("unknown options.comm.wire '{w}'"))
-        }
     }
 }
 

@@ -4,20 +4,49 @@
 
 use super::comm_cpu::{CommCpu, SharedCores, calibrate};
 use super::core_share::ShareSource;
-use super::cost::{Choice, Link, allreduce_seconds_on, bucket_bytes_moved, bucket_time};
-use super::pingpong::{LinkReport, measure_gamma};
+use super::cost::{Choice, allreduce_seconds_on, bucket_bytes_moved, bucket_time};
+use super::links::{LinkOptions, MAX_RANKS, check_times, links_of};
 use super::program::StepProgram;
 use super::replay::{CollectiveCost, Outcome, WARM_STEPS, replay};
 use super::run_info::{RunInfo, recorded_steps};
 use super::two_level::{Links, Placement};
-use crate::cli::comm::Wire;
-use crate::cli::scaling::SimulateScalingArgs;
-use crate::comm::Algorithm;
 use crate::comm::allreduce::select::Policy;
-use anyhow::{Context, Result, bail};
+use crate::comm::{Algorithm, AllreduceChoice, Wire};
+use anyhow::{Result, bail};
 use serde::Serialize;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
+
+/// What `simulate-scaling` replays, and on which links.
+#[derive(Clone, Debug)]
+pub struct SimulateOptions {
+    /// summary.json of the run whose step is replayed.
+    pub summary: Option<PathBuf>,
+    /// `bench-allreduce --json` files to compare with the cost model.
+    pub bench_allreduce: Vec<PathBuf>,
+    /// The run's trace (None: the one its summary records).
+    pub trace: Option<PathBuf>,
+    pub nodes: Vec<u64>,
+    pub links: LinkOptions,
+    /// Ranks on each node, in blocks.
+    pub ranks_per_node: u64,
+    /// How values travel in the prediction (None: as the run's).
+    pub wire: Option<Wire>,
+    /// Compute lost per byte moved beside compute, for a rank with a core of its own.
+    pub comm_cpu_ns_per_byte: Option<f64>,
+    /// The fraction of wire speed a collective keeps beside compute.
+    pub comm_speed_beside_compute: Option<f64>,
+    /// Two summaries (with the exchange, with --no-exchange) to measure the two above from.
+    pub comm_cpu_from: Vec<PathBuf>,
+    pub algorithms: Vec<AllreduceChoice>,
+    /// Steps replayed back to back.
+    pub steps: u64,
+    /// The rank whose compute track is replayed.
+    pub trace_rank: usize,
+    /// Every rank replays the same recorded step at the same time.
+    pub identical_ranks: bool,
+    /// Also write the predictions as JSON here.
+    pub json: Option<PathBuf>,
+}
 
 /// Bytes of the per-step metrics allreduce (6 f32).
 const METRICS_BYTES: usize = 24;
@@ -117,16 +146,18 @@ pub fn step_order(recorded: usize, ranks: usize, steps: usize, identical: bool) 
         .collect()
 }
 
-fn choice_of(name: &str, threshold: usize, place: Placement) -> Result<Choice> {
-    Ok(match name {
+fn choice_of(choice: AllreduceChoice, threshold: usize, place: Placement) -> Result<Choice> {
+    Ok(match choice {
         // As the comm thread picks from the hosts it finds: hier where nodes run several ranks.
-        "auto" => Choice::Auto(Policy::Threshold(threshold).table_on(place.ranks(), &place.host_numbers())?),
-        other => match Algorithm::from_name(other) {
-            Some(Algorithm::Mpi) | None => {
-                bail!("--algorithms: unknown or unmodelled algorithm '{other}': use auto, tree, rd, vhd, ring or hier")
-            }
-            Some(a) => Choice::Fixed(a),
-        },
+        AllreduceChoice::Auto => {
+            Choice::Auto(Policy::Threshold(threshold).table_on(place.ranks(), &place.host_numbers())?)
+        }
+        AllreduceChoice::Fixed(Algorithm::Mpi) => {
+            bail!(
+                "--algorithms: the cost model has no model of the MPI library's allreduce: use auto, tree, rd, vhd, ring or hier"
+            )
+        }
+        AllreduceChoice::Fixed(a) => Choice::Fixed(a),
     })
 }
 
@@ -152,7 +183,14 @@ const MAX_GAIN: f64 = 0.5;
 const SETTLED: f64 = 1e-4;
 
 /// The prediction for one algorithm at `nodes` nodes of `ranks_per_node` ranks each.
-pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64, ranks_per_node: u64) -> Result<Row> {
+pub fn predict(
+    run: &RunInfo,
+    rp: &Replay,
+    links: &Links,
+    algo: AllreduceChoice,
+    nodes: u64,
+    ranks_per_node: u64,
+) -> Result<Row> {
     let place = Placement { hosts: nodes as usize, ranks_per_host: ranks_per_node as usize };
     let p = place.ranks() as u64;
     let choice = choice_of(algo, run.threshold, place)?;
@@ -213,11 +251,11 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
         }
         o = run_with(&costs);
     }
-    let speedup = crate::train::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
+    let speedup = crate::record::summary::weak_scaling_speedup(rp.t1, run.batch, o.step_s, run.batch, p as f64);
     Ok(Row {
         nodes,
         ranks: p,
-        algorithm: algo.to_string(),
+        algorithm: algo.name().to_string(),
         step_ms: o.step_s * 1e3,
         speedup_eq1: speedup,
         efficiency: speedup / p as f64,
@@ -231,64 +269,10 @@ pub fn predict(run: &RunInfo, rp: &Replay, links: &Links, algo: &str, nodes: u64
     })
 }
 
-fn link_report(path: &Option<PathBuf>, flag: &str) -> Result<Option<LinkReport>> {
-    let Some(p) = path else { return Ok(None) };
-    let t = std::fs::read_to_string(p).with_context(|| format!("cannot read {flag} {}", p.display()))?;
-    Ok(Some(
-        serde_json::from_str(&t).with_context(|| {
-            format!("{flag} {} is not the JSON of `dcgan-train ping-pong --json FILE`", p.display())
-        })?,
-    ))
-}
-
-fn check_times(values: &[(&str, f64)]) -> Result<()> {
-    for (name, v) in values {
-        if !(v.is_finite() && *v >= 0.0) {
-            bail!("{name} {v} is not a time: give a non-negative number");
-        }
-    }
-    Ok(())
-}
-
-/// The most ranks a replay models (nodes times ranks per node).
-const MAX_RANKS: u64 = 1 << 20;
-
-/// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
-/// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
-/// through shared memory), with the same gamma.
-pub fn links_of(args: &SimulateScalingArgs) -> Result<Links> {
-    let report = link_report(&args.links, "--links")?;
-    let alpha = args.alpha.or(report.as_ref().map(|r| r.alpha_us)).unwrap_or(15.0);
-    let beta = args.beta.or(report.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(8.0);
-    let gamma = match args.gamma.or(report.as_ref().map(|r| r.gamma_ns_per_byte)) {
-        Some(g) => g,
-        None => measure_gamma() * 1e9,
-    };
-    let intra_given = args.intra_links.is_some() || args.intra_alpha.is_some() || args.intra_beta.is_some();
-    if intra_given && args.ranks_per_node == 1 {
-        bail!(
-            "--intra-links, --intra-alpha and --intra-beta describe the link between ranks of one node: \
-             add --ranks-per-node L (2 or more), or leave them out"
-        );
-    }
-    let intra = link_report(&args.intra_links, "--intra-links")?;
-    let intra_alpha = args.intra_alpha.or(intra.as_ref().map(|r| r.alpha_us)).unwrap_or(1.0);
-    let intra_beta = args.intra_beta.or(intra.as_ref().map(|r| r.beta_ns_per_byte)).unwrap_or(0.1);
-    check_times(&[
-        ("--alpha", alpha),
-        ("--beta", beta),
-        ("--gamma", gamma),
-        ("--intra-alpha", intra_alpha),
-        ("--intra-beta", intra_beta),
-    ])?;
-    let link = |alpha: f64, beta: f64| Link { alpha: alpha * 1e-6, beta: beta * 1e-9, gamma: gamma * 1e-9 };
-    Ok(Links { between: link(alpha, beta), within: link(intra_alpha, intra_beta) })
-}
-
-pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction> {
+pub fn simulate(args: &SimulateOptions, summary: &Path) -> Result<Prediction> {
     let mut run = RunInfo::from_summary(summary)?;
     run.wire = args.wire.unwrap_or(run.wire);
-    for a in &args.algorithms {
+    for &a in &args.algorithms {
         choice_of(a, run.threshold, Placement { hosts: 2, ranks_per_host: 1 })?;
     }
     let trace = match (&args.trace, &run.trace) {
@@ -311,13 +295,13 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
             too_many * args.ranks_per_node
         );
     }
-    let links = links_of(args)?;
+    let links = links_of(&args.links, args.ranks_per_node)?;
     let (shared, comm_cpu_from, core_share_from) = shared_cores_of(args, &links, run.core_share)?;
     let (programs, steps, t1) =
         recorded_steps(&trace, args.trace_rank, &run.buckets, args.steps, args.identical_ranks)?;
     let rp = Replay { programs: &programs, steps, t1, identical: args.identical_ranks, shared };
     let mut rows = Vec::new();
-    for algo in &args.algorithms {
+    for &algo in &args.algorithms {
         for &p in &args.nodes {
             let row = predict(&run, &rp, &links, algo, p, args.ranks_per_node)?;
             if !row.comm_lengths_settled {
@@ -359,7 +343,7 @@ pub fn simulate(args: &SimulateScalingArgs, summary: &Path) -> Result<Prediction
 /// `core_share`: the replayed run's share of a core, which the figures are scaled by; not
 /// used (1) by the wire-only replay, which has no figures to scale.
 fn shared_cores_of(
-    args: &SimulateScalingArgs,
+    args: &SimulateOptions,
     links: &Links,
     (core_share, share_from): (f64, ShareSource),
 ) -> Result<(SharedCores, Option<CommCpu>, ShareSource)> {
@@ -395,48 +379,4 @@ fn shared_cores_of(
             files.len()
         ),
     }
-}
-
-pub fn run(args: crate::cli::scaling::SimulateScalingArgs) -> Result<()> {
-    let mut out = serde_json::Map::new();
-    if !args.bench_allreduce.is_empty() {
-        let links = links_of(&args)?;
-        let mut rows = Vec::new();
-        for f in &args.bench_allreduce {
-            rows.extend(super::compare::compare_file(f, &links, args.ranks_per_node as usize)?);
-        }
-        let (l, w) = (links.between, links.within);
-        let intra = if args.ranks_per_node > 1 {
-            format!(
-                "; {} ranks per node, {:.2} us and {:.3} ns/B inside one",
-                args.ranks_per_node,
-                w.alpha * 1e6,
-                w.beta * 1e9
-            )
-        } else {
-            String::new()
-        };
-        println!(
-            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B{intra}):\n",
-            l.alpha * 1e6,
-            l.beta * 1e9,
-            l.gamma * 1e9
-        );
-        print!("{}", super::compare::markdown(&rows));
-        out.insert("allreduce".into(), serde_json::to_value(&rows)?);
-    }
-    if let Some(summary) = &args.summary {
-        if !args.bench_allreduce.is_empty() {
-            println!();
-        }
-        let pred = simulate(&args, summary)?;
-        let run = RunInfo::from_summary(summary)?;
-        print!("{}", super::prediction_table::markdown(&pred, run.fragment_bytes));
-        out.insert("prediction".into(), serde_json::to_value(&pred)?);
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(out))? + "\n")
-            .with_context(|| format!("cannot write --json {}", path.display()))?;
-    }
-    Ok(())
 }

@@ -34,7 +34,7 @@ pub fn fit_speed(c: &CommCpu, without: &Path, links: &Links, steps: u64, identic
             SharedCores { cpu_ns_per_byte: c.ns_per_byte, comm_speed_beside_compute: speed, core_share: c.core_share };
         let rp = Replay { programs: &programs, steps, t1, identical, shared };
         let rpn = (c.ranks / c.hosts.max(1)) as u64;
-        Ok(predict(&run, &rp, links, &c.allreduce, c.hosts as u64, rpn)?.comm_ms_per_step)
+        Ok(predict(&run, &rp, links, c.allreduce, c.hosts as u64, rpn)?.comm_ms_per_step)
     };
     // Slower collectives only ever take longer: bisect.
     let target = c.comm_measured_ms;

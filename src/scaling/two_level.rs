@@ -10,8 +10,8 @@
 //! one rank per host, this model gives the closed forms back (tested), so it extends them.
 
 use super::cost::Link;
-use crate::cli::comm::Wire;
 use crate::comm::Algorithm;
+use crate::comm::Wire;
 use crate::comm::allreduce::fold::pow2_floor;
 use crate::comm::allreduce::hierarchical::{HostLayout, across_hosts};
 

@@ -1,10 +1,10 @@
 //! `dcgan-train bench-step`: time full GAN steps (D step + G step, Adam) on one rank.
 
-use super::exchange::{SoloExchange, plan_buckets};
+use super::ddp::exchange::{SoloExchange, plan_buckets};
 use super::step::{GanTrainer, StepConfig};
 use super::timeline::Timeline;
-use crate::cli::BenchStepArgs;
 use crate::model::dcgan::Dcgan;
+use crate::record::ModelOptions;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,11 +22,23 @@ pub fn step_macs<B: crate::backend::Backend>(model: &Dcgan<B>) -> u64 {
     g + 3 * d + 2 * (2 * d - d_first) + d + (2 * g - g_first)
 }
 
+/// What `bench-step` times.
+#[derive(Clone, Debug)]
+pub struct BenchStepOptions {
+    pub model: ModelOptions,
+    /// Timed steps, after the warm-up.
+    pub steps: u64,
+    /// Untimed steps first.
+    pub warmup: u64,
+    /// One JSON line instead of text.
+    pub json: bool,
+}
+
 /// Under mpiexec every rank benchmarks alone, as training would place it: its share of the
 /// host's cores, the GPU of its local rank, and its lines labelled with that rank.
-pub fn run(args: BenchStepArgs) -> Result<()> {
+pub fn run(args: BenchStepOptions) -> Result<()> {
     let (local_rank, local_size) = crate::comm::launcher_local_place();
-    super::setup_threads(args.model.threads, local_size)?;
+    crate::backend::threads::setup_threads(args.model.threads, local_size)?;
     let (device, notice) = crate::device::select(args.model.device, local_rank)?;
     if let Some(n) = notice.filter(|_| local_rank == 0) {
         eprintln!("{n}");
@@ -35,7 +47,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
 }
 
 /// The options and (local rank, local size).
-struct BenchOn(BenchStepArgs, (usize, usize));
+struct BenchOn(BenchStepOptions, (usize, usize));
 
 impl crate::device::OnBackend for BenchOn {
     type Out = Result<()>;
@@ -44,7 +56,7 @@ impl crate::device::OnBackend for BenchOn {
     }
 }
 
-fn bench_on<B: crate::backend::Backend>(args: BenchStepArgs, local: (usize, usize), be: B) -> Result<()> {
+fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, usize), be: B) -> Result<()> {
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
     let mut model = Dcgan::new(&be, size, batch, args.model.seed)

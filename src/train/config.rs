@@ -1,7 +1,7 @@
 //! What the options mean once the number of ranks is known: batch sizes, the learning-rate
 //! schedule, and the options every rank (and a resumed run) must agree on.
 
-use crate::cli::{LrScaling, TrainArgs};
+use crate::record::{LrScaling, TrainOptions};
 use anyhow::{Result, bail};
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(args: &TrainArgs, ranks: usize) -> Result<Settings> {
+    pub fn resolve(args: &TrainOptions, ranks: usize) -> Result<Settings> {
         let p = &args.parallel;
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
@@ -55,7 +55,7 @@ impl Settings {
 
 /// Options that change what training computes, as a flat JSON object keyed by flag name.
 /// Ranks compare it at start; a resumed run compares it with its checkpoint's.
-pub fn training_config(args: &TrainArgs) -> Value {
+pub fn training_config(args: &TrainOptions) -> Value {
     let mut all = serde_json::Map::new();
     flatten(&serde_json::to_value(args).expect("options serialize"), &mut all);
     for local in NOT_COMPARED {
@@ -76,8 +76,7 @@ pub const RESUMABLE: [&str; 4] = ["epochs", "max_steps", "checkpoint_every", "ke
 /// The flags a run with `config` (a checkpoint's `training_config`) was started with beyond
 /// the defaults, less those a resume may change: what to repeat with `--resume`.
 pub fn flags_beyond_defaults(config: &Value) -> String {
-    use clap::Parser;
-    let defaults = training_config(&crate::cli::Cli::parse_from(["dcgan-train"]).train);
+    let defaults = training_config(&TrainOptions::default());
     let Value::Object(given) = config else {
         return String::new();
     };
@@ -135,38 +134,34 @@ pub fn first_difference(mine: &Value, theirs: &Value, skip: &[&str]) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
-    fn args(line: &[&str]) -> TrainArgs {
-        let mut v = vec!["dcgan-train"];
-        v.extend_from_slice(line);
-        crate::cli::Cli::parse_from(v).train
-    }
-
-    #[test]
-    fn the_flags_to_resume_with_give_back_the_same_options() {
-        let line =
-            ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "12", "--sync-bn", "--wire", "bf16"];
-        let config = training_config(&args(&line));
-        let flags = flags_beyond_defaults(&config);
-        assert_eq!(flags, "--batch-size 16 --data synthetic:256 --sync-bn --wire bf16", "{config}");
-        let again: Vec<&str> = flags.split(' ').collect();
-        assert_eq!(first_difference(&training_config(&args(&again)), &config, &RESUMABLE), None);
-        assert_eq!(flags_beyond_defaults(&training_config(&args(&[]))), "");
+    /// The defaults with `change` applied.
+    fn options(change: impl FnOnce(&mut TrainOptions)) -> TrainOptions {
+        let mut o = TrainOptions::default();
+        change(&mut o);
+        o
     }
 
     #[test]
     fn global_batch_splits_and_lr_scales() {
-        let a = args(&["--global-batch-size", "128", "--lr-scaling", "sqrt", "--lr", "0.001"]);
+        let a = options(|o| {
+            o.parallel.global_batch_size = Some(128);
+            o.parallel.lr_scaling = LrScaling::Sqrt;
+            o.model.lr = 0.001;
+        });
         let s = Settings::resolve(&a, 4).unwrap();
         assert_eq!((s.per_rank_batch, s.global_batch), (32, 128));
         assert!((s.lr - 0.001 * 2f64.sqrt()).abs() < 1e-12);
         let err = Settings::resolve(&a, 3).unwrap_err().to_string();
         assert!(err.contains("128") && err.contains("3 ranks"), "{err}");
-        let s = Settings::resolve(&args(&["--batch-size", "16", "--lr-scaling", "linear"]), 8).unwrap();
+        let linear = options(|o| {
+            o.model.batch_size = 16;
+            o.parallel.lr_scaling = LrScaling::Linear;
+        });
+        let s = Settings::resolve(&linear, 8).unwrap();
         assert_eq!((s.per_rank_batch, s.global_batch), (16, 128));
         assert!((s.lr - 2e-4 * 2.0).abs() < 1e-12);
-        let s = Settings::resolve(&args(&["--warmup-steps", "4"]), 1).unwrap();
+        let s = Settings::resolve(&options(|o| o.parallel.warmup_steps = 4), 1).unwrap();
         assert_eq!(s.lr_at(0), (2e-4 / 4.0) as f32);
         assert_eq!(s.lr_at(3), 2e-4_f32);
         assert_eq!(s.lr_at(100), 2e-4_f32);
@@ -174,18 +169,21 @@ mod tests {
 
     #[test]
     fn the_first_differing_option_is_named() {
-        let a = training_config(&args(&["--batch-size", "32", "--seed", "3"]));
-        let b = training_config(&args(&["--batch-size", "64", "--seed", "3", "--no-progress"]));
+        let a = training_config(&options(|o| (o.model.batch_size, o.model.seed) = (32, 3)));
+        let b = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.no_progress) = (64, 3, true)));
         assert_eq!(first_difference(&a, &b, &[]).unwrap(), "--batch-size 32 vs 64");
         assert_eq!(first_difference(&a, &a, &[]), None);
-        let c = training_config(&args(&["--batch-size", "32", "--seed", "3", "--epochs", "9"]));
+        let c = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.epochs) = (32, 3, 9)));
         assert_eq!(first_difference(&a, &c, &RESUMABLE), None);
         assert!(first_difference(&a, &c, &[]).unwrap().starts_with("--epochs"));
         // The stall timeout is when a rank stops waiting, not what it computes: it may differ
         // between ranks and on resume (it flattened to "--secs 10 vs 60" before). Checkpoints
         // that hold it (as secs and nanos) still compare equal.
-        let d = training_config(&args(&["--batch-size", "32", "--seed", "3", "--stall-timeout", "10s"]));
-        assert_eq!(first_difference(&a, &d, &[]), None);
+        let d = options(|o| {
+            (o.model.batch_size, o.model.seed) = (32, 3);
+            o.comm.stall_timeout = std::time::Duration::from_secs(10);
+        });
+        assert_eq!(first_difference(&a, &training_config(&d), &[]), None);
         let mut old = a.clone();
         old["secs"] = 60.into();
         old["nanos"] = 0.into();

@@ -2,22 +2,10 @@
 //! a failure that every rank meets together (bad options, a diverging loss) ends every rank
 //! cleanly after an agreement round; a failure of one rank alone ends the whole job at once.
 
+use crate::comm::PeerFailed;
 use crate::comm::{CommHandle, WorldInfo};
 use anyhow::Result;
 use std::rc::Rc;
-
-/// Returned on the ranks that did not fail themselves: main exits non-zero without printing,
-/// so the job shows one line, the failing rank's.
-#[derive(Debug)]
-pub struct PeerFailed;
-
-impl std::fmt::Display for PeerFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "another rank failed (its error is printed above)")
-    }
-}
-
-impl std::error::Error for PeerFailed {}
 
 pub struct Job {
     pub comm: Rc<CommHandle>,

@@ -1,46 +1,13 @@
 //! What a run writes (rank 0 only): the run directory, metrics.jsonl, sample grids,
 //! checkpoints. A new run never overwrites an old one; a resumed run continues its own.
 
-use super::step::StepMetrics;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
+use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::write_grid;
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
-
-#[derive(Serialize)]
-pub struct StepRecord {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub step: u64,
-    pub epoch: u64,
-    #[serde(flatten)]
-    pub metrics: StepMetrics,
-    pub lr: f32,
-    pub ms: f64,
-    /// Of `ms`, the time blocked on other ranks (gradient buckets and the metrics).
-    pub wait_ms: f64,
-    /// The training thread's CPU time in the step (with `--threads 1` on the CPU, all of the
-    /// compute; worker threads are not counted).
-    pub cpu_ms: f64,
-    /// Of `ms`, the time the training thread was runnable but waiting for a core (other
-    /// threads had it: the comm thread, other ranks on shared cores). Linux only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub descheduled_ms: Option<f64>,
-}
-
-#[derive(Serialize, Clone, Debug)]
-pub struct EpochRecord {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub epoch: u64,
-    pub steps: u64,
-    pub seconds: f64,
-    pub images_per_s: f64,
-    pub sample: String,
-}
 
 pub struct Outputs {
     pub dir: PathBuf,
@@ -106,8 +73,8 @@ impl Outputs {
         self.metrics.write(rec)
     }
 
-    /// Any other record (e.g. why the run stopped), synced to disk at once.
-    pub fn note(&mut self, rec: &serde_json::Value) -> Result<()> {
+    /// Why the run stopped, synced to disk at once.
+    pub fn stopped(&mut self, rec: &StoppedRecord) -> Result<()> {
         self.metrics.write(rec)?;
         self.metrics.sync()
     }
@@ -129,7 +96,7 @@ impl Outputs {
         checkpoint::save(&self.dir, layouts, ck, self.keep)
     }
 
-    pub fn summary(&self, summary: &serde_json::Value) -> Result<()> {
+    pub fn summary(&self, summary: &Summary) -> Result<()> {
         let path = self.dir.join("summary.json");
         let text = serde_json::to_string_pretty(summary)? + "\n";
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))

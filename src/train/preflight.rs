@@ -4,12 +4,12 @@
 use super::config::{RESUMABLE, first_difference, flags_beyond_defaults, training_config};
 use super::job::Job;
 use crate::checkpoint::{self, Checkpoint};
-use crate::cli::TrainArgs;
 use crate::data::Dataset;
+use crate::record::TrainOptions;
 use anyhow::{Result, bail};
 
 /// Every rank runs with the options rank 0 runs with.
-pub fn same_options_everywhere(job: &Job, args: &TrainArgs) -> Result<()> {
+pub fn same_options_everywhere(job: &Job, args: &TrainOptions) -> Result<()> {
     // The algorithm per message size comes from --allreduce-tuning's file as each host reads
     // it: the same path may hold other rules there, and ranks that run different algorithms
     // on one bucket corrupt each other's data or wait forever.
@@ -67,7 +67,7 @@ pub fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<()> {
 
 /// On rank 0: the checkpoint to resume from, checked against this job.
 pub fn load_resume(
-    args: &TrainArgs,
+    args: &TrainOptions,
     job: &Job,
     layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout),
 ) -> Result<Checkpoint> {

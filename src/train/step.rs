@@ -13,7 +13,7 @@
 //!    complete and are waited for in step 2 of the next step (or at once with
 //!    `overlap_steps = false`).
 
-use super::exchange::{Exchange, NetId, Update};
+use super::ddp::exchange::{Exchange, NetId, Update};
 use super::noise::step_noise;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
@@ -22,26 +22,9 @@ use crate::model::net::{Net, Observer, Phase};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::nn::stage::Stage;
+use crate::record::StepMetrics;
 use anyhow::{Result, bail};
 use std::time::{Duration, Instant};
-
-/// Losses and discriminator outputs of one step, averaged over ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct StepMetrics {
-    /// Some rank asked to stop (SIGINT/SIGTERM); every rank sees the same answer.
-    #[serde(skip)]
-    pub stop: bool,
-    /// BCE(D(x), 1) + BCE(D(G(z)), 0)
-    pub loss_d: f32,
-    /// BCE(D(G(z)), 1) with the updated D
-    pub loss_g: f32,
-    /// mean D(x)
-    pub d_x: f32,
-    /// mean D(G(z)) before D's update
-    pub d_g_z: f32,
-    /// mean D(G(z)) after D's update
-    pub d_g_z2: f32,
-}
 
 pub struct StepConfig {
     pub seed: u64,
@@ -143,7 +126,7 @@ impl<B: Backend> GanTrainer<B> {
         })
     }
 
-    pub fn exchange_stats(&self) -> super::exchange::ExchangeStats {
+    pub fn exchange_stats(&self) -> super::ddp::exchange::ExchangeStats {
         self.exchange.stats()
     }
 
@@ -349,7 +332,7 @@ mod tests {
     use crate::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
     use crate::model::net::StageSpec;
     use crate::report::trace::Trace;
-    use crate::train::exchange::{SoloExchange, plan_buckets};
+    use crate::train::ddp::exchange::{SoloExchange, plan_buckets};
 
     /// The 28x28 architecture with its inner widths divided by 8 (fast; the same stages).
     fn narrow(specs: &[StageSpec]) -> Vec<StageSpec> {

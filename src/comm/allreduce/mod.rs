@@ -25,28 +25,33 @@ use crate::comm::reduce;
 use crate::comm::transport::{CommError, Tag, Transport};
 use std::ops::Range;
 
-/// One way of averaging a vector over the ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One way of averaging a vector over the ranks (the names are `--allreduce`'s values).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Binomial-tree reduce to rank 0, then binomial broadcast.
     Tree,
     /// Butterfly recursive doubling: lg p exchanges of the whole vector.
     Rd,
-    /// Vector halving / distance doubling: recursive-halving reduce-scatter, then
-    /// recursive-doubling allgather.
+    /// Vector halving / distance doubling (Rabenseifner): recursive-halving reduce-scatter,
+    /// then recursive-doubling allgather.
     Vhd,
     /// Ring reduce-scatter, then ring allgather.
     Ring,
-    /// Two levels: reduce-scatter inside each host, each part averaged across hosts by one
-    /// rank per host, allgather inside each host.
+    /// Two levels for several ranks per host: reduce-scatter inside each host, each part
+    /// averaged across hosts by one rank per host, allgather inside each host.
     Hier,
     /// The MPI library's own MPI_Allreduce (the baseline).
     Mpi,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 6] =
-        [Algorithm::Tree, Algorithm::Rd, Algorithm::Vhd, Algorithm::Ring, Algorithm::Hier, Algorithm::Mpi];
+    /// Every algorithm, in the order of the table above.
+    pub fn all() -> &'static [Algorithm] {
+        <Algorithm as clap::ValueEnum>::value_variants()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -60,7 +65,7 @@ impl Algorithm {
     }
 
     pub fn from_name(s: &str) -> Option<Algorithm> {
-        Algorithm::ALL.into_iter().find(|a| a.name() == s)
+        Algorithm::all().iter().copied().find(|a| a.name() == s)
     }
 }
 

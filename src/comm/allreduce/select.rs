@@ -64,7 +64,7 @@ impl Policy {
             Policy::Threshold(t) => format!(
                 "auto: rd below {}, above vhd (ring when the rank count is not a power of two; hier \
                  when several ranks share each host)",
-                crate::cli::size::format_bytes(*t)
+                crate::units::format_bytes(*t)
             ),
             Policy::Rules(f) => format!("auto: rules from {}", f.path.display()),
         }
@@ -93,7 +93,7 @@ impl SelectionTable {
 
     /// e.g. `0B-8191B: rd, 8KiB-: vhd`
     pub fn describe(&self) -> String {
-        use crate::cli::size::format_bytes;
+        use crate::units::format_bytes;
         self.ranges
             .iter()
             .map(|&(lo, hi, a)| {

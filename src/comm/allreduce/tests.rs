@@ -34,7 +34,7 @@ fn every_algorithm_every_rank_count_every_length_is_exact() {
         let mut lens = vec![0, 1, 2, 3, 7, p.saturating_sub(1), p, p + 1, 1_000_003];
         lens.sort();
         lens.dedup();
-        for algo in Algorithm::ALL {
+        for &algo in Algorithm::all() {
             // The large case is the expensive one: every algorithm at p in a spread of rank
             // counts covering powers of two, odd counts and the largest.
             let big = matches!(p, 1 | 2 | 3 | 4 | 5 | 7 | 8 | 12 | 16);
@@ -67,7 +67,7 @@ fn remaining_rank_counts_with_the_large_length() {
     for p in [6usize, 9, 10, 11, 13, 14, 15] {
         let len = 1_000_003;
         let want = expected(p, len);
-        for algo in Algorithm::ALL {
+        for &algo in Algorithm::all() {
             let got = on_ranks(p, |t| {
                 let mut v: Vec<f32> = (0..len).map(|i| input(t.rank(), i)).collect();
                 allreduce_mean(t, algo, &mut v, 9).expect("allreduce");
@@ -89,7 +89,7 @@ fn real_valued_inputs_give_identical_bits_on_every_rank_and_every_run() {
     // must give the same bits (weights stay identical across ranks and runs).
     let noisy = |r: usize, i: usize| (i as f32 * 0.37 + r as f32 * 1.91).sin() * 1e-3;
     for p in [2usize, 3, 5, 6, 8, 13] {
-        for algo in Algorithm::ALL {
+        for &algo in Algorithm::all() {
             let run = || {
                 on_ranks(p, |t| {
                     let mut v: Vec<f32> = (0..4099).map(|i| noisy(t.rank(), i)).collect();
@@ -121,7 +121,7 @@ fn real_valued_inputs_give_identical_bits_on_every_rank_and_every_run() {
 #[test]
 fn back_to_back_collectives_with_different_tags_do_not_mix() {
     // Two vectors reduced one after the other (as buckets are): each keeps its own values.
-    for algo in Algorithm::ALL {
+    for &algo in Algorithm::all() {
         let got = on_ranks(5, |t| {
             let mut a: Vec<f32> = (0..300).map(|i| input(t.rank(), i)).collect();
             let mut b: Vec<f32> = (0..17).map(|i| input(t.rank(), i + 1000)).collect();

@@ -64,7 +64,7 @@ fn count(n: usize) -> c_int {
 }
 
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| crate::cli::size::parse_bytes(&v).ok())
+    std::env::var(name).ok().and_then(|v| crate::units::parse_bytes(&v).ok())
 }
 
 impl Mpi {

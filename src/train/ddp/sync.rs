@@ -2,11 +2,11 @@
 //! batch-norm running statistics at epoch ends, and the `--check-consistency` comparison.
 //! Also the host snapshots of a network that checkpoints are made of.
 
-use super::job::Job;
 use crate::backend::{Backend, DeviceBuf, View, ViewMut};
 use crate::checkpoint::{Moments, NetTensors};
 use crate::model::net::Net;
 use crate::nn::params::ParamStore;
+use crate::train::job::Job;
 use anyhow::{Result, anyhow};
 
 fn download<B: Backend>(be: &B, buf: &B::Buf) -> Vec<f32> {

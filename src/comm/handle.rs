@@ -1,6 +1,6 @@
 //! The training thread's side of the comm thread: `CommHandle` submits gradient buckets
 //! (averaged in place, in submission order, cut into fragments that each run one allreduce)
-//! and makes small blocking collectives; the comm thread (`worker.rs`) makes every call into
+//! and makes small blocking collectives; the comm thread (`comm_thread.rs`) makes every call into
 //! the transport.
 
 use crate::comm::WorldInfo;

@@ -5,6 +5,19 @@
 
 use crate::comm::transport::{CommError, Tag, Transport};
 
+/// Returned on the ranks that did not fail themselves: main exits non-zero without printing,
+/// so the job shows one line, the failing rank's.
+#[derive(Debug)]
+pub struct PeerFailed;
+
+impl std::fmt::Display for PeerFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "another rank failed (its error is printed above)")
+    }
+}
+
+impl std::error::Error for PeerFailed {}
+
 /// Broadcast `data` from `root`; on the other ranks `data` is replaced by root's bytes
 /// (whatever its length was).
 pub fn broadcast<T: Transport + ?Sized>(t: &mut T, root: usize, data: &mut Vec<u8>, tag: Tag) -> Result<(), CommError> {
@@ -129,7 +142,7 @@ pub fn agree<T: Transport + ?Sized, R>(t: &mut T, r: anyhow::Result<R>, tag: Tag
         eprintln!("error: {e:#}");
     }
     barrier(t, tag)?;
-    Err(crate::train::job::PeerFailed.into())
+    Err(PeerFailed.into())
 }
 
 /// Every rank was started with rank 0's options for `command` (`options`: their Debug text,

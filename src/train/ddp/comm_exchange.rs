@@ -8,11 +8,11 @@
 use super::buckets::Bucket;
 use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
-use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
+use crate::train::timeline::{Timeline, Track};
 use anyhow::Result;
 use std::ops::Range;
 use std::rc::Rc;

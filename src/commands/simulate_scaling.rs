@@ -1,8 +1,14 @@
-//! Command-line options of `simulate-scaling` (the cost-model replay of a run at other node
-//! counts) and `ping-pong` (alpha, beta and gamma of the links, for the model).
+//! `dcgan-train simulate-scaling`: replay a run's trace against the allreduce cost model at
+//! other node counts, and compare `bench-allreduce` rows with the model.
 
-use crate::cli::size::parse_bytes;
+use crate::comm::{Algorithm, AllreduceChoice, Wire};
+use crate::scaling::links::{LinkOptions, links_of};
+use crate::scaling::run_info::RunInfo;
+use crate::scaling::simulate::{SimulateOptions, simulate};
+use crate::scaling::{compare, prediction_table};
+use anyhow::{Context, Result, bail};
 use clap::Args;
+use serde_json::Value;
 use std::path::PathBuf;
 
 /// `dcgan-train simulate-scaling`
@@ -58,7 +64,7 @@ pub struct SimulateScalingArgs {
     /// How gradient values travel in the prediction: f32, or bf16 (half the bytes). Default:
     /// as the run travelled (its summary's `--wire`), so an f32 run can be asked about bf16.
     #[arg(long, value_enum)]
-    pub wire: Option<crate::cli::comm::Wire>,
+    pub wire: Option<Wire>,
     /// Compute time a rank loses per byte it moves each way, in nanoseconds: the CPU the comm
     /// thread and the kernel's network stack take from compute where every core computes (CPU
     /// ranks). Charged for the part of each allreduce that runs beside compute. Default 0: the
@@ -78,7 +84,8 @@ pub struct SimulateScalingArgs {
     /// added per byte moved beside compute, and its comm time against the cost model's.
     #[arg(long, value_name = "WITH,WITHOUT", value_delimiter = ',')]
     pub comm_cpu_from: Vec<PathBuf>,
-    /// Algorithms to predict, comma-separated: auto, tree, rd, vhd, ring, hier.
+    /// Algorithms to predict, comma-separated: auto, tree, rd, vhd, ring, hier (the cost
+    /// model has no model of mpi).
     #[arg(long, value_delimiter = ',', default_value = "auto,tree,rd,vhd,ring")]
     pub algorithms: Vec<String>,
     /// Steps replayed back to back (the first two are not counted: G's exchange runs into the
@@ -98,29 +105,89 @@ pub struct SimulateScalingArgs {
     pub json: Option<PathBuf>,
 }
 
-/// `dcgan-train ping-pong`
-#[derive(Args, Clone, Debug)]
-pub struct PingPongArgs {
-    /// Message sizes (multiples of 4 bytes), comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size,
-          default_value = "4B,64B,1KiB,16KiB,64KiB,256KiB,1MiB,4MiB")]
-    pub sizes: Vec<usize>,
-    /// Round trips per size (default: about 0.3 s per size, 5 to 2000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub iters: Option<u64>,
-    /// Write alpha, beta, gamma and the points as JSON to FILE (input of simulate-scaling
-    /// --links).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// End the job when a message has waited this long (seconds).
-    #[arg(long, default_value = "60s", value_parser = crate::cli::comm::parse_duration)]
-    pub stall_timeout: std::time::Duration,
+/// An algorithm the cost model can replay, by name; one line naming the choices otherwise
+/// (read here rather than by clap, whose errors take several lines).
+fn modelled_algorithm(name: &str) -> Result<AllreduceChoice> {
+    match <AllreduceChoice as clap::ValueEnum>::from_str(name, false) {
+        Ok(AllreduceChoice::Fixed(Algorithm::Mpi)) | Err(_) => {
+            bail!("--algorithms: unknown or unmodelled algorithm '{name}': use auto, tree, rd, vhd, ring or hier")
+        }
+        Ok(a) => Ok(a),
+    }
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let b = parse_bytes(s)?;
-    if b == 0 || b % 4 != 0 {
-        return Err(format!("{b} bytes: sizes must be positive multiples of 4 bytes"));
+impl TryFrom<SimulateScalingArgs> for SimulateOptions {
+    type Error = anyhow::Error;
+    fn try_from(a: SimulateScalingArgs) -> Result<SimulateOptions> {
+        Ok(SimulateOptions {
+            summary: a.summary,
+            bench_allreduce: a.bench_allreduce,
+            trace: a.trace,
+            nodes: a.nodes,
+            links: LinkOptions {
+                links: a.links,
+                alpha: a.alpha,
+                beta: a.beta,
+                gamma: a.gamma,
+                intra_links: a.intra_links,
+                intra_alpha: a.intra_alpha,
+                intra_beta: a.intra_beta,
+            },
+            ranks_per_node: a.ranks_per_node,
+            wire: a.wire,
+            comm_cpu_ns_per_byte: a.comm_cpu_ns_per_byte,
+            comm_speed_beside_compute: a.comm_speed_beside_compute,
+            comm_cpu_from: a.comm_cpu_from,
+            algorithms: a.algorithms.iter().map(|n| modelled_algorithm(n)).collect::<Result<_>>()?,
+            steps: a.steps,
+            trace_rank: a.trace_rank,
+            identical_ranks: a.identical_ranks,
+            json: a.json,
+        })
     }
-    Ok(b)
+}
+
+pub fn run(args: SimulateScalingArgs) -> Result<()> {
+    let args = SimulateOptions::try_from(args)?;
+    let mut out = serde_json::Map::new();
+    if !args.bench_allreduce.is_empty() {
+        let links = links_of(&args.links, args.ranks_per_node)?;
+        let mut rows = Vec::new();
+        for f in &args.bench_allreduce {
+            rows.extend(compare::compare_file(f, &links, args.ranks_per_node as usize)?);
+        }
+        let (l, w) = (links.between, links.within);
+        let intra = if args.ranks_per_node > 1 {
+            format!(
+                "; {} ranks per node, {:.2} us and {:.3} ns/B inside one",
+                args.ranks_per_node,
+                w.alpha * 1e6,
+                w.beta * 1e9
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "Measured allreduce times against the cost model (alpha {:.2} us, beta {:.3} ns/B, gamma {:.3} ns/B{intra}):\n",
+            l.alpha * 1e6,
+            l.beta * 1e9,
+            l.gamma * 1e9
+        );
+        print!("{}", compare::markdown(&rows));
+        out.insert("allreduce".into(), serde_json::to_value(&rows)?);
+    }
+    if let Some(summary) = &args.summary {
+        if !args.bench_allreduce.is_empty() {
+            println!();
+        }
+        let pred = simulate(&args, summary)?;
+        let run = RunInfo::from_summary(summary)?;
+        print!("{}", prediction_table::markdown(&pred, run.fragment_bytes));
+        out.insert("prediction".into(), serde_json::to_value(&pred)?);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&Value::Object(out))? + "\n")
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
+    }
+    Ok(())
 }

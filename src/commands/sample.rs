@@ -3,12 +3,31 @@
 use crate::backend::cpu::Cpu;
 use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint;
-use crate::cli::SampleArgs;
 use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
 use crate::model::net::{BackwardOrder, Net, NoObserver};
 use crate::report::png::write_grid;
 use crate::train::noise::fixed_noise;
 use anyhow::{Result, bail};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// A run directory (its latest checkpoint) or a checkpoint directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Number of images.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub n: u64,
+    /// The PNG to write.
+    #[arg(long, default_value = "samples.png")]
+    pub out: PathBuf,
+    /// Seed of other noise; without it, the noise of the run's own sample grids, so that the
+    /// first 64 images are the grid the run drew with these weights (samples/final.png for
+    /// its latest checkpoint).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
 
 /// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
 const OTHER_NOISE: u64 = 0x73616d70;

@@ -1,9 +1,16 @@
 //! `dcgan-train info`: per rank, the host, local rank, device (name, memory, compute
 //! capability) or why there is none, the compute threads, and the MPI library.
 
-use crate::cli::InfoArgs;
+use super::comm_args::CommArgs;
 use crate::comm::CommConfig;
 use anyhow::Result;
+use clap::Args;
+
+#[derive(Args, Debug, Clone)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub comm: CommArgs,
+}
 
 /// This rank's device, as one line.
 fn device_line(local_rank: usize) -> String {
@@ -23,7 +30,7 @@ fn device_line(local_rank: usize) -> String {
 }
 
 pub fn run(args: InfoArgs) -> Result<()> {
-    let comm = crate::comm::start(CommConfig::from_args(&args.comm)?)?;
+    let comm = crate::comm::start(CommConfig::from_options(&args.comm.into())?)?;
     let w = comm.world().clone();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let line = format!(

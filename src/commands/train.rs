@@ -1,78 +1,18 @@
-//! The command line: clap definitions. `train` is the default action, so
-//! `dcgan-train --epochs 1` and `dcgan-train train --epochs 1` are the same.
+//! `dcgan-train [train]`: the flags of a training run (the default command), converted into
+//! the run's `TrainOptions`.
 
-pub mod comm;
-pub mod scaling;
-pub mod size;
-
-use clap::{Args, Parser, Subcommand};
+use super::comm_args::CommArgs;
+use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes, positive_f32, positive_f64};
+use crate::device::DeviceChoice;
+use crate::record::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, TrainOptions};
+use clap::Args;
 use std::path::PathBuf;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "dcgan-train",
-    version,
-    about = "Data-parallel DCGAN training over MPI",
-    args_conflicts_with_subcommands = true
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub train: TrainArgs,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Train the DCGAN (the default when no subcommand is given).
-    Train(TrainArgs),
-    /// Time full GAN steps (D step + G step) and print ms/step and images/s.
-    BenchStep(BenchStepArgs),
-    /// Time every allreduce algorithm over a range of message sizes (run under mpiexec).
-    BenchAllreduce(comm::BenchAllreduceArgs),
-    /// Measure the algorithms on these ranks and write a rules file for --allreduce-tuning.
-    TuneAllreduce(comm::TuneAllreduceArgs),
-    /// Render a grid of images from a saved generator.
-    Sample(SampleArgs),
-    /// Print, per rank, the host, local rank, device and the MPI library (run under mpiexec).
-    Info(InfoArgs),
-    /// Predict step time, eq. (1) speedup and hidden communication at other node counts by
-    /// replaying a run's trace against the allreduce cost model.
-    SimulateScaling(scaling::SimulateScalingArgs),
-    /// Measure alpha (latency), beta (per byte) and gamma (reduction) between ranks 0 and 1,
-    /// for the cost model (run under mpiexec, one rank per host).
-    PingPong(scaling::PingPongArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct InfoArgs {
-    #[command(flatten)]
-    pub comm: comm::CommArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct SampleArgs {
-    /// A run directory (its latest checkpoint) or a checkpoint directory.
-    #[arg(long)]
-    pub checkpoint: PathBuf,
-    /// Number of images.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub n: u64,
-    /// The PNG to write.
-    #[arg(long, default_value = "samples.png")]
-    pub out: PathBuf,
-    /// Seed of other noise; without it, the noise of the run's own sample grids, so that the
-    /// first 64 images are the grid the run drew with these weights (samples/final.png for
-    /// its latest checkpoint).
-    #[arg(long)]
-    pub seed: Option<u64>,
-}
-
 /// Options shared by training and the step benchmark.
-#[derive(Args, Debug, Clone, serde::Serialize)]
+#[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Image side: 28 (the default model) or 64 (the DCGAN paper's; 28x28 data is resized).
-    #[arg(long, default_value_t = 28, value_parser = parse_image_size)]
+    #[arg(long, default_value_t = 28, value_parser = image_size)]
     pub image_size: usize,
     /// Images per rank per step (at most 2^20).
     #[arg(long, default_value_t = 64, value_parser = batch_size)]
@@ -97,11 +37,11 @@ pub struct ModelArgs {
     pub threads: Option<usize>,
     /// Where each rank computes: auto (a GPU when one is usable, else the CPU), cpu, cuda, or
     /// cuda-emulated (the CUDA kernels on the CPU: slow, for checking without a GPU).
-    #[arg(long, value_enum, default_value_t = crate::device::DeviceChoice::Auto)]
-    pub device: crate::device::DeviceChoice,
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
 }
 
-#[derive(Args, Debug, Clone, serde::Serialize)]
+#[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -127,11 +67,11 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub checkpoints: CheckpointArgs,
     #[command(flatten)]
-    pub comm: comm::CommArgs,
+    pub comm: CommArgs,
 }
 
 /// Data parallelism: how the batch is split and how gradients are exchanged.
-#[derive(Args, Debug, Clone, serde::Serialize)]
+#[derive(Args, Debug, Clone)]
 pub struct ParallelArgs {
     /// A fixed global batch split over the ranks (strong scaling) instead of --batch-size per
     /// rank (weak scaling); must be divisible by the number of ranks.
@@ -150,7 +90,7 @@ pub struct ParallelArgs {
     /// Fuse neighbouring layers' gradients into buckets of at most this size (B/KiB/MiB). The
     /// layer whose gradient backward completes last always travels alone: nothing is left to
     /// hide its exchange before D's update.
-    #[arg(long, default_value = "1MiB", value_parser = size::parse_bytes)]
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
     pub bucket_bytes: usize,
     /// Exchange gradients only after the whole backward (for comparison with the default,
     /// which sends each bucket as soon as backward completes it).
@@ -176,16 +116,8 @@ pub struct ParallelArgs {
     pub baseline_summary: Option<PathBuf>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LrScaling {
-    None,
-    Linear,
-    Sqrt,
-}
-
 /// Checkpoints and resuming.
-#[derive(Args, Debug, Clone, serde::Serialize)]
+#[derive(Args, Debug, Clone)]
 pub struct CheckpointArgs {
     /// Write a checkpoint every N steps (default: at the end of every epoch), and always at
     /// the end and when stopped by SIGINT/SIGTERM.
@@ -201,70 +133,100 @@ pub struct CheckpointArgs {
     pub resume: Option<PathBuf>,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct BenchStepArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Timed steps, after the warm-up.
-    #[arg(long, default_value_t = 20, value_parser = at_least_one)]
-    pub steps: u64,
-    /// Untimed steps first.
-    #[arg(long, default_value_t = 3)]
-    pub warmup: u64,
-    /// Print one JSON line instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A count that must be at least 1, with a message that says so.
-fn at_least_one(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(n),
-        Ok(_) => Err("must be at least 1".into()),
-        Err(_) => Err(format!("'{s}' is not a whole number")),
+impl From<ModelArgs> for ModelOptions {
+    fn from(a: ModelArgs) -> ModelOptions {
+        ModelOptions {
+            image_size: a.image_size,
+            batch_size: a.batch_size,
+            lr: a.lr,
+            adam_beta1: a.adam_beta1,
+            adam_beta2: a.adam_beta2,
+            adam_eps: a.adam_eps,
+            seed: a.seed,
+            threads: a.threads,
+            device: a.device,
+        }
     }
 }
 
-/// Images per rank: 1 to 2^20 (far past what fits in memory: a larger one overflowed the
-/// size arithmetic instead of saying so).
-fn batch_size(s: &str) -> Result<u64, String> {
-    match at_least_one(s)? {
-        n if n <= MAX_BATCH => Ok(n),
-        _ => Err(format!("must be at most {MAX_BATCH} images per rank")),
+impl From<ParallelArgs> for ParallelOptions {
+    fn from(a: ParallelArgs) -> ParallelOptions {
+        ParallelOptions {
+            global_batch_size: a.global_batch_size,
+            lr_scaling: a.lr_scaling,
+            warmup_steps: a.warmup_steps,
+            sync_bn: a.sync_bn,
+            bucket_bytes: a.bucket_bytes,
+            no_overlap: a.no_overlap,
+            no_exchange: a.no_exchange,
+            trace: a.trace,
+            trace_steps: a.trace_steps,
+            check_consistency: a.check_consistency,
+            baseline_summary: a.baseline_summary,
+        }
     }
 }
 
-const MAX_BATCH: u64 = 1 << 20;
-
-/// A finite number above 0 (the learning rate).
-fn positive_f64(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Ok(_) => Err("must be a finite number above 0".into()),
-        Err(_) => Err(format!("'{s}' is not a number")),
+impl From<TrainArgs> for TrainOptions {
+    fn from(a: TrainArgs) -> TrainOptions {
+        let c = a.checkpoints;
+        TrainOptions {
+            model: a.model.into(),
+            data: a.data,
+            epochs: a.epochs,
+            max_steps: a.max_steps,
+            out: a.out,
+            no_progress: a.no_progress,
+            parallel: a.parallel.into(),
+            checkpoints: CheckpointOptions {
+                checkpoint_every: c.checkpoint_every,
+                keep_checkpoints: c.keep_checkpoints,
+                resume: c.resume,
+            },
+            comm: a.comm.into(),
+        }
     }
 }
 
-/// A finite number above 0 (Adam's epsilon).
-fn positive_f32(s: &str) -> Result<f32, String> {
-    positive_f64(s).and_then(|v| {
-        let f = v as f32;
-        if f > 0.0 && f.is_finite() { Ok(f) } else { Err("must be above 0 and within f32's range".into()) }
-    })
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    crate::train::run::run(&args.into())
 }
 
-/// Adam's beta1 and beta2: 0 <= beta < 1 (at 1 the bias correction divides by zero).
-fn adam_beta(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
-        Ok(_) => Err("must be at least 0 and below 1 (e.g. 0.5 or 0.999)".into()),
-        Err(_) => Err(format!("'{s}' is not a number")),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::config::{RESUMABLE, first_difference, flags_beyond_defaults, training_config};
+    use clap::Parser;
+
+    fn options(line: &[&str]) -> TrainOptions {
+        let mut v = vec!["dcgan-train"];
+        v.extend_from_slice(line);
+        super::super::Cli::parse_from(v).train.into()
     }
-}
 
-fn parse_image_size(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n @ (28 | 64)) => Ok(n),
-        _ => Err(format!("unknown image size '{s}': use 28 or 64")),
+    #[test]
+    fn the_flags_defaults_are_the_options_defaults() {
+        assert_eq!(options(&[]), TrainOptions::default());
+    }
+
+    #[test]
+    fn the_flags_to_resume_with_give_back_the_same_options() {
+        let line =
+            ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "12", "--sync-bn", "--wire", "bf16"];
+        let config = training_config(&options(&line));
+        let flags = flags_beyond_defaults(&config);
+        assert_eq!(flags, "--batch-size 16 --data synthetic:256 --sync-bn --wire bf16", "{config}");
+        let again: Vec<&str> = flags.split(' ').collect();
+        assert_eq!(first_difference(&training_config(&options(&again)), &config, &RESUMABLE), None);
+        assert_eq!(flags_beyond_defaults(&training_config(&options(&[]))), "");
+    }
+
+    #[test]
+    fn the_first_differing_option_is_named_as_its_flag() {
+        let a = training_config(&options(&["--batch-size", "32", "--seed", "3"]));
+        let b = training_config(&options(&["--batch-size", "64", "--seed", "3", "--no-progress"]));
+        assert_eq!(first_difference(&a, &b, &[]).unwrap(), "--batch-size 32 vs 64");
+        let c = training_config(&options(&["--batch-size", "32", "--seed", "3", "--allreduce", "ring"]));
+        assert_eq!(first_difference(&a, &c, &[]).unwrap(), "--allreduce \"auto\" vs \"ring\"");
     }
 }

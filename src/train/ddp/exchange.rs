@@ -4,10 +4,10 @@
 
 use super::buckets::{Bucket, plan_net};
 use super::comm_exchange::MetricsOverRanks;
-use super::timeline::{Timeline, Track};
 use crate::backend::Backend;
 use crate::model::dcgan::Dcgan;
 use crate::nn::params::ParamStore;
+use crate::train::timeline::{Timeline, Track};
 use std::time::{Duration, Instant};
 
 /// Per-run totals for the summary.

@@ -2,12 +2,12 @@
 //! fragment by fragment and the blocking helpers on the transport, answers status queries when
 //! idle, and ends the job when a collective fails or stalls.
 
-use crate::cli::comm::Wire;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean};
+use crate::comm::collectives;
 use crate::comm::cpu_clock::thread_cpu_time;
-use crate::comm::engine::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
-use crate::comm::helpers;
+use crate::comm::handle::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
+use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::{CommError, TAG_HELPER, TAG_RESERVED, Tag, Transport, f32_bytes};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// How often an idle comm thread wakes to answer status queries and check the abort flag.
 const IDLE_POLL: Duration = Duration::from_millis(20);
 
-pub(crate) struct Worker {
+pub(crate) struct CommThread {
     pub t: Box<dyn Transport>,
     pub table: SelectionTable,
     pub fragment_bytes: usize,
@@ -33,18 +33,11 @@ pub(crate) struct Worker {
     /// How gradient buckets travel; the helper collectives always go as f32.
     pub wire: Wire,
     pub bf16_stage: Bf16Stage,
-    /// `DCGAN_TEST_SLOW_COMM=ms`: a nap before each fragment of a gradient bucket, for the
-    /// test that an error leaves no bucket writing into freed memory.
+    /// A nap before each fragment of a gradient bucket (`fault_hooks::comm_fragment_nap`).
     pub test_nap: Option<Duration>,
 }
 
-/// The nap of `Worker::test_nap`, from the environment.
-pub(crate) fn test_nap_from_env() -> Option<Duration> {
-    let ms = std::env::var("DCGAN_TEST_SLOW_COMM").ok()?.parse().ok()?;
-    Some(Duration::from_millis(ms))
-}
-
-impl Worker {
+impl CommThread {
     pub fn run(mut self, rx: Receiver<Command>) {
         loop {
             let cmd = match rx.recv_timeout(IDLE_POLL) {
@@ -206,20 +199,20 @@ impl Worker {
                     .try_for_each(|f| allreduce_mean(t, algo, &mut v[f], TAG_HELPER))
                     .map(|_| HelperOut::F32(v))
             }
-            HelperOp::MeanF64(v) => helpers::mean_f64(t, &v, TAG_HELPER).map(HelperOut::F64),
+            HelperOp::MeanF64(v) => collectives::mean_f64(t, &v, TAG_HELPER).map(HelperOut::F64),
             HelperOp::BroadcastF32(root, v) => {
                 let mut bytes = f32_bytes(&v).to_vec();
-                helpers::broadcast(t, root, &mut bytes, TAG_HELPER).map(|_| {
+                collectives::broadcast(t, root, &mut bytes, TAG_HELPER).map(|_| {
                     HelperOut::F32(
                         bytes.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect(),
                     )
                 })
             }
             HelperOp::BroadcastBytes(root, mut v) => {
-                helpers::broadcast(t, root, &mut v, TAG_HELPER).map(|_| HelperOut::Bytes(v))
+                collectives::broadcast(t, root, &mut v, TAG_HELPER).map(|_| HelperOut::Bytes(v))
             }
-            HelperOp::GatherBytes(v) => helpers::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
-            HelperOp::Barrier => helpers::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
+            HelperOp::GatherBytes(v) => collectives::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
+            HelperOp::Barrier => collectives::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
         };
         match r {
             Ok(out) => {

@@ -1,0 +1,68 @@
+//! The command line: one module per subcommand, each with its clap arguments and an entry
+//! point that converts them into the options of the layer that does the work. Nothing below
+//! this module knows the command line. `train` is the default action, so
+//! `dcgan-train --epochs 1` and `dcgan-train train --epochs 1` are the same.
+
+pub mod bench_allreduce;
+pub mod bench_step;
+pub mod comm_args;
+pub mod info;
+mod parse;
+pub mod ping_pong;
+pub mod sample;
+pub mod simulate_scaling;
+pub mod train;
+pub mod tune_allreduce;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dcgan-train",
+    version,
+    about = "Data-parallel DCGAN training over MPI",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub train: train::TrainArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train the DCGAN (the default when no subcommand is given).
+    Train(train::TrainArgs),
+    /// Time full GAN steps (D step + G step) and print ms/step and images/s.
+    BenchStep(bench_step::BenchStepArgs),
+    /// Time every allreduce algorithm over a range of message sizes (run under mpiexec).
+    BenchAllreduce(bench_allreduce::BenchAllreduceArgs),
+    /// Measure the algorithms on these ranks and write a rules file for --allreduce-tuning.
+    TuneAllreduce(tune_allreduce::TuneAllreduceArgs),
+    /// Render a grid of images from a saved generator.
+    Sample(sample::SampleArgs),
+    /// Print, per rank, the host, local rank, device and the MPI library (run under mpiexec).
+    Info(info::InfoArgs),
+    /// Predict step time, eq. (1) speedup and hidden communication at other node counts by
+    /// replaying a run's trace against the allreduce cost model.
+    SimulateScaling(simulate_scaling::SimulateScalingArgs),
+    /// Measure alpha (latency), beta (per byte) and gamma (reduction) between ranks 0 and 1,
+    /// for the cost model (run under mpiexec, one rank per host).
+    PingPong(ping_pong::PingPongArgs),
+}
+
+/// Run the command the line names.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => train::run(cli.train),
+        Some(Command::Train(args)) => train::run(args),
+        Some(Command::BenchStep(args)) => bench_step::run(args),
+        Some(Command::BenchAllreduce(args)) => bench_allreduce::run(args),
+        Some(Command::TuneAllreduce(args)) => tune_allreduce::run(args),
+        Some(Command::Sample(args)) => sample::run(args),
+        Some(Command::Info(args)) => info::run(args),
+        Some(Command::SimulateScaling(args)) => simulate_scaling::run(args),
+        Some(Command::PingPong(args)) => ping_pong::run(args),
+    }
+}

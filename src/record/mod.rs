@@ -1,0 +1,11 @@
+//! What a training run records, as typed structs shared by the run that writes them and
+//! everything that reads them (`simulate-scaling`, the tests): its options, summary.json and
+//! the lines of metrics.jsonl.
+
+pub mod metrics;
+pub mod options;
+pub mod summary;
+
+pub use metrics::{EpochRecord, LineType, StepMetrics, StepRecord, StoppedRecord};
+pub use options::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, TrainOptions};
+pub use summary::Summary;

@@ -1,0 +1,138 @@
+//! The options of a training run, as the run uses them and as summary.json and checkpoints
+//! keep them (the field names are the flags'; the command line converts its flags into these).
+//! Every struct reads a missing field as its default: a run recorded before an option existed
+//! ran as if it had been left at its default.
+
+use crate::comm::CommOptions;
+use crate::device::DeviceChoice;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Everything `dcgan-train train` is asked to do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TrainOptions {
+    pub model: ModelOptions,
+    /// A directory of IDX files, `synthetic:N`, or None for the default data set.
+    pub data: Option<String>,
+    pub epochs: u64,
+    pub max_steps: Option<u64>,
+    /// The run directory (None: runs/<timestamp>).
+    pub out: Option<PathBuf>,
+    pub no_progress: bool,
+    pub parallel: ParallelOptions,
+    pub checkpoints: CheckpointOptions,
+    pub comm: CommOptions,
+}
+
+/// The model and its optimizer, shared by training and the step benchmark.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelOptions {
+    /// 28 or 64.
+    pub image_size: usize,
+    /// Images per rank per step.
+    pub batch_size: u64,
+    pub lr: f64,
+    pub adam_beta1: f32,
+    pub adam_beta2: f32,
+    pub adam_eps: f32,
+    pub seed: u64,
+    /// Compute threads per rank (None: the host's cores divided by its ranks).
+    pub threads: Option<usize>,
+    pub device: DeviceChoice,
+}
+
+/// How the batch is split over the ranks and how gradients are exchanged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ParallelOptions {
+    /// A fixed global batch split over the ranks (strong scaling) instead of `batch_size` per
+    /// rank.
+    pub global_batch_size: Option<u64>,
+    pub lr_scaling: LrScaling,
+    pub warmup_steps: u64,
+    pub sync_bn: bool,
+    pub bucket_bytes: usize,
+    pub no_overlap: bool,
+    pub no_exchange: bool,
+    pub trace: Option<PathBuf>,
+    pub trace_steps: u64,
+    pub check_consistency: u64,
+    pub baseline_summary: Option<PathBuf>,
+}
+
+/// `--lr-scaling`: the learning rate against the global batch, relative to 64.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScaling {
+    #[default]
+    None,
+    Linear,
+    Sqrt,
+}
+
+/// Checkpoints and resuming.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckpointOptions {
+    /// Every N steps (None: at the end of every epoch).
+    pub checkpoint_every: Option<u64>,
+    /// How many to keep (0: all; None: 1, or on resume the run's own).
+    pub keep_checkpoints: Option<usize>,
+    /// The run directory to continue.
+    pub resume: Option<PathBuf>,
+}
+
+/// The default epochs of a run.
+const DEFAULT_EPOCHS: u64 = 5;
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            image_size: 28,
+            batch_size: 64,
+            lr: 2e-4,
+            adam_beta1: 0.5,
+            adam_beta2: 0.999,
+            adam_eps: 1e-8,
+            seed: 1,
+            threads: None,
+            device: DeviceChoice::Auto,
+        }
+    }
+}
+
+impl Default for ParallelOptions {
+    fn default() -> Self {
+        ParallelOptions {
+            global_batch_size: None,
+            lr_scaling: LrScaling::None,
+            warmup_steps: 0,
+            sync_bn: false,
+            bucket_bytes: 1 << 20,
+            no_overlap: false,
+            no_exchange: false,
+            trace: None,
+            trace_steps: 20,
+            check_consistency: 0,
+            baseline_summary: None,
+        }
+    }
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            model: ModelOptions::default(),
+            data: None,
+            epochs: DEFAULT_EPOCHS,
+            max_steps: None,
+            out: None,
+            no_progress: false,
+            parallel: ParallelOptions::default(),
+            checkpoints: CheckpointOptions::default(),
+            comm: CommOptions::default(),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The run's middle phases: `run_epoch` runs the steps of one epoch (each with its metrics
+//! line, consistency check and checkpoint), `end_epoch` closes a complete one (running
+//! statistics averaged, its sample grid and line, its checkpoint).
+
+use super::Run;
+use crate::backend::Backend;
+use crate::comm::PeerFailed;
+use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
+use crate::data::EpochOrder;
+use crate::record::{EpochRecord, LineType, StepRecord};
+use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
+use crate::train::ddp::sync;
+use anyhow::Result;
+use std::time::Instant;
+
+/// How an epoch's steps went.
+pub(super) struct EpochDone {
+    /// Every step of the epoch has run (it was not cut short by a stop or --max-steps).
+    pub complete: bool,
+    steps: u64,
+    started: Instant,
+    bar: ProgressBar,
+}
+
+impl<B: Backend> Run<'_, B> {
+    /// The steps of `epoch` from its step `first` (0-based) to its end, a stop or the run's
+    /// last step.
+    pub(super) fn run_epoch(&mut self, epoch: u64, first: usize, epochs_reached: u64) -> Result<EpochDone> {
+        let order = self.shard.epoch(epoch);
+        let steps_per_epoch = self.shard.batches_per_epoch();
+        let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
+        let span = EpochSpan::of(first, steps_per_epoch, self.trainer.step, max_steps);
+        let mode = if self.job.is_root() { ProgressMode::detect(self.args.no_progress) } else { ProgressMode::Off };
+        let mut done = EpochDone {
+            complete: false,
+            steps: 0,
+            started: Instant::now(),
+            bar: ProgressBar::new(mode, epoch, epochs_reached, span),
+        };
+        for i in span.first..span.end {
+            self.step(epoch, i, &order, &mut done)?;
+            let k = self.args.parallel.check_consistency;
+            if k > 0 && self.trainer.step.is_multiple_of(k) {
+                self.trainer.finish_pending();
+                let (t, p) = (&self.trainer, &self.args.parallel);
+                sync::check_consistency(self.job, &t.be, [&t.model.g, &t.model.d], t.step, !p.no_exchange)?;
+            }
+            if self.last.stop {
+                // Out of the epoch, but through its end's bookkeeping should this step have
+                // been its last (the run may be complete: see `finish`).
+                self.stopped = true;
+                break;
+            }
+            if self.args.checkpoints.checkpoint_every.is_some_and(|n| self.trainer.step.is_multiple_of(n)) {
+                self.save_checkpoint();
+            }
+        }
+        done.complete = self.progress.batch_in_epoch as usize == steps_per_epoch && self.progress.epoch == epoch;
+        Ok(done)
+    }
+
+    /// Step `i` of `epoch`: its batch, the GAN step, and what it measured.
+    fn step(&mut self, epoch: u64, i: usize, order: &EpochOrder, done: &mut EpochDone) -> Result<()> {
+        let (t0, waited_before) = (Instant::now(), self.trainer.waited());
+        let (cpu0, delay0) = (thread_cpu_time(), self.run_delay.as_ref().and_then(RunDelayClock::read));
+        if let Some(nap) = self.faults.slow_rank {
+            std::thread::sleep(nap);
+        }
+        let side = self.args.model.image_size;
+        self.data.fill_batch(order.batch(i), side, &mut self.images);
+        let lr = self.settings.lr_at(self.trainer.step);
+        let stop = self.stop.requested() || self.faults.stop_at_step == Some(self.trainer.step + 1);
+        // A diverging loss is the same on every rank (the metrics are averaged): rank 0 says so.
+        let root = self.job.is_root();
+        self.last =
+            self.trainer.step(&self.images, lr, lr, stop).map_err(|e| if root { e } else { PeerFailed.into() })?;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let wait_ms = (self.trainer.waited() - waited_before).as_secs_f64() * 1e3;
+        let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;
+        let delay1 = self.run_delay.as_ref().and_then(RunDelayClock::read);
+        let descheduled_ms = delay0.zip(delay1).map(|(a, b)| (b - a).as_secs_f64() * 1e3);
+        let f = &mut self.facts;
+        f.step_ms.push(ms);
+        f.compute_ms.push(ms - wait_ms);
+        f.cpu_ms.push(cpu_ms);
+        f.descheduled_ms.extend(descheduled_ms);
+        done.steps += 1;
+        (self.progress.epoch, self.progress.batch_in_epoch, self.progress.step) =
+            (epoch, i as u64 + 1, self.trainer.step);
+        let Some(out) = self.outputs.as_mut() else { return Ok(()) };
+        let (step, m) = (self.trainer.step, self.last);
+        let rec = StepRecord { kind: LineType::Step, step, epoch, metrics: m, lr, ms, wait_ms, cpu_ms, descheduled_ms };
+        self.job.or_fail(out.step(&rec));
+        let ips = (done.steps as usize * self.settings.global_batch) as f64 / done.started.elapsed().as_secs_f64();
+        done.bar.update(i, m.loss_d, m.loss_g, m.d_x, m.d_g_z, ips);
+        Ok(())
+    }
+
+    /// The end of a complete epoch: running statistics averaged (unless --sync-bn kept them
+    /// equal), its sample grid and line, and its checkpoint.
+    pub(super) fn end_epoch(&mut self, epoch: u64, mut done: EpochDone) -> Result<()> {
+        let (job, t) = (self.job, &mut self.trainer);
+        t.finish_pending();
+        if !self.args.parallel.sync_bn {
+            sync::average_running_stats(job, &t.be, &mut t.model.g.store)?;
+            sync::average_running_stats(job, &t.be, &mut t.model.d.store)?;
+        }
+        let seconds = done.started.elapsed().as_secs_f64();
+        let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
+        self.facts.epoch_seconds.push(seconds);
+        (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
+        if let Some(out) = self.outputs.as_mut() {
+            done.bar.finish_epoch(seconds, images_per_s);
+            let images = t.sample(&self.grid_noise);
+            let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &images, self.args.model.image_size));
+            let sample = path.display().to_string();
+            let rec = EpochRecord { kind: LineType::Epoch, epoch, steps: done.steps, seconds, images_per_s, sample };
+            job.or_fail(out.epoch(&rec));
+        }
+        if self.args.checkpoints.checkpoint_every.is_none() {
+            self.save_checkpoint();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! The run's last phase: the final checkpoint, the trace gathered from every rank, and either
+//! the stop message (a run cut short by a signal) or the final grid and summary.json.
+
+use super::Run;
+use crate::backend::Backend;
+use crate::comm::PeerFailed;
+use crate::record::{LineType, StoppedRecord};
+use crate::report::trace::Trace;
+use crate::train::summary::{RunEnd, build_summary};
+use anyhow::{Context, Result, bail};
+
+impl<B: Backend> Run<'_, B> {
+    /// Everything after the last step; `train_seconds`: the training loop's wall time.
+    pub(super) fn finish(mut self, train_seconds: f64) -> Result<()> {
+        self.trainer.finish_pending();
+        let ck_dir = self.save_checkpoint();
+        self.write_trace()?;
+        // A stop that came with the last step is the run's end, not an interruption: resuming
+        // would find nothing left to run.
+        let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
+        let finished = self.trainer.step >= max_steps || self.progress.epoch >= self.args.epochs;
+        let ck = ck_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
+        if self.stopped && !finished {
+            return self.stopped_before_the_end(&ck);
+        }
+        let Some(out) = self.outputs.as_mut() else { return Ok(()) };
+        let (job, side) = (self.job, self.args.model.image_size);
+        let final_grid = job.or_fail(out.grid("final", &self.trainer.sample(&self.grid_noise), side));
+        let f = &mut self.facts;
+        f.steps_run = self.trainer.step - self.steps_at_start;
+        f.train_seconds = train_seconds;
+        f.wall_seconds = self.started.elapsed().as_secs_f64();
+        let end = RunEnd { data: &self.data.description, facts: f, last: &self.last, final_grid: &final_grid };
+        let summary = build_summary(self.args, job, &self.settings, &self.trainer, end);
+        job.or_fail(out.summary(&summary));
+        for line in [summary.step_line(), summary.exchange_line()].into_iter().flatten() {
+            eprintln!("{line}");
+        }
+        let ck_name = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
+        eprintln!(
+            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}",
+            f.steps_run,
+            f.wall_seconds,
+            out.dir.display(),
+            ck_name.unwrap_or_default()
+        );
+        Ok(())
+    }
+
+    /// Every rank's part of the trace, merged by rank 0 into `--trace`.
+    fn write_trace(&mut self) -> Result<()> {
+        let Some(path) = &self.args.parallel.trace else { return Ok(()) };
+        let parts = self.job.comm.gather_bytes(self.trainer.timeline.trace.to_json_events())?;
+        if let Some(parts) = parts {
+            let written =
+                Trace::write_merged(path, &parts).with_context(|| format!("cannot write --trace {}", path.display()));
+            self.job.or_fail(written);
+        }
+        Ok(())
+    }
+
+    /// A signal ended the run before its end: say (and record) how to continue from `ck`.
+    fn stopped_before_the_end(mut self, ck: &str) -> Result<()> {
+        let (step, ranks) = (self.trainer.step, self.job.world.size);
+        let Some(out) = self.outputs.as_mut() else {
+            return Err(PeerFailed.into());
+        };
+        let dir = out.dir.display().to_string();
+        let under = if ranks > 1 { format!(", under mpiexec -n {ranks}") } else { String::new() };
+        let resume = format!("dcgan-train --resume {dir} (with the same options but --out{under})");
+        // Also in the run itself: mpiexec may stop relaying output while the job ends.
+        let rec = StoppedRecord { kind: LineType::Stopped, step, checkpoint: ck.to_string(), resume: resume.clone() };
+        self.job.or_fail(out.stopped(&rec));
+        bail!("stopped by a signal after step {step}; checkpoint in {ck}: continue with {resume}");
+    }
+}

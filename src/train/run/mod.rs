@@ -1,0 +1,168 @@
+//! `dcgan-train [train]` on every rank: a `Run` goes through named phases. `prepare` settles
+//! what every rank must agree on and builds the trainer (`prepare.rs`); `run_epoch` runs the
+//! steps of one epoch and `end_epoch` closes it (`epoch.rs`); `finish` writes the last
+//! checkpoint, the trace and the summary (`finish.rs`).
+
+mod epoch;
+mod finish;
+mod prepare;
+
+use super::config::Settings;
+use super::ddp::sync;
+use super::job::Job;
+use super::outputs::Outputs;
+use super::signals::StopFlag;
+use super::step::GanTrainer;
+use super::summary::RunFacts;
+use crate::backend::Backend;
+use crate::checkpoint::{Checkpoint, Progress};
+use crate::comm::cpu_clock::RunDelayClock;
+use crate::comm::{CommConfig, PeerFailed};
+use crate::data::{Dataset, Shard};
+use crate::device::OnBackend;
+use crate::record::{StepMetrics, TrainOptions};
+use anyhow::{Result, anyhow};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Train as `args` say, on every rank of the job.
+pub fn run(args: &TrainOptions) -> Result<()> {
+    crate::report::trace::init_clock();
+    let comm = Rc::new(crate::comm::start(CommConfig::from_options(&args.comm)?)?);
+    let job = Job::new(comm.clone());
+    let mut result = train(&job, args);
+    // Every error that reaches here, every rank has (errors of one rank alone end the job
+    // inside `train`): the ranks that failed themselves say why, then all wait for each
+    // other, so that no rank's exit ends the job before those lines are out.
+    if job.world.size > 1
+        && let Err(e) = &result
+    {
+        if e.downcast_ref::<PeerFailed>().is_none() {
+            eprintln!("error: {e:#}");
+            result = Err(PeerFailed.into());
+        }
+        let _ = job.comm.barrier();
+    }
+    drop(job);
+    let comm = Rc::try_unwrap(comm).map_err(|_| anyhow!("internal error: the comm handle is still in use"))?;
+    let shutdown = comm.shutdown();
+    result?;
+    shutdown
+}
+
+/// Pick this rank's backend (every rank must manage), then train on it.
+fn train(job: &Job, args: &TrainOptions) -> Result<()> {
+    let (device, notice) = job.agree(crate::device::select(args.model.device, job.world.local_rank))?;
+    if let Some(n) = notice.filter(|_| job.is_root()) {
+        eprintln!("{n}");
+    }
+    device.run(TrainOn { job, args })
+}
+
+struct TrainOn<'a> {
+    job: &'a Job,
+    args: &'a TrainOptions,
+}
+
+impl OnBackend for TrainOn<'_> {
+    type Out = Result<()>;
+    fn run<B: Backend>(self, be: B) -> Result<()> {
+        Run::prepare(self.job, self.args, be)?.train()
+    }
+}
+
+/// One training run on this rank, from its prepared state to its summary.
+struct Run<'a, B: Backend> {
+    job: &'a Job,
+    args: &'a TrainOptions,
+    settings: Settings,
+    data: Dataset,
+    shard: Shard,
+    trainer: GanTrainer<B>,
+    /// Rank 0's run directory; None on the other ranks.
+    outputs: Option<Outputs>,
+    /// Where the run is, as a checkpoint records it.
+    progress: Progress,
+    facts: RunFacts,
+    stop: StopFlag,
+    /// The noise of the sample grids, [64, nz].
+    grid_noise: Vec<f32>,
+    /// This rank's batch, [batch, side, side].
+    images: Vec<f32>,
+    last: StepMetrics,
+    last_checkpoint: LastCheckpoint,
+    /// A signal (or the stop hook) ended the run before its end.
+    stopped: bool,
+    started: Instant,
+    steps_at_start: u64,
+    /// This thread runs every step: its clock of time spent waiting for a core.
+    run_delay: Option<RunDelayClock>,
+    faults: Faults,
+}
+
+/// The test hooks this rank obeys (`fault_hooks`), read once.
+struct Faults {
+    slow_rank: Option<Duration>,
+    stop_at_step: Option<u64>,
+}
+
+/// The progress of the last checkpoint written, and where (rank 0).
+#[derive(Default)]
+struct LastCheckpoint(Option<(Progress, Option<PathBuf>)>);
+
+impl<B: Backend> Run<'_, B> {
+    /// Every epoch from where the run stands, then the end.
+    fn train(mut self) -> Result<()> {
+        let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
+        let (start_epoch, first) = (self.progress.epoch, self.progress.batch_in_epoch as usize);
+        let steps_per_epoch = self.shard.batches_per_epoch();
+        let epochs_reached = crate::report::progress::EpochSpan::epochs_reached(
+            start_epoch,
+            first,
+            steps_per_epoch,
+            self.trainer.step,
+            max_steps,
+            self.args.epochs,
+        );
+        let train_started = Instant::now();
+        for epoch in start_epoch..self.args.epochs {
+            let first = if epoch == start_epoch { first } else { 0 };
+            let done = self.run_epoch(epoch, first, epochs_reached)?;
+            if done.complete {
+                self.end_epoch(epoch, done)?;
+            }
+            if self.stopped || self.trainer.step >= max_steps {
+                break;
+            }
+        }
+        self.finish(train_started.elapsed().as_secs_f64())
+    }
+
+    /// Rank 0 writes a checkpoint of the current state (every rank holds the same weights; the
+    /// running statistics of every rank are gathered). Collective.
+    /// A save of the progress `last_checkpoint` already holds is skipped (every rank decides
+    /// alike: the progress is the same everywhere): a run that ends where an epoch ends would
+    /// otherwise write the same checkpoint twice.
+    fn save_checkpoint(&mut self) -> Option<PathBuf> {
+        if let Some((saved, dir)) = &self.last_checkpoint.0
+            && *saved == self.progress
+        {
+            return dir.clone();
+        }
+        let (job, trainer) = (self.job, &mut self.trainer);
+        trainer.finish_pending();
+        let stores = [&trainer.model.g.store, &trainer.model.d.store];
+        let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
+        // Recorded on every rank, so that all skip the same saves.
+        self.last_checkpoint.0 = Some((self.progress.clone(), None));
+        let (out, rank_states) = (self.outputs.as_mut()?, rank_states?);
+        let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
+        let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
+        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states };
+        let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
+        let dir = job.or_fail(out.checkpoint(layouts, &ck));
+        self.last_checkpoint.0 = Some((self.progress.clone(), Some(dir.clone())));
+        Some(dir)
+    }
+}

@@ -1,0 +1,223 @@
+//! The run's first phase: what every rank must agree on before the first step (each check is
+//! a collective `agree`, so that a rank that fails does not leave the others waiting), the
+//! trainer built on this rank's backend, and rank 0's state (fresh or resumed) everywhere.
+
+use super::{Faults, LastCheckpoint, Run};
+use crate::backend::Backend;
+use crate::checkpoint::{Checkpoint, Keep, Progress};
+use crate::comm::cpu_clock::RunDelayClock;
+use crate::data::{DataSource, Dataset, Shard};
+use crate::fault_hooks;
+use crate::model::dcgan::Dcgan;
+use crate::record::{Summary, TrainOptions};
+use crate::report::trace::Trace;
+use crate::train::config::{Settings, training_config};
+use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
+use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
+use crate::train::ddp::sync;
+use crate::train::job::Job;
+use crate::train::noise::fixed_noise;
+use crate::train::outputs::{Outputs, default_dir};
+use crate::train::preflight::{load_resume, same_data_everywhere, same_options_everywhere};
+use crate::train::signals::StopFlag;
+use crate::train::step::{GanTrainer, StepConfig};
+use crate::train::summary::RunFacts;
+use crate::train::timeline::Timeline;
+use anyhow::{Context, Result, anyhow};
+use std::time::Instant;
+
+/// Images in a sample grid (8 x 8).
+const GRID: usize = 64;
+
+/// What the ranks agreed on before building anything.
+struct Agreed {
+    stop: StopFlag,
+    threads: usize,
+    settings: Settings,
+    data: Dataset,
+    shard: Shard,
+    baseline: Option<(Summary, String)>,
+}
+
+impl<'a, B: Backend> Run<'a, B> {
+    /// Settle, build and restore; every rank returns together, with an error or ready to train.
+    pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, be: B) -> Result<Self> {
+        let started = Instant::now();
+        let agreed = agree_on_setup(job, args)?;
+        let (trainer, outputs, ck) = build(job, args, &agreed.settings, be)?;
+        let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
+        let mut run = Run {
+            job,
+            args,
+            grid_noise: fixed_noise(args.model.seed, GRID, trainer.model.nz),
+            images: vec![0.0f32; batch * side * side],
+            settings: agreed.settings,
+            data: agreed.data,
+            shard: agreed.shard,
+            trainer,
+            outputs,
+            progress: fresh_progress(args, job.world.size, batch),
+            facts: RunFacts { baseline: agreed.baseline, threads: agreed.threads, ..RunFacts::default() },
+            stop: agreed.stop,
+            last: Default::default(),
+            last_checkpoint: LastCheckpoint::default(),
+            stopped: false,
+            started,
+            steps_at_start: 0,
+            run_delay: RunDelayClock::of_this_thread(),
+            faults: Faults {
+                slow_rank: fault_hooks::slow_rank_nap(job.world.rank),
+                stop_at_step: fault_hooks::stop_at_step(),
+            },
+        };
+        run.restore_everywhere(ck.as_ref())?;
+        run.announce();
+        Ok(run)
+    }
+
+    /// Rank 0's weights (or its checkpoint) and progress on every rank.
+    fn restore_everywhere(&mut self, ck: Option<&Checkpoint>) -> Result<()> {
+        let (job, t) = (self.job, &mut self.trainer);
+        if let Some(ck) = ck {
+            sync::restore(&t.be, &mut t.model.g.store, &ck.g, &ck.g_adam);
+            sync::restore(&t.be, &mut t.model.d.store, &ck.d, &ck.d_adam);
+            self.progress = ck.progress.clone();
+        }
+        let resume = self.args.checkpoints.resume.is_some();
+        for store in [&mut t.model.g.store, &mut t.model.d.store] {
+            sync::broadcast_from_root(job, &t.be, store, resume)?;
+        }
+        if resume {
+            let stores = [&mut t.model.g.store, &mut t.model.d.store];
+            sync::scatter_rank_states(job, &t.be, stores, ck.map(|c| &c.rank_states[..]))?;
+        }
+        if job.world.size > 1 {
+            let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&self.progress)?)?;
+            self.progress = serde_json::from_slice(&bytes)?;
+        }
+        t.step = self.progress.step;
+        self.steps_at_start = t.step;
+        Ok(())
+    }
+
+    /// Rank 0 says what is about to run.
+    fn announce(&self) {
+        if !self.job.is_root() {
+            return;
+        }
+        let (w, p) = (&self.job.world, &self.args.parallel);
+        eprintln!("data: {}", self.data.description);
+        let resuming = match self.args.checkpoints.resume {
+            Some(_) => format!(", resuming at step {}", self.progress.step),
+            None => String::new(),
+        };
+        eprintln!(
+            "dcgan-train: {} rank(s) on {} host(s), {}, batch {} per rank ({} global), lr {}{resuming}",
+            w.size,
+            w.host_count(),
+            self.trainer.be.describe(),
+            self.settings.per_rank_batch,
+            self.settings.global_batch,
+            self.settings.lr,
+        );
+        if p.no_exchange && w.size > 1 {
+            eprintln!(
+                "--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart (the losses still are)"
+            );
+        }
+        if self.args.comm.wire == crate::comm::Wire::Bf16 && w.size > 1 && !p.no_exchange {
+            eprintln!(
+                "--wire bf16: gradients travel as bfloat16 (half the bytes; each value rounded to 8 significant bits)"
+            );
+        }
+    }
+}
+
+/// Every rank reaches each `agree` (a collective): an error before the first one would leave
+/// the others in a collective this rank never joins.
+fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
+    let (world, root) = (&job.world, job.is_root());
+    let stop = job.agree(StopFlag::install())?;
+    let threads = job.agree(crate::backend::threads::setup_threads(args.model.threads, world.local_size))?;
+    job.agree(same_options_everywhere(job, args))?;
+    let settings = job.agree(Settings::resolve(args, world.size))?;
+    let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
+    job.agree(same_data_everywhere(job, &data))?;
+    let shard = job.agree(Shard::new(data.count, world.rank, world.size, settings.per_rank_batch, args.model.seed))?;
+    let p = &args.parallel;
+    let baseline = job.agree(match &p.baseline_summary {
+        Some(path) if root => Summary::read(path, "--baseline-summary").map(|s| Some((s, path.display().to_string()))),
+        _ => Ok(None),
+    })?;
+    job.agree(match &p.trace {
+        Some(path) if root => crate::report::check_writable(path, "--trace"),
+        _ => Ok(()),
+    })?;
+    Ok(Agreed { stop, threads, settings, data, shard, baseline })
+}
+
+/// The trainer on `be`, rank 0's outputs, and the checkpoint to resume from (rank 0).
+fn build<B: Backend>(
+    job: &Job,
+    args: &TrainOptions,
+    settings: &Settings,
+    be: B,
+) -> Result<(GanTrainer<B>, Option<Outputs>, Option<Checkpoint>)> {
+    let (world, root, m, p) = (&job.world, job.is_root(), &args.model, &args.parallel);
+    let batch = settings.per_rank_batch;
+    // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
+    let built = match fault_hooks::fail_build_on(world.rank) {
+        true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
+        false => Dcgan::new(&be, m.image_size, batch, m.seed)
+            .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
+    };
+    let mut model = job.agree(built)?;
+    model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
+    let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
+    let resume = args.checkpoints.resume.as_ref();
+    let ck = job.agree(if root && resume.is_some() { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
+    // A resume that does not say keeps what the run kept, not the default's one.
+    let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
+    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1));
+    let outputs = job.agree(match (root, &ck, resume) {
+        (false, _, _) => Ok(None),
+        (true, Some(ck), Some(dir)) => Outputs::resume(dir, ck.progress.step, ck.progress.epoch, keep).map(Some),
+        _ => Outputs::create(&args.out.clone().unwrap_or_else(default_dir), keep).map(Some),
+    })?;
+
+    let buckets = plan_buckets(&model, p.bucket_bytes);
+    let exchange: Box<dyn Exchange<B>> = if world.size == 1 {
+        Box::new(SoloExchange::new(buckets))
+    } else if p.no_exchange {
+        Box::new(SoloExchange::new(buckets).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone())))
+    } else {
+        let stages = (model.g.stages.len(), model.d.stages.len());
+        Box::new(job.agree(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap))?)
+    };
+    let timeline = match &p.trace {
+        Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),
+        None => Timeline::disabled(),
+    };
+    // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
+    let cfg = StepConfig { seed: m.seed, rank: world.rank, world: world.size, overlap_steps: !p.no_overlap };
+    let mut trainer = job.agree(GanTrainer::new(be, model, exchange, cfg, timeline))?;
+    if p.sync_bn && world.size > 1 {
+        trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
+    }
+    Ok((trainer, outputs, ck))
+}
+
+/// The progress of a run that has not started.
+fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize) -> Progress {
+    Progress {
+        step: 0,
+        epoch: 0,
+        batch_in_epoch: 0,
+        seed: args.model.seed,
+        ranks,
+        batch_per_rank,
+        image_size: args.model.image_size,
+        rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
+        config: training_config(args),
+    }
+}
