@@ -8,6 +8,7 @@
 mod common;
 
 use common::{final_weights, mpirun, run_limited};
+use dcgan_train::record::Summary;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -151,8 +152,8 @@ fn tc_bytes(s: &str) -> u64 {
     }
 }
 
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+fn summary(dir: &Path) -> Summary {
+    Summary::read(&dir.join("summary.json"), "the run's").unwrap()
 }
 
 /// 5 training steps of batch 8 per rank with `extra` options, on the emulated hosts and with
@@ -203,10 +204,10 @@ fn three_emulated_hosts_train_what_one_host_trains() {
 
     // The ranks really ran on three hosts (each its own UTS namespace), the reference on one.
     let (m, s) = (summary(&multi), summary(&single));
-    assert_eq!(m["hosts"], serde_json::json!(["h1", "h2", "h3"]), "{}", m["hosts"]);
-    assert_eq!(m["host_count"], 3);
-    assert_eq!(s["host_count"], 1);
-    assert!(m["comm"]["bytes_per_step"].as_f64().unwrap() > 0.0, "gradients were exchanged");
+    assert_eq!(m.hosts, ["h1", "h2", "h3"]);
+    assert_eq!(m.host_count, 3);
+    assert_eq!(s.host_count, 1);
+    assert!(m.comm.bytes_per_step > 0.0, "gradients were exchanged");
 
     let (a, b) = (final_weights(&multi), final_weights(&single));
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
@@ -256,10 +257,8 @@ fn two_hosts_of_two_ranks_average_in_two_levels() {
     let (multi, single) = train_both_ways(&cluster, 4, &["--adam-eps", "1", "--lr", "2e-5"], tmp.path());
 
     let (m, s) = (summary(&multi), summary(&single));
-    assert_eq!(m["hosts"], serde_json::json!(["h1", "h1", "h2", "h2"]), "{}", m["hosts"]);
-    let algorithms = |v: &serde_json::Value| -> Vec<String> {
-        v["comm"]["buckets"].as_array().unwrap().iter().map(|b| b["algorithm"].as_str().unwrap().to_string()).collect()
-    };
+    assert_eq!(m.hosts, ["h1", "h1", "h2", "h2"]);
+    let algorithms = |s: &Summary| -> Vec<String> { s.comm.buckets.iter().map(|b| b.algorithm.clone()).collect() };
     // G's and D's large buckets go in two levels across hosts, flat on one host.
     assert!(algorithms(&m).contains(&"hier".to_string()), "{:?}", algorithms(&m));
     assert!(!algorithms(&s).contains(&"hier".to_string()), "{:?}", algorithms(&s));
@@ -267,7 +266,7 @@ fn two_hosts_of_two_ranks_average_in_two_levels() {
     assert!(rel <= 1e-5, "2 hosts x 2 ranks differ from 4 ranks on one host by {rel:e}");
     // Two runs that exchanged nothing would match as well (rank 0 alone, trained the same way
     // twice): gradients did travel.
-    assert!(m["comm"]["bytes_per_step"].as_f64().unwrap() > 0.0);
+    assert!(m.comm.bytes_per_step > 0.0);
 
     // With the bf16 wire, values rounded on the way inside a host and across hosts must still
     // leave every replica with the same bits (--check-consistency fails the run otherwise).

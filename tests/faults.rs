@@ -276,5 +276,5 @@ fn a_killed_rank_ends_the_job_within_a_minute_and_the_checkpoint_resumes() {
         180,
     );
     ok(o);
-    assert_eq!(step_records(&run).last().unwrap()["step"], step as u64 + 2);
+    assert_eq!(step_records(&run).last().unwrap().step, step as u64 + 2);
 }

@@ -181,11 +181,15 @@ fn no_exchange_still_averages_the_logged_losses() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = two_ranks_without_and_with(tmp.path(), "--no-exchange", "1");
     let first_steps = runs.map(|r| common::step_records(&r).remove(0));
-    let (exchange, alone) = (&first_steps[0], &first_steps[1]);
-    for key in ["loss_d", "d_x", "d_g_z"] {
-        assert_eq!(exchange[key], alone[key], "{key}: {exchange} against {alone}");
+    let (exchange, alone) = (&first_steps[0].metrics, &first_steps[1].metrics);
+    for (key, a, b) in [
+        ("loss_d", exchange.loss_d, alone.loss_d),
+        ("d_x", exchange.d_x, alone.d_x),
+        ("d_g_z", exchange.d_g_z, alone.d_g_z),
+    ] {
+        assert_eq!(a, b, "{key}: {exchange:?} against {alone:?}");
     }
-    assert_ne!(exchange["loss_g"], alone["loss_g"], "the D update must differ: {exchange} against {alone}");
+    assert_ne!(exchange.loss_g, alone.loss_g, "the D update must differ: {exchange:?} against {alone:?}");
 }
 
 /// A rank that starts every step late is waited for, and rank 0 counts that as waiting, not
@@ -213,32 +217,31 @@ fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
             .env("DCGAN_TEST_SLOW_RANK", format!("1:{LATE_MS}"));
         let o = ok(common::run_limited(cmd, 300));
         assert!(stderr(&o).contains("without its waits on other ranks; mean waits per step"), "{}", stderr(&o));
-        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-        let at = |k: &str| s.pointer(k).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("{k} in {s:#}"));
-        let (bucket_wait, metrics_wait) = (at("/comm/exposed_comm_ms_per_step"), at("/comm/metrics_wait_ms_per_step"));
+        let s = common::read_summary(&out);
+        let (bucket_wait, metrics_wait) = (s.comm.exposed_comm_ms_per_step, s.comm.metrics_wait_ms_per_step);
         let steps = common::timed_step_records(&out);
         // The summary's waits are the steps' waits (the exchanging run may add the last G
         // update's wait, which falls after the last step).
-        let step_waits: f64 = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).sum();
-        let summary_waits = (bucket_wait + metrics_wait) * at("/steps_this_run");
+        let step_waits: f64 = steps.iter().map(|r| r.wait_ms).sum();
+        let summary_waits = (bucket_wait + metrics_wait) * s.steps_this_run as f64;
         assert!(summary_waits >= step_waits - 0.01, "{flag:?}: summary {summary_waits} ms, steps {step_waits} ms");
         if flag.is_some() {
-            assert_eq!(bucket_wait, 0.0, "no buckets travel: {s:#}");
+            assert_eq!(bucket_wait, 0.0, "no buckets travel: {s:#?}");
             assert!((summary_waits - step_waits).abs() < 0.01, "summary {summary_waits} ms, steps {step_waits} ms");
         } else {
             assert!(bucket_wait > metrics_wait, "buckets {bucket_wait} ms, metrics {metrics_wait} ms");
         }
-        assert!(at("/compute_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
-        assert!(at("/training_thread_cpu_ms_per_step") < at("/ms_per_step") - 0.5 * LATE_MS, "{flag:?}: {s:#}");
-        let mut waits: Vec<f64> = steps.iter().map(|r| r["wait_ms"].as_f64().unwrap()).collect();
+        assert!(s.compute_ms_per_step < s.ms_per_step - 0.5 * LATE_MS, "{flag:?}: {s:#?}");
+        let cpu_ms = s.training_thread_cpu_ms_per_step.unwrap();
+        assert!(cpu_ms < s.ms_per_step - 0.5 * LATE_MS, "{flag:?}: {s:#?}");
+        let mut waits: Vec<f64> = steps.iter().map(|r| r.wait_ms).collect();
         for r in &steps {
-            let (w, ms) = (r["wait_ms"].as_f64().unwrap(), r["ms"].as_f64().unwrap());
-            assert!((0.0..=ms).contains(&w), "{r}");
+            let (w, ms) = (r.wait_ms, r.ms);
+            assert!((0.0..=ms).contains(&w), "{r:?}");
             // Clocks read microseconds apart: allow a little over the step's wall time.
-            let cpu = r["cpu_ms"].as_f64().unwrap();
-            assert!(cpu > 0.0 && cpu <= ms + 0.5, "{r}");
-            if let Some(queued) = r["descheduled_ms"].as_f64() {
-                assert!((0.0..=ms + 0.5).contains(&queued), "{r}");
+            assert!(r.cpu_ms > 0.0 && r.cpu_ms <= ms + 0.5, "{r:?}");
+            if let Some(queued) = r.descheduled_ms {
+                assert!((0.0..=ms + 0.5).contains(&queued), "{r:?}");
             }
         }
         waits.sort_by(f64::total_cmp);
@@ -270,30 +273,24 @@ fn trace_has_one_allreduce_per_bucket_per_step_per_rank() {
     ];
     ok(mpirun(2, &args, 300));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("valid JSON");
-    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    let buckets: Vec<String> = summary["comm"]["buckets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["bucket"].as_str().unwrap().to_string())
-        .collect();
+    let summary = common::read_summary(&out);
+    let comm = &summary.comm;
+    let buckets: Vec<String> = comm.buckets.iter().map(|b| b.bucket.clone()).collect();
     assert!(buckets.len() >= 2);
     // Each bucket's share of the comm thread's time and of the waits: every bucket was
     // averaged (so each has time of its own), and the shares add up to the totals.
-    let comm = &summary["comm"];
-    for (total, share) in
-        [("comm_ms_per_step", "comm_ms_per_step"), ("exposed_comm_ms_per_step", "exposed_ms_per_step")]
-    {
-        let shares: Vec<f64> = comm["buckets"].as_array().unwrap().iter().map(|b| b[share].as_f64().unwrap()).collect();
-        let whole = comm[total].as_f64().unwrap();
-        assert!((shares.iter().sum::<f64>() - whole).abs() <= 1e-9 * whole.max(1.0), "{total}: {comm:#}");
-        if share == "comm_ms_per_step" {
-            assert!(shares.iter().all(|&s| s > 0.0), "{comm:#}");
-        }
+    let busy: Vec<f64> = comm.buckets.iter().map(|b| b.comm_ms_per_step).collect();
+    let exposed: Vec<f64> = comm.buckets.iter().map(|b| b.exposed_ms_per_step).collect();
+    for (total, shares, whole) in [
+        ("comm_ms_per_step", &busy, comm.comm_ms_per_step),
+        ("exposed_comm_ms_per_step", &exposed, comm.exposed_comm_ms_per_step),
+    ] {
+        assert!((shares.iter().sum::<f64>() - whole).abs() <= 1e-9 * whole.max(1.0), "{total}: {comm:#?}");
     }
+    assert!(busy.iter().all(|&s| s > 0.0), "{comm:#?}");
     // The comm thread's CPU: some (it copied and summed), and never more than its wall time.
-    let cpu = comm["comm_thread_cpu_ms_per_step"].as_f64().unwrap();
-    assert!(cpu > 0.0 && cpu <= comm["comm_ms_per_step"].as_f64().unwrap(), "{comm:#}");
+    let cpu = comm.comm_thread_cpu_ms_per_step;
+    assert!(cpu > 0.0 && cpu <= comm.comm_ms_per_step, "{comm:#?}");
     let mut count: BTreeMap<(u64, u64, String), usize> = BTreeMap::new();
     let mut pids = std::collections::BTreeSet::new();
     for e in t["traceEvents"].as_array().unwrap() {

@@ -2,6 +2,8 @@
 //! lengths, free links give the ideal speedup, and slow links give the cost model's bucket
 //! times and a comm-bound step. Plus the error lines for bad input.
 
+mod common;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -227,27 +229,21 @@ fn the_speed_beside_compute_is_fitted_back_from_the_comm_time_it_gives() {
     assert!(comm(&half) > 1.05 * comm(&full), "{} against {}", comm(&half), comm(&full));
     // A pair of 2-rank runs of this trace: without the exchange, and with it, measuring the
     // comm time the replay gives at half speed (and no compute lost, so C is 0).
-    let base: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let base = common::read_summary(&dir);
     let pair = |no_exchange: bool| {
         let mut s = base.clone();
-        s["ranks"] = 2.into();
-        s["host_count"] = 2.into();
-        s["options"]["parallel"]["no_exchange"] = no_exchange.into();
-        s["options"]["parallel"]["no_overlap"] = false.into();
+        (s.ranks, s.host_count) = (2, 2);
+        s.options.parallel.no_exchange = no_exchange;
+        s.options.parallel.no_overlap = false;
         if !no_exchange {
-            s["comm"]["comm_ms_per_step"] = comm(&half).into();
-            s["comm"]["hidden_comm_fraction"] = 0.9.into();
-            for (b, row) in s["comm"]["buckets"]
-                .as_array_mut()
-                .unwrap()
-                .iter_mut()
-                .zip(half["rows"][0]["buckets"].as_array().unwrap())
-            {
-                b["algorithm"] = row["algorithm"].clone();
+            s.comm.comm_ms_per_step = comm(&half);
+            s.comm.hidden_comm_fraction = 0.9;
+            for (b, row) in s.comm.buckets.iter_mut().zip(half["rows"][0]["buckets"].as_array().unwrap()) {
+                b.algorithm = row["algorithm"].as_str().unwrap().to_string();
             }
         }
         let path = dir.join(if no_exchange { "without.json" } else { "with.json" });
-        std::fs::write(&path, s.to_string()).unwrap();
+        std::fs::write(&path, serde_json::to_string(&s).unwrap()).unwrap();
         path.display().to_string()
     };
     let (with, without) = (pair(false), pair(true));
@@ -309,16 +305,15 @@ fn ranks_on_half_a_core_pay_the_exchanges_cpu_twice_and_keep_half_its_speed() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     traced_run(&dir);
-    let base: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let base = common::read_summary(&dir);
     // The traced run as 2 ranks with --no-exchange whose training thread ran `cpu` ms per
     // step and waited `waited` ms for a core; or as a run with the exchange.
     let variant = |name: &str, no_exchange: bool, cpu: f64, waited: f64| {
         let mut s = base.clone();
-        s["ranks"] = 2.into();
-        s["options"]["parallel"]["no_exchange"] = no_exchange.into();
-        s["training_thread_cpu_ms_per_step"] = cpu.into();
-        s["training_thread_descheduled_ms_per_step"] = waited.into();
-        std::fs::write(dir.join(name), s.to_string()).unwrap();
+        s.ranks = 2;
+        s.options.parallel.no_exchange = no_exchange;
+        (s.training_thread_cpu_ms_per_step, s.training_thread_descheduled_ms_per_step) = (Some(cpu), Some(waited));
+        std::fs::write(dir.join(name), serde_json::to_string(&s).unwrap()).unwrap();
     };
     variant("half.json", true, 150.0, 150.0);
     variant("whole.json", true, 150.0, 0.0);

@@ -44,12 +44,11 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
     let a = common::step_records(&runs[0]);
     assert_eq!(a.len(), 15, "15 steps (the second epoch cut short by --max-steps)");
     for rec in &a {
-        for k in ["loss_d", "loss_g", "d_x", "d_g_z"] {
-            let v = rec[k].as_f64().unwrap();
+        let m = rec.metrics;
+        for (k, v) in [("loss_d", m.loss_d), ("loss_g", m.loss_g), ("d_x", m.d_x), ("d_g_z", m.d_g_z)] {
             assert!(v.is_finite(), "{k} = {v}");
         }
-        let dx = rec["d_x"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&dx));
+        assert!((0.0..=1.0).contains(&m.d_x));
     }
     assert_eq!(a, common::step_records(&runs[1]), "the same seed gives the same metrics");
 
@@ -60,17 +59,15 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
         let distinct: std::collections::HashSet<u8> = pixels.iter().copied().collect();
         assert!(distinct.len() > 16, "{png} shows images, not a flat field");
     }
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(runs[0].join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["steps"], 15);
-    assert!(summary["global_images_per_s"].as_f64().unwrap() > 0.0);
+    let summary = common::read_summary(&runs[0]);
+    assert_eq!(summary.steps, 15);
+    assert!(summary.global_images_per_s > 0.0);
     // The mean step is the steps' own (metrics.jsonl), and the wall time per step also
     // holds the checkpoint and grid between the epochs.
     let timed = common::timed_step_records(&runs[0]);
-    let mean = timed.iter().map(|r| r["ms"].as_f64().unwrap()).sum::<f64>() / timed.len() as f64;
-    let at = |k: &str| summary[k].as_f64().unwrap();
-    assert!((at("ms_per_step_mean") - mean).abs() <= 1e-9 * mean, "{} vs {mean}", at("ms_per_step_mean"));
-    assert!(at("wall_ms_per_step") > at("ms_per_step_mean"), "{summary:#}");
+    let mean = timed.iter().map(|r| r.ms).sum::<f64>() / timed.len() as f64;
+    assert!((summary.ms_per_step_mean - mean).abs() <= 1e-9 * mean, "{} vs {mean}", summary.ms_per_step_mean);
+    assert!(summary.wall_ms_per_step > summary.ms_per_step_mean, "{summary:#?}");
 
     // Another seed trains differently.
     let out = tmp.path().join("c");

@@ -4,6 +4,7 @@
 
 pub mod reference;
 
+use dcgan_train::record::{StepRecord, Summary};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -119,26 +120,26 @@ pub fn checkpoint_names(run: &std::path::Path) -> Vec<String> {
 }
 
 /// The step records of a run's metrics.jsonl, as written.
-pub fn timed_step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
+pub fn timed_step_records(run: &std::path::Path) -> Vec<StepRecord> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|v| v["type"] == "step")
+        .map(|v| serde_json::from_value(v).unwrap())
         .collect()
 }
 
-/// The step records of a run's metrics.jsonl, without the clock fields (wall and CPU).
-pub fn step_records(run: &std::path::Path) -> Vec<serde_json::Value> {
+/// The step records of a run's metrics.jsonl, with the clock fields (wall and CPU) zeroed:
+/// what a run computed, which the same run repeated must repeat.
+pub fn step_records(run: &std::path::Path) -> Vec<StepRecord> {
     timed_step_records(run)
         .into_iter()
-        .map(|mut v| {
-            let o = v.as_object_mut().unwrap();
-            o.remove("ms");
-            for clock in ["wait_ms", "cpu_ms", "descheduled_ms"] {
-                o.remove(clock);
-            }
-            v
-        })
+        .map(|r| StepRecord { ms: 0.0, wait_ms: 0.0, cpu_ms: 0.0, descheduled_ms: None, ..r })
         .collect()
+}
+
+/// A run's summary.json, read as the program's own type.
+pub fn read_summary(run: &std::path::Path) -> Summary {
+    Summary::read(&run.join("summary.json"), "the run's").unwrap()
 }
