@@ -15,6 +15,7 @@ fn main() {
         Some(Command::Info(args)) => dcgan_train::info::run(args),
         Some(Command::SimulateScaling(args)) => dcgan_train::scaling::simulate::run(args),
         Some(Command::PingPong(args)) => dcgan_train::scaling::pingpong::run(args),
+        Some(Command::TraceReport(a)) => dcgan_train::report::trace_report::run(&a.trace, a.skip, a.json.as_deref()),
     };
     if let Err(e) = result {
         // A rank that stops because another failed stays quiet: the job shows one error.

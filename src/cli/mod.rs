@@ -42,6 +42,21 @@ pub enum Command {
     /// Measure alpha (latency), beta (per byte) and gamma (reduction) between ranks 0 and 1,
     /// for the cost model (run under mpiexec, one rank per host).
     PingPong(scaling::PingPongArgs),
+    /// From a multi-rank run's trace: where the waits for gradient buckets went (the slowest
+    /// rank or the exchange) and how much of the allreduce time compute hid.
+    TraceReport(TraceReportArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TraceReportArgs {
+    /// A trace of a run of 2 or more ranks (`train --trace FILE`).
+    pub trace: PathBuf,
+    /// Steps at the start left out as warm-up.
+    #[arg(long, value_name = "STEPS", default_value_t = 2)]
+    pub skip: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
