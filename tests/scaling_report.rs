@@ -1,7 +1,7 @@
-//! scripts/scaling-report.py on a bench-scaling.sh folder built by hand: each repeat's runs are
-//! paired (1 host against N hosts, overlap against --no-exchange), and the targets are judged
-//! on the medians of those ratios, not on the ratio of the medians; the step budget is split
-//! within each repeat, so that its parts add up.
+//! `python3 scripts/reports scaling` on a bench-scaling.sh folder built by hand: each repeat's
+//! runs are paired (1 host against N hosts, overlap against --no-exchange), and the targets are
+//! judged on the medians of those ratios, not on the ratio of the medians; the step budget is
+//! split within each repeat, so that its parts add up; eq. (1) is read from the runs' summaries.
 
 use serde_json::{Value, json};
 use std::path::Path;
@@ -74,8 +74,36 @@ fn bench_folder() -> tempfile::TempDir {
     tmp
 }
 
+/// What dcgan-train adds to an N-host run's summary when bench-scaling.sh passes its repeat's
+/// 1-host run as --baseline-summary: eq. (1) of the MPI paper against that run, computed here
+/// from the two summaries' step times and batches.
+fn add_baselines(out: &Path) {
+    let read = |p: &Path| -> Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    for entry in std::fs::read_dir(out.join("runs")).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        let (hosts, rest) = name.split_once('-').unwrap();
+        let repeat = rest.rsplit_once('-').unwrap().1;
+        let base = out.join("runs").join(format!("1-overlap-{repeat}")).join("summary.json");
+        if hosts == "1" || !base.exists() {
+            continue;
+        }
+        let (b, mut s) = (read(&base), read(&dir.join("summary.json")));
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+        let n: f64 = hosts.parse().unwrap();
+        let speedup = f(&b, "ms_per_step") / f(&s, "ms_per_step") * f(&s, "batch_size_per_rank")
+            / f(&b, "batch_size_per_rank")
+            * n;
+        s["weak_scaling"] = json!({"file": base.display().to_string(), "baseline_ms_per_step": f(&b, "ms_per_step"),
+            "baseline_batch": f(&b, "batch_size_per_rank"), "baseline_ranks": 1, "speedup_eq1": speedup,
+            "efficiency": speedup / n});
+        std::fs::write(dir.join("summary.json"), s.to_string()).unwrap();
+    }
+}
+
 fn report(out: &Path) -> (String, Value) {
-    let o = Command::new("python3").arg("scripts/scaling-report.py").arg(out).arg("--no-plot").output().unwrap();
+    add_baselines(out);
+    let o = Command::new("python3").args(["scripts/reports", "scaling"]).arg(out).arg("--no-plot").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     let json = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
@@ -131,6 +159,30 @@ fn targets_are_judged_on_ratios_paired_by_repeat() {
     assert!(md.contains("medians of the runs give +15.4%"), "{md}");
     // Parts this run left out are left out of the report, not failed on.
     assert!(md.contains("## Paired by repeat") && !md.contains("## Allreduce"), "{md}");
+}
+
+/// Eq. (1) is each run's own (summary.json's `weak_scaling`), not t_1 / t_N again: against a
+/// 1-host baseline at half the batch, the speedup doubles the ratio of the step times.
+#[test]
+fn the_speedup_is_read_from_each_runs_summary() {
+    let tmp = bench_folder();
+    let out = tmp.path();
+    for r in 1..=3 {
+        let mut one = summary(1, "overlap", 100.0);
+        one["batch_size_per_rank"] = json!(32);
+        write_summary(out, 1, "overlap", r, &one);
+        write_run(out, 2, "overlap", r, 150.0);
+    }
+    let (md, results) = report(out);
+    // 100 / 150 * 64 / 32 = 4/3 in every repeat; the step times alone give 2/3.
+    let third = 4.0 / 3.0;
+    assert_ratios(&results, "2", "efficiency", &[(1, third), (2, third), (3, third)]);
+    let two = target(&results, "2-host efficiency");
+    assert!(close(two["value"].as_f64().unwrap(), third) && two["met"] == true, "{two}");
+    assert!(md.contains("medians of the runs give 1.333"), "{md}");
+    let measured = results["measured"].as_array().unwrap().iter().find(|m| m["hosts"] == 2).unwrap();
+    assert!(close(measured["speedup"].as_f64().unwrap(), 2.0 * third), "{measured}");
+    assert!(md.contains("| 2 | overlap | 150.0 | 853.3 | 2.67 | 1.333 |"), "{md}");
 }
 
 #[test]
@@ -488,7 +540,7 @@ fn predictions_with_the_exchanges_cpu_are_reported_beside_the_wire_only_ones() {
         eprintln!("skipping the plot: python3 has no matplotlib (pip install matplotlib)");
         return;
     }
-    let o = Command::new("python3").arg("scripts/scaling-report.py").arg(out).output().unwrap();
+    let o = Command::new("python3").args(["scripts/reports", "scaling"]).arg(out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let png = std::fs::read(out.join("speedup.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{} bytes", png.len());
