@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod scaling_bench;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
