@@ -23,7 +23,7 @@ ours=${OURS:-target/release/dcgan-train}
 }
 [[ -z $baseline || -x $baseline ]] || { echo "bench-cpu-vs-torch: baseline $baseline is not an executable" >&2; exit 1; }
 
-scripts/cpu-info.sh
+scripts/lib/cpu-info.sh
 ms_of() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["ms_per_step"])'; }
 steps=(--batch-size 64 --steps 20 --warmup 3 --json)
 results=$(mktemp)

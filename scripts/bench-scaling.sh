@@ -7,10 +7,10 @@
 #                            [--modes overlap,no-overlap,no-exchange] [--skip-allreduce-bench]
 #                            [--allreduce-links 16KiB/24KiB|training]
 #
-# (default DIR: runs/scaling-DATE-TIME; --steps 30 --repeats 3 took 7 minutes on a 2-core Zen 3)
+# (default DIR: runs/scaling-DATE-TIME; with --steps 30 --repeats 3, minutes on a small machine)
 #
 # To judge one figure on a noisy machine, run fewer things more often, for example the
-# 2-host efficiency over eight paired repeats (4.5 minutes there):
+# 2-host efficiency over eight paired repeats:
 #   scripts/bench-scaling.sh --hosts 1,2 --modes overlap,no-exchange --repeats 8 --skip-allreduce-bench
 #
 # 1. Link checks: raw TCP round trip and an 8-byte MPI_Allreduce on unshaped links (the latter
@@ -23,12 +23,10 @@
 #    --allreduce-links SEGMENT/BUCKET (default 16KiB/24KiB), with alpha and beta measured again
 #    on them (links-allreduce.json); then the training links come back. A link's token bucket
 #    lets one-way bursts through at memory speed after the link has idled, which a wire does
-#    not: on the training links' 128 KiB the binomial tree, whose directions take turns, ran
-#    256 KiB allreduces at 0.68x of the model; on 24 KiB every row from 64 KiB ran at
-#    0.82-1.05x in six rounds (docs/measurements/2026-11-27/allreduce-links.txt). Small
-#    segments cost the ranks a timer interrupt each, which training, unlike these rows, pays
-#    for in compute (README, "The emulator's own cost"). `training` keeps the training links
-#    for these rows too.
+#    not, and algorithms whose directions take turns (the binomial tree) gain from a large one;
+#    small segments cost the ranks a timer interrupt each, which training pays for in compute,
+#    so training keeps its own links (docs/emulated-cluster.md). `training` keeps the training
+#    links for these rows too.
 # 4. Training for --steps steps at 1, 2 and 4 hosts: with overlap (the default), --no-overlap and
 #    --no-exchange (the same placement without the exchange), --repeats times, interleaved
 #    (each repeat runs 1 host, then every N and mode, so the report can pair them by repeat);
@@ -36,15 +34,18 @@
 #    every training run (for example --wire bf16 or --allreduce ring).
 # 5. simulate-scaling: the 1-host run's trace replayed up to 1024 nodes, and each N-host
 #    --no-exchange trace replayed at N to predict the N-host run (checked against it). Every
-#    step is traced: on a noisy machine the first few alone missed their run's step by 8%.
+#    step is traced: on a noisy machine the first few alone do not represent the run.
 #    Where the run has 2 hosts with overlap and with --no-exchange, both again with compute and
 #    the exchange sharing cores (--comm-cpu-from, measured on the next repeat's 2-host pair, so
 #    that no prediction is checked against a run its figures came from: the compute the
 #    exchange takes per byte, and the wire speed it keeps beside compute): these ranks compute
 #    on every core. With one repeat the pair is its own, and the report does not judge it at 2
 #    hosts.
-# 6. results.md (tables, targets met or not) and speedup.png (speedup against hosts, measured
-#    and simulated, next to the ideal line), written by scripts/scaling-report.py.
+# 6. trace-report-N.md (dcgan-train trace-report of each N-host overlap run's trace, first
+#    repeat: where the waits went), then results.md (tables, targets met or not), results.json
+#    and speedup.png (speedup against hosts, measured and simulated, next to the ideal line),
+#    written by `python3 scripts/reports scaling OUT`. Every N-host run gets its repeat's 1-host
+#    summary as --baseline-summary, so its summary.json holds its eq. (1) speedup.
 #
 # Needs root, iproute2 and Open MPI (see cluster-emulate.sh), python3 with matplotlib
 # (pip install matplotlib, or apt-get install python3-matplotlib). DCGAN_TRAIN picks the
@@ -59,8 +60,8 @@ MODES_ARG=overlap,no-overlap,no-exchange ALLREDUCE_BENCH=1 ALLREDUCE_LINKS=16KiB
 NAME=dcgbench
 die() { echo "bench-scaling: $*" >&2; exit 1; }
 log() { echo "bench-scaling: $*" >&2; }
-# shellcheck source=bench-common.sh
-source "$HERE/bench-common.sh"
+# shellcheck source=lib/bench-common.sh
+source "$HERE/lib/bench-common.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -254,5 +255,11 @@ print(statistics.median(json.load(open(f))["prediction"][sys.argv[1]] for f in s
 fi
 
 log "6/6 report"
-python3 "$HERE/scaling-report.py" "$OUT"
+for n in "${HOSTS[@]:1}"; do
+    trace="$OUT/runs/$n-overlap-1/trace.json"
+    [ -f "$trace" ] || continue
+    "$BIN" trace-report "$trace" --json "$OUT/trace-report-$n.json" >"$OUT/trace-report-$n.md" \
+        || { rm -f "$OUT/trace-report-$n.md"; log "no trace report for $n hosts (above: why)"; }
+done
+python3 "$HERE/reports" scaling "$OUT"
 log "done: $OUT/results.md and $OUT/speedup.png"

@@ -3,11 +3,11 @@
 to compare with `dcgan-train bench-step --device cuda` at the same batch size; with --device cpu,
 on the CPU with --threads threads, to compare with `dcgan-train bench-step --device cpu`.
 
-The model is DESIGN.md's (28x28 default, or 64x64 as in the PyTorch DCGAN example), no conv
-biases, Adam(lr 2e-4, betas (0.5, 0.999)), BCE with logits; the step is the PyTorch DCGAN
-example's: G forward once, D on real (label 1) and on the detached fake (label 0), D's Adam,
-then G through D (label 1) and G's Adam. Data and noise are random tensors already on the
-GPU, so only the training step is timed.
+The model is dcgan-train's (src/model/; 28x28 default, or 64x64 as in the PyTorch DCGAN
+example), no conv biases, Adam(lr 2e-4, betas (0.5, 0.999)), BCE with logits; the step is the
+PyTorch DCGAN example's: G forward once, D on real (label 1) and on the detached fake (label
+0), D's Adam, then G through D (label 1) and G's Adam. Data and noise are random tensors
+already on the GPU, so only the training step is timed.
 
 Reported per batch size: the median ms/step over --repeats runs of --steps steps (each run
 timed between two CUDA synchronizations, after --warmup steps), images/s (real images per

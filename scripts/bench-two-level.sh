@@ -5,19 +5,19 @@
 #   scripts/bench-two-level.sh [--hosts 2] [--slots 2] [--rate 1gbit] [--repeats 2] [--out DIR]
 #                              [--name NAME]
 #
-# (default DIR: runs/two-level-DATE-TIME; the defaults took a minute on a 2-core Xeon; NAME,
-# default dcgtwolevel, names the emulated clusters it brings up and takes down)
+# (default DIR: runs/two-level-DATE-TIME; NAME, default dcgtwolevel, names the emulated
+# clusters it brings up and takes down)
 #
 # 1. The link between hosts: ping-pong between two hosts of one rank each (between.json).
 # 2. The link inside a host: ping-pong between two ranks of h1 (within.json).
 # 3. bench-allreduce on --hosts x --slots ranks, tree, rd, vhd, ring and hier taking turns call
 #    by call, 64 KiB to 4 MiB, --repeats times (bench-N.json).
 # 4. simulate-scaling --bench-allreduce with both models: model-two-level.md and
-#    model-one-level.md (measured / model for every row).
+#    model-one-level.md (measured / model for every row), and vs-model.md, the rows outside
+#    1.25x of the two-level model (`python3 scripts/reports allreduce-vs-model`).
 #
-# Where the ranks outnumber the cores they take turns and the rounds run long (on 2 cores,
-# 2 x 2 ranks: up to 2x the model at 64 KiB-1 MiB; docs/measurements/2026-11-24/
-# two-level-model.txt): judge the model where every rank and its comm thread have a core.
+# Where the ranks outnumber the cores they take turns and the rounds run long: judge the model
+# where every rank and its comm thread have a core.
 # Needs what cluster-emulate.sh needs (root, iproute2, Open MPI). DCGAN_TRAIN picks the binary
 # (default: cargo build --release). The clusters are taken down at the end, also on failure.
 set -euo pipefail
@@ -28,8 +28,8 @@ HOSTS=2 SLOTS=2 RATE=1gbit REPEATS=2 OUT=""
 NAME=dcgtwolevel
 die() { echo "bench-two-level: $*" >&2; exit 1; }
 log() { echo "bench-two-level: $*" >&2; }
-# shellcheck source=bench-common.sh
-source "$HERE/bench-common.sh"
+# shellcheck source=lib/bench-common.sh
+source "$HERE/lib/bench-common.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -98,9 +98,12 @@ list=$(IFS=,; echo "${files[*]}")
     --ranks-per-node "$SLOTS" --json "$OUT/model-two-level.json" >"$OUT/model-two-level.md"
 "$BIN" simulate-scaling --bench-allreduce "$list" --links "$OUT/between.json" \
     --json "$OUT/model-one-level.json" >"$OUT/model-one-level.md"
+# Which rows lie outside 1.25x of the two-level model, weighed against the links' token bucket.
+python3 "$HERE/reports" allreduce-vs-model "$OUT/model-two-level.json" --links "$OUT/between.json" \
+    --shaped "$OUT/links-shaped.txt" >"$OUT/vs-model.md"
 echo "## Two-level model ($HOSTS hosts x $SLOTS ranks)"
-cat "$OUT/model-two-level.md"
+cat "$OUT/vs-model.md"
 echo
 echo "## One-level model (every rank a host), for comparison"
 cat "$OUT/model-one-level.md"
-log "done: $OUT/model-two-level.md, $OUT/model-one-level.md"
+log "done: $OUT/vs-model.md (the two-level model's table and the rows outside the band), $OUT/model-one-level.md"

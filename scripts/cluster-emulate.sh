@@ -79,22 +79,20 @@ load_state() {
 # Segments (GSO) of at most this many bytes on shaped links, the default of --segment. Each
 # segment costs the machine running the emulation a pass through both hosts' TCP stacks and the
 # switch, and usually a tbf timer at each of its two hops: in a VM guest, an interrupt taken
-# from whichever rank computes on that core. 16 KiB segments took ~800 per 2-host training
-# step; 64 KiB, what TSO and GRO hand a real host's stack, a third of that, and each step ran
-# 0.96x as long (docs/measurements/2026-11-27/segment-size.txt). The price is the bucket below.
+# from whichever rank computes on that core. 64 KiB, what TSO and GRO hand a real host's stack,
+# takes a quarter of the segments of 16 KiB and so fewer interrupts from training
+# (docs/emulated-cluster.md). The price is the bucket below.
 SEGMENT_DEFAULT=65536
 SEGMENT_MAX=65536   # the largest segment a veth takes (without BIG TCP)
 SEGMENT_BEFORE=16384   # what clusters brought up before --segment existed use
 
 # tbf burst in bytes (the default of --burst): two segments, or 250 us at the rate where that
 # is more. The bucket fills while a direction idles and then lets that much through at memory
-# speed, which no real link does: with 128 KiB a one-way 256 KiB message takes 0.56x its
-# 1 Gbit/s time, and the binomial tree, whose directions take turns, runs 256 KiB allreduces at
-# 0.68x of the cost model; rd, vhd and ring keep both directions busy and stay on it. So
-# bench-scaling times allreduces on 16 KiB segments in a 24 KiB bucket (allreduce-links.txt).
-# One segment is not enough: the bucket is also what keeps the rate when tbf's timer fires late
-# on a busy machine (one 16 KiB segment: 19% longer in the exchange, 2026-11-23/tbf-burst.txt;
-# one 64 KiB segment: five times the timers and a 1.08x longer step, segment-size.txt).
+# speed, which no real link does: an algorithm whose directions take turns (the binomial tree)
+# runs faster than the cost model on a large bucket, while rd, vhd and ring keep both
+# directions busy and stay on it. So bench-scaling times allreduces on 16 KiB segments in a
+# 24 KiB bucket. One segment is not enough: the bucket is also what keeps the rate when tbf's
+# timer fires late on a busy machine.
 burst_bytes() { # bit/s segment-bytes
     local bits="$1" seg="$2" b
     b=$((bits / 8 / 4000))
@@ -212,8 +210,8 @@ cmd_up() {
     ip -n "$sw" link add br0 type bridge
     ip -n "$sw" link set br0 up
     # A switch forwards frames without anyone's firewall. Where br_netfilter is loaded, every
-    # bridged packet would also go through iptables' hooks (8% of a comm thread's CPU in a
-    # profile here). Only on kernels where the setting is per namespace: only ours changes.
+    # bridged packet would also go through iptables' hooks, which cost the comm thread CPU.
+    # Only on kernels where the setting is per namespace: only ours changes.
     if bridge_nf_loaded && kernel_at_least 5 3; then
         ip netns exec "$sw" sh -c 'set -e; for t in iptables ip6tables arptables; do
             echo 0 >"$0-$t"; done' "$BRIDGE_NF" 2>/dev/null \
@@ -274,14 +272,12 @@ EOF
 
 # The mpiexec command line (as words, one per line) for this cluster. TCP only (pml ob1: no
 # UCX, whose shared-memory transports would bypass the links). btl_tcp_flags send: Open MPI's
-# emulated RDMA "put" over TCP serialized the two directions of an exchange here (rd of 1 MiB
-# on two hosts at 1 Gbit/s took 21 ms instead of 8.8 ms); plain sends keep the links full
-# duplex. Eager sends up to 4 MiB (the default is 64 KiB): a larger message first sends a
-# request and waits for the receiver's answer, and with more than two ranks that answer
-# queues behind the receiver's own bulk traffic to its next peer (up to the links' 5 ms of
-# buffer) at every step of an algorithm; at 4 hosts (16 cores) this made rd, vhd and ring of
-# 256 KiB-4 MiB up to 1.87x slower than the cost model while two ranks matched it. --bind-to none: every
-# emulated host believes it owns all cores and would bind its rank to core 0.
+# emulated RDMA "put" over TCP serializes the two directions of an exchange; plain sends keep
+# the links full duplex. Eager sends up to 4 MiB (the default is 64 KiB): a larger message
+# first sends a request and waits for the receiver's answer, and with more than two ranks that
+# answer queues behind the receiver's own bulk traffic to its next peer (up to the links'
+# buffer) at every step of an algorithm. --bind-to none: every emulated host believes it owns
+# all cores and would bind its rank to core 0.
 mpiexec_words() {
     local s; s="$(state)"
     printf '%s\n' mpiexec --hostfile "$s/hostfile" \
@@ -334,7 +330,7 @@ cmd_probe() {
     local port=$((20000 + RANDOM % 20000))
     [ "$K" -ge 2 ] || { say "probe: one host, no links to measure"; return 0; }
     command -v python3 >/dev/null || { say "probe: python3 not found, skipping the TCP measurements"; return 0; }
-    local probe="$HERE/net-probe.py" h2; h2="$(ns_host 2)"
+    local probe="$HERE/lib/net-probe.py" h2; h2="$(ns_host 2)"
     ip netns exec "$h2" python3 "$probe" serve "$port" &
     local srv=$!
     local rtt; rtt="$(ip netns exec "$(ns_host 1)" python3 "$probe" rtt "$SUBNET.2" "$port" 2000)"

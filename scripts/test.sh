@@ -9,7 +9,7 @@ scripts/setup-deps.sh --tests
 
 # NVRTC (from the nvidia-cuda-nvrtc wheel) lets the kernel test compile every CUDA kernel
 # to PTX on a machine without a GPU.
-nvrtc_lib=$(scripts/install-nvrtc.sh)
+nvrtc_lib=$(scripts/lib/install-nvrtc.sh)
 export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DCGAN_REQUIRE_NVRTC=1
 

@@ -442,4 +442,8 @@ fn bench_two_level_compares_both_models() {
     assert!(bench.as_array().unwrap().iter().all(|r| r["placement"] == "2x2"), "{bench}");
     let md = std::fs::read_to_string(tmp.path().join("model-two-level.md")).unwrap();
     assert!(md.contains("2 ranks per node"), "{md}");
+    // The report package's check of that model: its table, then the rows judged against the
+    // band (4 ranks on this machine's cores, or the range of the crowded ones).
+    let check = std::fs::read_to_string(tmp.path().join("vs-model.md")).unwrap();
+    assert!(check.contains(md.trim()) && check.contains("Hand-written algorithms at 64 KiB and above"), "{check}");
 }

@@ -1,4 +1,4 @@
-//! Kernel benchmark (ignored by default; scripts/gpu-check.sh runs it on a GPU): every conv
+//! Kernel benchmark (ignored by default; scripts/gpu/gpu-check.sh runs it on a GPU): every conv
 //! direction and batch-norm pass at the DCGAN's layer shapes, timed as the step loop sees them
 //! (launch included: host clock around N back-to-back launches and one synchronization).
 //! One JSON line per (op, layer, batch): microseconds per call and GFLOP/s for convolutions.

@@ -2,7 +2,7 @@
 //! launchers: no compiler error or warning, every kernel a launcher can name is an `.entry`
 //! in the PTX, with exactly the parameter types the launcher passes.
 //!
-//! NVRTC is found through LD_LIBRARY_PATH (scripts/install-nvrtc.sh prints the directory).
+//! NVRTC is found through LD_LIBRARY_PATH (scripts/lib/install-nvrtc.sh prints the directory).
 //! Without it the tests print why and pass, unless DCGAN_REQUIRE_NVRTC=1 (set by CI), which
 //! turns the missing library into a failure.
 #![cfg(feature = "cuda")]
@@ -21,11 +21,11 @@ fn nvrtc_or_skip(test: &str) -> bool {
     if std::env::var("DCGAN_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
         panic!(
             "{test}: DCGAN_REQUIRE_NVRTC=1 but libnvrtc.so cannot be loaded: run \
-             scripts/install-nvrtc.sh and put the directory it prints on LD_LIBRARY_PATH"
+             scripts/lib/install-nvrtc.sh and put the directory it prints on LD_LIBRARY_PATH"
         );
     }
     eprintln!(
-        "{test}: skipped: libnvrtc.so cannot be loaded (run scripts/install-nvrtc.sh and put \
+        "{test}: skipped: libnvrtc.so cannot be loaded (run scripts/lib/install-nvrtc.sh and put \
          the directory it prints on LD_LIBRARY_PATH)"
     );
     false

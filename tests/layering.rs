@@ -25,7 +25,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "units",
         ],
     ),
-    ("scaling", &["comm", "memory", "record", "units"]),
+    ("scaling", &["comm", "memory", "record", "report", "units"]),
     ("record", &["comm", "device"]),
     ("comm", &["fault_hooks", "memory", "units"]),
     ("model", &["backend", "nn", "ops"]),

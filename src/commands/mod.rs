@@ -11,6 +11,7 @@ mod parse;
 pub mod ping_pong;
 pub mod sample;
 pub mod simulate_scaling;
+pub mod trace_report;
 pub mod train;
 pub mod tune_allreduce;
 
@@ -50,6 +51,9 @@ pub enum Command {
     /// Measure alpha (latency), beta (per byte) and gamma (reduction) between ranks 0 and 1,
     /// for the cost model (run under mpiexec, one rank per host).
     PingPong(ping_pong::PingPongArgs),
+    /// From a multi-rank run's trace: where the waits for gradient buckets went (the slowest
+    /// rank or the exchange) and how much of the allreduce time compute hid.
+    TraceReport(trace_report::TraceReportArgs),
 }
 
 /// Run the command the line names.
@@ -64,5 +68,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Info(args)) => info::run(args),
         Some(Command::SimulateScaling(args)) => simulate_scaling::run(args),
         Some(Command::PingPong(args)) => ping_pong::run(args),
+        Some(Command::TraceReport(args)) => trace_report::run(args),
     }
 }

@@ -1,9 +1,12 @@
-//! Run outputs: sample grids (PNG), JSON lines, the progress display, the Chrome trace.
+//! Run outputs: sample grids (PNG), JSON lines, the progress display, the Chrome trace, and
+//! the report read back from that trace.
 
 pub mod jsonl;
 pub mod png;
 pub mod progress;
 pub mod trace;
+pub mod trace_read;
+pub mod trace_report;
 
 pub use jsonl::JsonlWriter;
 pub use png::{read_png_gray, write_grid};

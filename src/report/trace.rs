@@ -78,6 +78,11 @@ impl Track {
             Track::CopyStream => "copy stream",
         }
     }
+
+    /// The track a thread name of the trace stands for (the inverse of its label).
+    pub fn from_label(label: &str) -> Option<Track> {
+        Track::ALL.into_iter().find(|t| t.label() == label)
+    }
 }
 
 /// A value in a span's `args` (shown when the span is selected in the viewer).

@@ -14,6 +14,8 @@
 //!   A multi-rank trace records that wait as a `wait` span named `metrics`; like every wait,
 //!   the replay drops it and computes its own.
 
+use crate::report::Track;
+use crate::report::trace_read;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -78,34 +80,16 @@ pub struct Span {
     pub step: u64,
 }
 
-/// The compute-track spans of `rank` in a Chrome trace written by this program.
+/// The compute-track spans of `rank` in a Chrome trace written by this program, by start.
 pub fn compute_spans(trace: &Value, rank: usize) -> Result<Vec<Span>> {
-    let events = trace["traceEvents"].as_array().context("not a Chrome trace of this program (no traceEvents)")?;
-    let pid = rank as u64 + 1;
-    let tid = events
-        .iter()
-        .find(|e| {
-            e["ph"] == "M"
-                && e["name"] == "thread_name"
-                && e["pid"].as_u64() == Some(pid)
-                && e["args"]["name"] == "compute"
-        })
-        .and_then(|e| e["tid"].as_u64())
-        .with_context(|| {
-            format!("the trace has no compute track for rank {rank} (pass --trace-rank with a rank it has)")
-        })?;
-    let mut spans: Vec<Span> = events
-        .iter()
-        .filter(|e| e["ph"] == "X" && e["pid"].as_u64() == Some(pid) && e["tid"].as_u64() == Some(tid))
-        .filter_map(|e| {
-            Some(Span {
-                name: e["name"].as_str()?.to_string(),
-                cat: e["cat"].as_str()?.to_string(),
-                ts: e["ts"].as_f64()?,
-                dur: e["dur"].as_f64()?,
-                step: e["args"]["step"].as_u64()?,
-            })
-        })
+    let all = trace_read::spans(trace)?;
+    if !trace_read::has_track(trace, rank, Track::Compute) {
+        bail!("the trace has no compute track for rank {rank} (pass --trace-rank with a rank it has)");
+    }
+    let mut spans: Vec<Span> = all
+        .into_iter()
+        .filter(|s| s.rank == rank && s.track == Some(Track::Compute))
+        .filter_map(|s| Some(Span { step: s.step?, name: s.name, cat: s.cat, ts: s.ts, dur: s.dur }))
         .collect();
     spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     Ok(spans)
@@ -215,10 +199,7 @@ pub fn check_same_handoffs(programs: &[StepProgram]) -> Result<()> {
 
 /// Read the trace file and build the programs of `rank`.
 pub fn load(path: &Path, rank: usize, buckets: &[BucketSpec]) -> Result<Vec<StepProgram>> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!("cannot read the trace {} (train with --trace FILE, or pass --trace)", path.display())
-    })?;
-    let v: Value = serde_json::from_str(&text).with_context(|| format!("{} is not a JSON trace", path.display()))?;
+    let v = trace_read::read_trace(path)?;
     programs(&compute_spans(&v, rank).with_context(|| path.display().to_string())?, buckets)
         .with_context(|| path.display().to_string())
 }

@@ -59,7 +59,7 @@ pub struct Outcome {
     /// Compute thread blocked per step.
     pub exposed_s: f64,
     /// Of `exposed_s`, the part before the last rank handed the bucket over (what
-    /// scripts/wait-report.py calls waiting for the slowest rank).
+    /// `dcgan-train trace-report` calls waiting for the slowest rank).
     pub slowest_rank_s: f64,
     /// Compute time per step lost to the collectives' CPU (included in `step_s`).
     pub cpu_s: f64,

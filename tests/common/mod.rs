@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod scaling_bench;
 
 use dcgan_train::record::{StepRecord, Summary};
 use rand::{Rng, SeedableRng};

@@ -34,7 +34,7 @@ pub fn engines(test: &str) -> Vec<Cuda> {
     out
 }
 
-/// DCGAN_REQUIRE_GPU=1 (set by scripts/gpu-check.sh): a GPU that is not usable fails the
+/// DCGAN_REQUIRE_GPU=1 (set by scripts/gpu/gpu-check.sh): a GPU that is not usable fails the
 /// tests instead of skipping them, so that nothing passes without having run.
 pub fn require_gpu() -> bool {
     std::env::var("DCGAN_REQUIRE_GPU").is_ok_and(|v| v == "1")

@@ -60,7 +60,7 @@ fn require() -> Result<()> {
     if !is_available() {
         bail!(
             "the NVRTC library (libnvrtc.so) was not found: install the CUDA toolkit or run \
-             scripts/install-nvrtc.sh, and add its lib directory to LD_LIBRARY_PATH"
+             scripts/lib/install-nvrtc.sh, and add its lib directory to LD_LIBRARY_PATH"
         );
     }
     Ok(())

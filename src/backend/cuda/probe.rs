@@ -84,7 +84,7 @@ impl fmt::Display for NoGpu {
             NoGpu::Nvrtc => write!(
                 f,
                 "no GPU: the NVRTC library (libnvrtc.so) that compiles the kernels was not \
-                 found; install the CUDA toolkit or run scripts/install-nvrtc.sh and add its \
+                 found; install the CUDA toolkit or run scripts/lib/install-nvrtc.sh and add its \
                  lib directory to LD_LIBRARY_PATH, or use --device cpu"
             ),
             NoGpu::Query(e) => write!(f, "no GPU: a device query failed ({e})"),

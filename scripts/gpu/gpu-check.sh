@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# gpu-check.sh: everything a session with a GPU checks, in one call, with prebuilt binaries
+# gpu-check.sh: everything a machine with a GPU checks, in one call, with prebuilt binaries
 # (the GPU machine has CUDA, compute-sanitizer, ncu and PyTorch, but no Rust).
 #
 # 1. Here (no GPU needed), build the binaries the GPU machine runs into target/gpu-bin:
 #
-#      bash scripts/gpu-check.sh --build
+#      bash scripts/gpu/gpu-check.sh --build
 #
 #    That is `cargo build --release --no-default-features --features cuda` of the dcgan-train
 #    binary and of the CUDA test executables (`cargo test --no-run`), and the default (MPI)
 #    build as dcgan-train-mpi, copied under stable names into target/gpu-bin, stripped of
-#    debug info (about 20 MiB). For the mpi stage, also `scripts/fetch-ompi-runtime.sh` once
-#    (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
-# 2. On the GPU machine, from the repository root, carrying target/gpu-bin (and .ompi):
+#    debug info (about 20 MiB). For the mpi stage, also `scripts/gpu/fetch-ompi-runtime.sh`
+#    once (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
+# 2. On the GPU machine, from the repository root, with target/gpu-bin (and .ompi) copied there:
 #
-#      bash scripts/gpu-check.sh [STAGE...]        (default: every stage but ncu, scaling and
+#      bash scripts/gpu/gpu-check.sh [STAGE...]    (default: every stage but ncu, scaling and
 #                                                   two-level; "all": every stage but the last two)
 #
 #    Stages: env nvrtc tests sanitize bench torch binary mpi ncu scaling two-level. Everything
 #    measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
-#    The device tool returns at most 8 files: run it as
-#      OUT=/tmp/gc bash scripts/gpu-check.sh; tar czf "$DEVICE_OUT/gc.tgz" -C /tmp gc
-#    Each stage has a time limit; if one call is too short for all of them, run
-#    "env nvrtc tests sanitize" in one call and "nvrtc bench torch binary" in the next.
+#    To bring everything back as one file:
+#      OUT=/tmp/gc bash scripts/gpu/gpu-check.sh; tar czf gc.tgz -C /tmp gc
+#    Each stage has a time limit; if one run is too short for all of them, run
+#    "env nvrtc tests sanitize" in one and "nvrtc bench torch binary" in the next.
 #
 #    env       nvidia-smi, nvcc, driver, PyTorch versions
 #    nvrtc     pick the libnvrtc directory whose kernels load on this driver
@@ -38,15 +38,15 @@
 #              batch-size errors (32-bit indexing, out of device memory)
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
 #              the bf16 wire, ranks checked identical; the same without the exchange; and
-#              overlap against --no-overlap, bitwise (scripts/same-weights.py)
+#              overlap against --no-overlap, bitwise (scripts/gpu/same-weights.py)
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
-#    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (issue 7's
-#              targets; about 8 minutes, so a call of its own; not default; needs .ompi)
+#    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (the weak-scaling
+#              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
 #    two-level scripts/bench-two-level.sh: 2 emulated hosts of 4 ranks, every algorithm
 #              against the two-level cost model (about 2 minutes; not default; needs .ompi)
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
 TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_dcgan cuda_bench)
 
@@ -74,15 +74,15 @@ for line in sys.stdin:
         print("gpu-bin:", name, file=sys.stderr)
 ' "$BIN"
   cp target/release/dcgan-train "$BIN/"
-  # The MPI variant for the "mpi" stage (that machine has no Open MPI: carry .ompi, see
-  # scripts/fetch-ompi-runtime.sh).
+  # The MPI variant for the "mpi" stage (that machine has no Open MPI: copy .ompi there, see
+  # scripts/gpu/fetch-ompi-runtime.sh).
   cargo build --release --bin dcgan-train
   cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
-  # Without debug info the set is ~11 MiB instead of ~110 (the carry limit is 64 MiB);
-  # panics still name functions.
+  # Without debug info the set is a tenth of the size, quicker to copy; panics still name
+  # functions.
   for f in "$BIN"/*; do strip --strip-debug "$f"; done
   du -sh "$BIN"
-  echo "carry target/gpu-bin and run: bash scripts/gpu-check.sh"
+  echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
   exit 0
 fi
 
@@ -109,7 +109,7 @@ run_step() {
   local verdict=PASS
   [[ $rc -ne 0 ]] && verdict="FAIL (exit $rc$([[ $rc -eq 124 ]] && echo ", timed out after ${limit}s"))"
   note "$(printf '%-34s %-6s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$log")"
-  # A failure's last lines go to stdout too: the device tool returns only the output's tail.
+  # A failure's last lines go to stdout too, for a caller that keeps only the output's tail.
   [[ $rc -ne 0 ]] && tail -n 25 "$log" | sed "s/^/    $name| /"
   return $rc
 }
@@ -280,7 +280,7 @@ expect_error() {
 }
 export -f expect_error
 
-# Two ranks on the one GPU through the carried Open MPI runtime (.ompi, scripts/gpu-mpi-env.sh):
+# Two ranks on the one GPU through the copied Open MPI runtime (.ompi, scripts/gpu/gpu-mpi-env.sh):
 # the staged gradient path (copy stream, pinned memory, comm thread) with real MPI, ranks
 # checked bitwise identical every 10 steps, each allreduce family and the bf16 wire, and the
 # same run without the exchange for its cost.
@@ -288,12 +288,12 @@ stage_mpi() {
   ensure_nvrtc
   have_bin dcgan-train-mpi mpi || return
   if [[ ! -x "$ROOT/.ompi/root/usr/bin/orterun" ]]; then
-    note "$(printf '%-34s SKIP   no .ompi (scripts/fetch-ompi-runtime.sh here, then carry .ompi)' mpi)"
+    note "$(printf '%-34s SKIP   no .ompi (scripts/gpu/fetch-ompi-runtime.sh, then copy .ompi here)' mpi)"
     return
   fi
   (
     # shellcheck source=gpu-mpi-env.sh
-    source "$ROOT/scripts/gpu-mpi-env.sh" || exit 1
+    source "$ROOT/scripts/gpu/gpu-mpi-env.sh" || exit 1
     run_step mpi-info 60 mpiexec -n 2 "$BIN/dcgan-train-mpi" info
     for run in "auto" "auto --no-overlap" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
       local name="mpi-train-${run// /}"
@@ -310,15 +310,15 @@ stage_mpi() {
     # Overlap (buckets leave during backward, G's update lands stage by stage in the next
     # forward) against none: the kernels have no atomics, so the weights must be bitwise
     # equal; a missing stream dependency on the copy-back shows up here.
-    run_step mpi-overlap-bitwise 60 python3 "$ROOT/scripts/same-weights.py" \
+    run_step mpi-overlap-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" \
       /tmp/mpi-train-auto /tmp/mpi-train-auto-no-overlap
   )
 }
 
-# The carried Open MPI for an emulated cluster (scaling, two-level), in the calling subshell.
+# The copied Open MPI for an emulated cluster (scaling, two-level), in the calling subshell.
 cluster_mpi_env() {
   # shellcheck source=gpu-mpi-env.sh
-  source "$ROOT/scripts/gpu-mpi-env.sh" || return 1
+  source "$ROOT/scripts/gpu/gpu-mpi-env.sh" || return 1
   # Those defaults keep a job on one host over shared memory; the emulated cluster starts
   # its daemons through its own agent and sends over TCP between namespaces.
   unset OMPI_MCA_plm OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
@@ -326,16 +326,16 @@ cluster_mpi_env() {
 
 have_ompi() {
   [[ -x "$ROOT/.ompi/root/usr/bin/orterun" ]] && return 0
-  note "$(printf '%-34s SKIP   no .ompi (scripts/fetch-ompi-runtime.sh here, then carry .ompi)' "$1")"
+  note "$(printf '%-34s SKIP   no .ompi (scripts/gpu/fetch-ompi-runtime.sh, then copy .ompi here)' "$1")"
   return 1
 }
 
-# Issue 7's weak-scaling benchmark where ranks have cores of their own (the 2-core CI machine
-# puts 4 ranks on 2 cores): scripts/bench-scaling.sh on emulated hosts of this machine, CPU
-# ranks (--device cpu, --threads 1), through the carried Open MPI. Not yet run there: the
-# report is written only at the end, so if a call's time is in doubt, make the first one
+# The weak-scaling benchmark where ranks have cores of their own (a 2-core machine puts 4
+# ranks on 2 cores): scripts/bench-scaling.sh on emulated hosts of this machine, CPU ranks
+# (--device cpu, --threads 1), through the copied Open MPI. The report is written only at the
+# end, so where a run's time limit is in doubt, make the first one
 # SCALING_ARGS='--repeats 1 --train-args "--device cpu --wire bf16"'. SCALING_ARGS replaces
-# every option but --steps 30 and --out (for example, a later call with
+# every option but --steps 30 and --out (for example, a later run with
 # SCALING_ARGS='--repeats 3 --segment 16KiB --train-args "--device cpu --wire bf16"').
 stage_scaling() {
   have_bin dcgan-train-mpi scaling || return
@@ -348,21 +348,21 @@ stage_scaling() {
     rm -rf "$dir"
     DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step scaling "${SCALING_LIMIT:-570}" \
       bash "$ROOT/scripts/bench-scaling.sh" --steps 30 "${args[@]}" --out "$dir"
-    # The report, not the 100-odd run folders: the device tool brings back few files.
+    # The report, not the 100-odd run folders.
     mkdir -p "$OUT/scaling"
     for f in environment.txt links-shaped.txt links-allreduce.txt results.md results.json speedup.png simulated.md simulated-cpu.md \
-        model-allreduce.md; do
+        model-allreduce.md trace-report-2.md trace-report-4.md; do
       cp "$dir/$f" "$OUT/scaling/" 2>/dev/null || true
     done
-    # The tables the targets are judged on and the step budget (with cores of their own, the
-    # core taken should be near zero), into the output's tail (what the tool shows).
-    [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Where the N-host|Targets)/ } show' "$dir/results.md"
+    # The tables the targets are judged on, the step budget (with cores of their own, the core
+    # taken should be near zero) and where the waits went, into the output's tail.
+    [[ -f "$dir/results.md" ]] && awk '/^## / { show = /^## (Measured|Paired|Where the|Targets)/ } show' "$dir/results.md"
   )
 }
 
 # The two-level cost model where every rank and its comm thread have a core (on 2 cores,
 # 2 x 2 ranks take turns and the rounds run long): scripts/bench-two-level.sh, 2 hosts of 4
-# ranks by default (TWO_LEVEL_ARGS replaces the options). Not yet run there.
+# ranks by default (TWO_LEVEL_ARGS replaces the options).
 stage_two_level() {
   have_bin dcgan-train-mpi two-level || return
   have_ompi two-level || return
@@ -389,7 +389,7 @@ stage_ncu() {
     "$BIN/cuda_bench" --ignored --test-threads=1 bench_kernels
 }
 
-# The comparison the README quotes: our step against PyTorch eager at each batch size.
+# Our step against PyTorch eager at each batch size, from the bench and torch stages.
 compare() {
   [[ -s "$OUT/bench-step.jsonl" || -s "$OUT/bench-torch.jsonl" ]] || return 0
   python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Source this (bash) from the repository root on a machine without Open MPI:
-#     source scripts/gpu-mpi-env.sh
+#     source scripts/gpu/gpu-mpi-env.sh
 #     mpiexec -n 2 ./target/release/dcgan-train ...
 # It points PATH / LD_LIBRARY_PATH / OPAL_PREFIX / PMIX_PREFIX at the
 # relocatable Open MPI 4.1.4 runtime (Debian 12 packages unpacked with
@@ -9,7 +9,7 @@
 
 _ompi_here=
 # shellcheck disable=SC2128
-[ -n "${BASH_SOURCE:-}" ] && _ompi_here="$(cd "$(dirname "$BASH_SOURCE")/.." 2>/dev/null && pwd)"
+[ -n "${BASH_SOURCE:-}" ] && _ompi_here="$(cd "$(dirname "$BASH_SOURCE")/../.." 2>/dev/null && pwd)"
 [ -n "$_ompi_here" ] && [ -d "$_ompi_here/.ompi/root" ] || _ompi_here="$PWD"
 OMPI_ROOT="$_ompi_here/.ompi/root"
 if [ ! -x "$OMPI_ROOT/usr/bin/orterun" ]; then

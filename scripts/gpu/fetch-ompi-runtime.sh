@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Build the relocatable Open MPI runtime .ompi that scripts/gpu-check.sh carries to
-# the GPU machine (which has no Open MPI); `source scripts/gpu-mpi-env.sh` there points
-# PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_* at it so that `mpiexec -n 2 ...` works.
+# Build the relocatable Open MPI runtime .ompi that scripts/gpu/gpu-check.sh uses on the GPU
+# machine (which has no Open MPI); `source scripts/gpu/gpu-mpi-env.sh` there points PATH,
+# LD_LIBRARY_PATH, OPAL_PREFIX, PMIX_* at it so that `mpiexec -n 2 ...` works.
 #
-# Usage: scripts/fetch-ompi-runtime.sh [DEST]        (DEST defaults to <repo>/.ompi)
+# Usage: scripts/gpu/fetch-ompi-runtime.sh [DEST]    (DEST defaults to <repo>/.ompi)
 #
 # Run it on Debian 12 (bookworm) amd64: it `apt-get download`s the Open MPI 4.1.4
 # runtime packages and unpacks them with `dpkg -x` (nothing gets installed; root is
@@ -13,11 +13,11 @@
 #                                  that gpu-mpi-env.sh uses only where the machine lacks them
 # Dropped: docs, man pages, compiler wrappers, the Fortran/Java/OpenSHMEM libraries and
 # plugins, the ibverbs driver plugins (libefa/libmlx5 stay: libfabric and UCX link them).
-# Symlinks become regular files (the carried tree may not keep links), and pmix's
+# Symlinks become regular files (a copied tree may not keep links), and pmix's
 # hard-coded /usr plugin path is commented out. Running it again rebuilds DEST from scratch.
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 dest="$(realpath -ms "${1:-$repo/.ompi}")"   # absolute, "." and ".." resolved
 die() { echo "fetch-ompi-runtime.sh: $*" >&2; exit 1; }
 
@@ -80,7 +80,7 @@ find . -type l | while read -r l; do mv -f "$(readlink -f "$l")" "$l"; done
 
 # PMIx's plugin path is hard-coded to /usr; gpu-mpi-env.sh sets it through the environment.
 conf="$lib/pmix2/share/pmix-mca-params.conf"
-sed -i 's|^mca_base_component_path = /usr/.*|# mca_base_component_path: set via PMIX_MCA_mca_base_component_path by scripts/gpu-mpi-env.sh|' "$conf"
+sed -i 's|^mca_base_component_path = /usr/.*|# mca_base_component_path: set via PMIX_MCA_mca_base_component_path by scripts/gpu/gpu-mpi-env.sh|' "$conf"
 grep -q '^# mca_base_component_path: set via' "$conf" || die "could not edit $conf"
 if [ ! -x usr/bin/orterun ] || [ ! -f "$lib/libmpi.so.40" ]; then die "incomplete tree in $dest"; fi
 

@@ -1,24 +1,20 @@
-"""The targets of issue 7 for scripts/scaling-report.py: each judged on the paired ratios
-where the run has them (with the medians of the runs beside them) and with an interval that
-says whether the sitting's repeats can tell met from missed; a target the run has no runs
-for is listed as not measured, not left out."""
+"""The weak-scaling targets of the scaling report: each judged on the paired figures where
+the run has them (with the medians of the runs beside them) and with an interval that says
+whether the sitting's repeats can tell met from missed; a target the run has no runs for is
+listed as not measured, not left out."""
 
-import statistics
-
-
-def median(xs):
-    return statistics.median(xs) if xs else float("nan")
+from summaries import median
 
 
 def section(hosts, meas, P, noisy, intervals, allreduce_rows, predictions, w):
     """Write the "Targets" section and return its entries for results.json.
     meas: {(hosts, mode): figures}; P: the paired ratios {hosts: {key: [(repeat, ratio)]}};
-    intervals: median-interval.py; allreduce_rows: (rows within 1.25x, rows >= 64 KiB), both
+    intervals: the median_interval module; allreduce_rows: (rows within 1.25x, rows >= 64 KiB), both
     None without the allreduce benchmark; predictions: ({hosts: error} wire only, {hosts:
     error} sharing cores, {hosts: whether calibrated on its own repeat's pair})."""
     within, big = allreduce_rows
     errors, cpu_errors, own_pair = predictions
-    w("\n## Targets (issue 7)\n")
+    w("\n## Targets\n")
     if noisy:
         w("This sitting was noisy (\"How steady the machine was\" above): judge the targets on a steadier run.\n")
     targets = []
@@ -56,7 +52,7 @@ def section(hosts, meas, P, noisy, intervals, allreduce_rows, predictions, w):
 
     if (2, "overlap") in meas:
         fmt = lambda x: f"{x:.3f}"  # noqa: E731
-        v, how = judged(paired_median(2, "efficiency"), meas[(2, "overlap")]["eff"], fmt)
+        v, how = judged(paired_median(2, "efficiency"), meas[(2, "overlap")]["eff_of_medians"], fmt)
         bound = paired_median(2, "placement")
         bound = f"; without the exchange this placement reaches {bound:.3f}" if bound is not None else ""
         pv = paired_values(2, "efficiency")

@@ -1,4 +1,4 @@
-"""Whether a sitting's repeats can tell a target met from missed (a part of scaling-report.py).
+"""Whether a sitting's repeats can tell a target met from missed (a part of the scaling report).
 
 The report judges the paired targets on the median of a handful of repeats. On a shared
 machine that median moves with the sitting, so beside it the report gives an interval that

@@ -1,5 +1,5 @@
-"""The plot of scripts/scaling-report.py: speedup against hosts, measured and simulated, next
-to the ideal line (speedup.png)."""
+"""The plot of the scaling report: speedup against hosts, measured and simulated, next to the
+ideal line (speedup.png)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""How steady the machine was during a bench-scaling.sh run (a section of scaling-report.py).
+"""How steady the machine was during a bench-scaling.sh run (a section of the scaling report).
 
 On a shared machine one run is one sitting of a noisy neighbourhood: a slow stretch moves every
 figure of the report, and pairing runs by repeat cancels only the stretches that cover both
@@ -17,9 +17,9 @@ import json
 import os
 import statistics
 
-# Calibrated on the 2-core Zen 3 VM: over seven full runs of 5 repeats (s14 to s18 in README.md) each
-# configuration's step ranged 3-20% across the repeats and 0-0.2% of the steps ran 1.25x their
-# run's median; in the noisy sitting of s19 the ranges were 27-59% and 3.3% of the steps ran long.
+# A sitting is noisy past these: a configuration's step ranging more than SPREAD_LIMIT across
+# the repeats, or more than SLOW_SHARE of the steps running SLOW times their run's median. Set
+# between what steady and noisy sittings of the same benchmark showed (docs/performance/).
 SPREAD_LIMIT = 0.25
 SLOW = 1.25
 SLOW_SHARE = 0.01
@@ -37,7 +37,7 @@ def step_times(metrics_path):
 
 
 def steadiness(R):
-    """For scaling-report.py's runs(OUT) ({(hosts, mode): [summary with "_dir", ...]}):
+    """For summaries.runs(OUT) ({(hosts, mode): [summary with "_dir", ...]}):
     {"configs": [{hosts, mode, repeats, lo_ms, hi_ms, spread}, ...] (widest first),
     "steps", "slow_steps", "slowest_run": [name, slow steps] or None, "steal_share": the
     hypervisor's share of the CPU ticks of the runs that recorded them (None: none did),

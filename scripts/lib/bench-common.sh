@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # What the emulated-cluster benchmarks (bench-scaling.sh, bench-two-level.sh) share: source it
-# after defining die and log.
+# after defining die, log and REPO (the checkout).
+
+BENCH_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # The dcgan-train to measure: $DCGAN_TRAIN, or a release build of this checkout. Sets BIN.
 resolve_binary() {
@@ -18,6 +20,6 @@ environment_header() {
     echo "binary: $BIN"
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $(nproc) cores, $(uname -sr)"
-    "$HERE/cpu-info.sh"
+    "$BENCH_LIB/cpu-info.sh"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 }

@@ -4,7 +4,7 @@
 # when the library is not already there. Prints the library directory on stdout (progress on
 # stderr), for:
 #
-#   export LD_LIBRARY_PATH="$(scripts/install-nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+#   export LD_LIBRARY_PATH="$(scripts/lib/install-nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 #
 # The wheel goes into the checkout's own .nvrtc/ (`pip install --target`), never into the
 # Python environment: Debian's Python refuses pip installs into it (PEP 668,
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-TARGET="$(cd "$(dirname "$0")/.." && pwd)/.nvrtc"
+TARGET="$(cd "$(dirname "$0")/../.." && pwd)/.nvrtc"
 
 # The directory holding libnvrtc.so.13 under any `nvidia` package on the path, or fail.
 libdir() {

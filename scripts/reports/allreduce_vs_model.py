@@ -1,11 +1,14 @@
 """The allreduce rows of a bench-scaling.sh run against the cost model: which rows at 64 KiB and
 above fall outside 1.25x, and, for a row faster than the model on links with a token bucket,
-how much of the gap the bucket can explain.
-
-Loaded by scaling-report.py (`section`); not run on its own.
+how much of the gap the bucket can explain: a section of the scaling report, and
+`python3 scripts/reports allreduce-vs-model MODEL.json` for any simulate-scaling
+--bench-allreduce output.
 """
 
+import os
 import re
+
+from summaries import load
 
 BAND = 1.25
 BIG = 64 * 1024
@@ -21,9 +24,9 @@ def bucket_floor(row, bucket, beta_ns_per_byte):
     """The lowest ratio a bucket of `bucket` bytes allows: at each of the model's messages (its
     `model_messages`, one after the other on the critical path), at most that many of the
     message's bytes pass at memory speed instead of at the link's rate. None where there is no
-    bucket or the row has no message count."""
+    bucket, no beta or the row has no message count."""
     turns = row.get("model_messages")
-    if not turns or not bucket or not row.get("model_us"):
+    if not turns or not bucket or not beta_ns_per_byte or not row.get("model_us"):
         return None
     fragments = max(1, row.get("fragments") or 1)
     credit_us = turns * min(bucket, row["bytes"] / fragments) * beta_ns_per_byte / 1000
@@ -48,7 +51,7 @@ def outside_text(row, bucket, floor):
     return (f"{head}, faster than the model. The links' token bucket ({bucket} bytes) lets up to that much of a "
             f"one-way message through at memory speed once a link direction has idled; over this row's "
             f"{row['model_messages']:g} message(s) that is at most {row['model_us'] * (1 - floor):.0f} us, a floor of "
-            f"{floor:.2f}x, and the measured time lies {where} (README, \"The links' token bucket\").")
+            f"{floor:.2f}x, and the measured time lies {where} (docs/emulated-cluster.md, the links' token bucket).")
 
 
 def section(model_rows, model_md, shaped_text, beta, cores, w):
@@ -83,3 +86,15 @@ def section(model_rows, model_md, shaped_text, beta, cores, w):
     if outside:
         w("")
     return within, big, outside
+
+
+def main(model, links, shaped, cores):
+    """The section for one model file, printed: its table (MODEL.md beside it, if there), the
+    rows judged, and those outside the band."""
+    lines = []
+    table = os.path.splitext(model)[0] + ".md"
+    table = open(table).read() if os.path.exists(table) else ""
+    beta = load(links)["beta_ns_per_byte"] if links else None
+    shaped_text = open(shaped).read() if shaped else ""
+    section(load(model).get("allreduce", []), table, shaped_text, beta, cores, lines.append)
+    print("\n".join(lines))

@@ -1,0 +1,52 @@
+"""Reports on the output of the benchmark scripts: the figures dcgan-train wrote
+(summary.json, simulate-scaling's and ping-pong's JSON) read, combined over runs and repeats,
+and set against targets and the cost model.
+
+    python3 scripts/reports scaling OUT [--no-plot]
+    python3 scripts/reports allreduce-vs-model MODEL.json [--links LINKS.json] [--shaped FILE] [--cores N]
+    python3 scripts/reports overlap NAME=SUMMARY.json...
+
+Python's standard library only, but for the plot (matplotlib).
+"""
+
+import argparse
+import os
+import sys
+
+import allreduce_vs_model
+import overlap_report
+import scaling_report
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="python3 scripts/reports", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("scaling", help="results.md, results.json and speedup.png of a bench-scaling.sh folder")
+    s.add_argument("out", metavar="OUT", help="the folder bench-scaling.sh wrote")
+    s.add_argument("--no-plot", action="store_true", help="leave out speedup.png (no matplotlib needed)")
+
+    a = sub.add_parser("allreduce-vs-model", help="bench-allreduce rows against the cost model, and what is outside 1.25x")
+    a.add_argument("model", metavar="MODEL.json",
+                   help="simulate-scaling --bench-allreduce ... --json; its table MODEL.md beside it is included")
+    a.add_argument("--links", metavar="LINKS.json",
+                   help="ping-pong --json of the links the rows ran on (its beta weighs a row against the token bucket)")
+    a.add_argument("--shaped", metavar="FILE", help="cluster-emulate.sh's up or reshape output for those links")
+    a.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="the machine's cores: rows with more ranks are not judged (default: this machine's)")
+
+    o = sub.add_parser("overlap", help="runs with the exchange overlapped, after backward and skipped, side by side")
+    o.add_argument("summaries", metavar="NAME=SUMMARY.json", nargs="+",
+                   help="overlap=, no-overlap= and no-exchange= the three runs' summary.json")
+
+    args = ap.parse_args()
+    if args.command == "scaling":
+        scaling_report.main(args.out, plot=not args.no_plot)
+    elif args.command == "allreduce-vs-model":
+        allreduce_vs_model.main(args.model, args.links, args.shaped, args.cores)
+    else:
+        overlap_report.main(args.summaries)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
