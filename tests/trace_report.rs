@@ -131,9 +131,8 @@ fn a_real_two_rank_trace_splits_every_bucket() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     let r = report(&t, tmp.path());
-    let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    for b in summary["comm"]["buckets"].as_array().unwrap() {
-        let row = &r["buckets"][b["bucket"].as_str().unwrap()];
+    for b in &common::read_summary(&out).comm.buckets {
+        let row = &r["buckets"][&b.bucket];
         let f = |k: &str| row[k].as_f64().unwrap();
         let (w, s, e) = (f("wait"), f("slowest_rank"), f("exchange"));
         assert!(row["steps"].as_u64().unwrap() >= 2 && s >= 0.0 && e >= -1e-9 && (w - s - e).abs() < 1e-9, "{r:#}");
