@@ -78,12 +78,6 @@ impl Backend for Cuda {
         Some(Cuda::peak_bytes(self))
     }
 
-    fn fill(&self, x: ViewMut<Self>, value: f32) {
-        elementwise::cuda::fill(self, x, value);
-    }
-    fn scale(&self, x: ViewMut<Self>, a: f32) {
-        elementwise::cuda::scale(self, x, a);
-    }
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cuda::axpy(self, a, x, y);
     }
