@@ -236,7 +236,6 @@ pub trait Transport {
     /// What this rank is doing, for other ranks' stall reports.
     fn activity(&mut self) -> &mut Activity;
     fn set_policy(&mut self, policy: WaitPolicy);
-    fn policy(&self) -> &WaitPolicy;
     /// Answer pending status queries of stalled ranks (called from wait loops and when idle).
     fn serve_status(&mut self);
     /// Ask every other rank what it is doing; `None` where no answer came within `grace`.

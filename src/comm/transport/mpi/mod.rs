@@ -260,10 +260,6 @@ impl Transport for Mpi {
         self.policy = policy;
     }
 
-    fn policy(&self) -> &WaitPolicy {
-        &self.policy
-    }
-
     fn serve_status(&mut self) {
         self.serve_status_impl()
     }
