@@ -59,11 +59,6 @@ impl Shard {
         self.examples / (self.per_rank * self.world)
     }
 
-    /// Images per step on this rank.
-    pub fn per_rank(&self) -> usize {
-        self.per_rank
-    }
-
     /// The permutation of all examples for `epoch`, from (seed, epoch) only.
     pub fn permutation(&self, epoch: u64) -> Vec<usize> {
         let mut perm: Vec<usize> = (0..self.examples).collect();

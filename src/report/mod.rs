@@ -5,11 +5,6 @@ pub mod png;
 pub mod progress;
 pub mod trace;
 
-pub use jsonl::JsonlWriter;
-pub use png::{read_png_gray, write_grid};
-pub use progress::{Progress, ProgressMode};
-pub use trace::{ArgValue, Trace, Track};
-
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
