@@ -117,7 +117,7 @@ fn adam_matches_the_cpu_over_several_steps() {
         for t in 1..=3 {
             let g = random(&mut rng, n, 1.0);
             let (bg, rg) = padded(&cu, &g, 4);
-            let h = AdamStep::new(2e-4, t);
+            let h = AdamStep::with_betas(2e-4, 0.5, 0.999, 1e-8, t);
             cu.adam(
                 &h,
                 ViewMut::range(&mut bp, rp.clone()),

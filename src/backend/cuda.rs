@@ -153,12 +153,7 @@ impl Cuda {
     /// `$DCGAN_KERNEL_CACHE`, default ~/.cache/dcgan-train/kernels) on device `ordinal`.
     pub fn new(ordinal: usize) -> Result<Cuda> {
         let d = driver::Driver::new(ordinal)?;
-        Ok(Cuda {
-            sm_count: d.sm_count,
-            engine: Engine::Driver(d),
-            mem: Arc::default(),
-            workspace: Mutex::new(None),
-        })
+        Ok(Cuda { sm_count: d.sm_count, engine: Engine::Driver(d), mem: Arc::default(), workspace: Mutex::new(None) })
     }
 
     /// The kernels run on the CPU by the emulator (tests and debugging; needs a C++ compiler).

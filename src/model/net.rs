@@ -172,15 +172,7 @@ impl<B: Backend> Net<B> {
             stages.push(Stage::new(be, stage_label(name, i, spec), conv, bn, spec.act, group)?);
         }
         let in_len = input.0 * batch * input.1 * input.2;
-        Ok(Net {
-            name,
-            stages,
-            store,
-            order,
-            batch,
-            input: be.alloc(in_len)?,
-            d_input: be.alloc(in_len)?,
-        })
+        Ok(Net { name, stages, store, order, batch, input: be.alloc(in_len)?, d_input: be.alloc(in_len)? })
     }
 
     pub fn input_mut(&mut self) -> &mut B::Buf {

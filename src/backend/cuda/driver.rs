@@ -64,10 +64,7 @@ fn load_family(ctx: &Arc<CudaContext>, family: Family, target: &Target) -> Resul
     let file = family.kernels();
     let as_ptx = |image: Vec<u8>| match target.output {
         Output::Cubin => Ptx::from_binary(image),
-        Output::Ptx => {
-            let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
-            Ptx::from_src(String::from_utf8_lossy(&image[..end]).into_owned())
-        }
+        Output::Ptx => Ptx::from_src(nvrtc::ptx_text(&image)),
     };
     let image = kernel_cache::load_or_compile(family, target, false)?;
     let module = match ctx.load_module(as_ptx(image)) {
