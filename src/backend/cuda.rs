@@ -167,7 +167,7 @@ impl Cuda {
         })
     }
 
-    /// Whether this backend runs on the emulator.
+    /// Whether this backend runs on the emulator (tests use their small shapes there).
     pub fn is_emulated(&self) -> bool {
         matches!(self.engine, Engine::Emulator(_))
     }

@@ -31,7 +31,7 @@ fn compiler() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".into())
 }
 
-/// Whether a C++ compiler is there to build the emulator.
+/// Whether a C++ compiler is there to build the emulator (tests skip it where not).
 pub fn is_available() -> bool {
     Command::new(compiler()).arg("--version").output().is_ok_and(|o| o.status.success())
 }

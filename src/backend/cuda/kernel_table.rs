@@ -65,6 +65,7 @@ unsafe impl KernelArg for f64 {
 #[derive(Debug)]
 pub struct KernelSig {
     pub name: &'static str,
+    /// What the launcher passes: tests/cuda_nvrtc.rs checks it against the kernel's PTX.
     pub params: &'static [ParamKind],
 }
 

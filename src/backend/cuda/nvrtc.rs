@@ -40,6 +40,7 @@ impl Target {
 #[derive(Debug)]
 pub struct Compiled {
     pub image: Vec<u8>,
+    /// Warnings, if any: tests/cuda_nvrtc.rs fails on them.
     pub log: String,
 }
 
