@@ -26,7 +26,7 @@ pub(crate) struct Emulator {
     tramps: Vec<Vec<Tramp>>,
 }
 
-/// The C++ compiler: `$CXX`, else `c++`.
+/// The C++ compiler that builds the emulator: `$CXX`, default `c++`.
 fn compiler() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".into())
 }
