@@ -1,5 +1,5 @@
 //! The comm thread's bf16 conversions on one 1 MiB fragment (262,144 floats), ours against
-//! `half`'s one-value conversion (the previous implementation), in one run so the ratio is
+//! `half`'s one-value conversion (the straightforward alternative), in one run so the ratio is
 //! fair on a noisy machine: `cargo bench --bench bf16_wire`.
 
 use dcgan_train::comm::transport::Combine;

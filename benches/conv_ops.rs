@@ -21,7 +21,7 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    // As in the program (train::setup_threads): this thread is worker 0 of the pool, so the
+    // As in the program (backend::threads::setup_threads): this thread is worker 0 of the pool, so the
     // ops run on it and keep the other workers spinning between them.
     let threads = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     rayon::ThreadPoolBuilder::new().num_threads(threads).use_current_thread().build_global().unwrap();

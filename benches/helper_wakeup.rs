@@ -19,7 +19,7 @@ fn busy_wait(d: Duration) {
 }
 
 fn main() {
-    // The main thread is worker 0, as in the program (train::setup_threads).
+    // The main thread is worker 0, as in the program (backend::threads::setup_threads).
     rayon::ThreadPoolBuilder::new().num_threads(2).use_current_thread().build_global().unwrap();
     let one_thread = {
         let t = Instant::now();

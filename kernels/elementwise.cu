@@ -1,15 +1,5 @@
-// elementwise.cu: fill, scale, axpy over a contiguous range (src/ops/elementwise/cpu.rs).
+// elementwise.cu: axpy over a contiguous range (src/ops/elementwise/cpu.rs).
 #include "common.cuh"
-
-// x[i] = value
-extern "C" __global__ void __launch_bounds__(THREADS) fill_f32(float* __restrict__ x, long long n, float value) {
-  GRID_STRIDE_LOOP(i, n) { x[i] = value; }
-}
-
-// x[i] *= a
-extern "C" __global__ void __launch_bounds__(THREADS) scale_f32(float* __restrict__ x, long long n, float a) {
-  GRID_STRIDE_LOOP(i, n) { x[i] *= a; }
-}
 
 // y[i] += a * x[i]
 extern "C" __global__ void __launch_bounds__(THREADS)

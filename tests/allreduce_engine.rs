@@ -51,28 +51,23 @@ fn buckets_are_averaged_exactly_with_hooks_per_fragment() {
             })
             .collect();
         let done: Vec<_> = tickets.into_iter().map(|t| comm.wait(t).unwrap()).collect();
-        let stats = comm.stats();
         let algo_1000 = comm.algorithm_for(4000);
         comm.shutdown().unwrap();
         let hooks = seen.lock().unwrap().clone();
-        (done, hooks, stats, algo_1000)
+        (done, hooks, algo_1000)
     });
-    for (r, (done, hooks, stats, algo)) in results.into_iter().enumerate() {
+    for (r, (done, hooks, algo)) in results.into_iter().enumerate() {
         assert_eq!(done.len(), lens.len());
         for (b, mut d) in done.into_iter().enumerate() {
-            assert_eq!(d.id, b as u32);
             assert_eq!(d.bytes, lens[b] * 4);
             let v = d.data.as_mut_slice();
             for (i, x) in v.iter().enumerate() {
                 let sum: f32 = (0..p).map(|q| grad(q, i, b)).sum();
                 assert_eq!(x.to_bits(), (sum * (1.0 / p as f32)).to_bits(), "rank {r} bucket {b} [{i}]");
             }
-            let expect_frags = if lens[b] == 0 { 1 } else { lens[b].div_ceil(25) };
-            assert_eq!(d.fragments, expect_frags, "bucket {b}");
-            assert_eq!(d.fragment_times.len(), expect_frags);
             // Fragments of at most 100 bytes: rd below the 1024-byte threshold.
             assert_eq!(d.algorithm, Algorithm::Rd);
-            assert!(d.submitted <= d.started && d.started <= d.finished);
+            assert!(d.started <= d.finished);
             // The comm thread's own CPU clock: it cannot run longer than it was inside the
             // bucket (a process clock, summing the other ranks' threads, could).
             assert!(d.cpu <= d.busy, "bucket {b}: cpu {:?} over busy {:?}", d.cpu, d.busy);
@@ -83,6 +78,8 @@ fn buckets_are_averaged_exactly_with_hooks_per_fragment() {
         // Hooks: before then after for each fragment, fragments in order, covering each bucket.
         for (b, &n) in lens.iter().enumerate() {
             let mine: Vec<_> = hooks.iter().filter(|h| h.0 == b).collect();
+            let expect_frags = if n == 0 { 1 } else { n.div_ceil(25) };
+            assert_eq!(mine.len(), 2 * expect_frags, "bucket {b}: hooks of {expect_frags} fragments");
             let mut next = 0;
             for pair in mine.chunks(2) {
                 assert_eq!((pair[0].1, pair[1].1), ('b', 'a'));
@@ -95,8 +92,6 @@ fn buckets_are_averaged_exactly_with_hooks_per_fragment() {
         // Buckets ran in submission order.
         let order: Vec<usize> = hooks.iter().map(|h| h.0).collect();
         assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
-        assert_eq!(stats.collectives, lens.len() as u64);
-        assert_eq!(stats.bytes, lens.iter().map(|n| n * 4).sum::<usize>() as u64);
         // 4000 bytes in 100-byte fragments: still rd.
         assert_eq!(algo, Algorithm::Rd);
     }
@@ -109,12 +104,16 @@ fn large_buckets_pick_the_large_message_algorithm_per_fragment() {
         let out = on_ranks(handles, |r, comm| {
             let n = 300_001; // 1.2 MB: two fragments of ~600 KB, above the threshold
             let data: Vec<f32> = (0..n).map(|i| grad(r, i, 9)).collect();
-            let t = comm.submit(BucketRequest::new(40_000, "big", data));
-            let mut d = comm.wait(t).unwrap();
+            let mut req = BucketRequest::new(40_000, "big", data);
+            let fragments = Arc::new(Mutex::new(0));
+            let counted = fragments.clone();
+            req.after_fragment = Some(Box::new(move |_| *counted.lock().unwrap() += 1));
+            let mut d = comm.wait(comm.submit(req)).unwrap();
             let table = comm.selection_table();
             let desc = comm.selection_description();
             comm.shutdown().unwrap();
-            (d.algorithm, d.fragments, d.data.as_mut_slice().to_vec(), table, desc)
+            let frags = *fragments.lock().unwrap();
+            (d.algorithm, frags, d.data.as_mut_slice().to_vec(), table, desc)
         });
         for (algo, frags, v, table, desc) in out {
             assert_eq!(algo, want);

@@ -63,13 +63,14 @@ fn staging_through_pinned_memory_round_trips_in_order() {
     let mut r = rng(21);
     let n = 1 << 20;
     let a = random(&mut r, n, 1.0);
+    let a_dev = up(&cu, &a);
     let mut grad = up(&cu, &a);
     let mut pinned = cu.alloc_pinned(2 * n + 10).unwrap();
     assert!(pinned.as_slice().unwrap().iter().all(|&v| v == 0.0));
 
     // A kernel issued just before the copy must be visible in it: the copy waits for the
     // compute stream.
-    cu.scale(ViewMut::whole(&mut grad), 2.0);
+    cu.axpy(1.0, View::whole(&a_dev), ViewMut::whole(&mut grad));
     let ev = cu.stage_to_host(View::range(&grad, 0..n), &mut pinned, 7).unwrap();
     ev.synchronize().unwrap();
     let host = pinned.as_slice().unwrap();
@@ -86,8 +87,9 @@ fn staging_through_pinned_memory_round_trips_in_order() {
     let ev = cu.stage_to_device(&pinned, 7, ViewMut::whole(&mut back)).unwrap();
     cu.compute_wait(&ev).unwrap();
     // Issued on the compute stream after the wait: sees the staged values.
-    cu.scale(ViewMut::whole(&mut back), 0.5);
-    let want: Vec<f32> = doubled.iter().map(|v| (v + 1.0) * 0.5).collect();
+    cu.axpy(-0.5, View::whole(&a_dev), ViewMut::whole(&mut back));
+    // 0.5 * x rounds nothing, so a fused multiply-add and this sum round the same, once.
+    let want: Vec<f32> = doubled.iter().zip(&a).map(|(v, x)| (v + 1.0) - 0.5 * x).collect();
     assert_eq!(down(&cu, &back), want);
     cu.try_synchronize().unwrap();
 }
@@ -130,46 +132,4 @@ fn the_backend_and_its_buffers_can_cross_threads() {
     send_sync::<<Cuda as Backend>::Buf>();
     send_sync::<cuda::PinnedHostSlice<f32>>();
     send_sync::<cuda::CudaEvent>();
-}
-
-#[test]
-fn a_captured_graph_replays_the_recorded_work() {
-    if let Some(why) = no_gpu() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let cu = Cuda::new(0).unwrap();
-    let mut r = rng(22);
-    let (x0, y0) = (random(&mut r, 5000, 1.0), random(&mut r, 5000, 1.0));
-    let (mut x, y) = (up(&cu, &x0), up(&cu, &y0));
-    let ((), graph) = cu
-        .capture(|cu| {
-            cu.scale(ViewMut::whole(&mut x), 1.5);
-            cu.axpy(0.5, View::whole(&y), ViewMut::whole(&mut x));
-        })
-        .unwrap();
-    assert_eq!(down(&cu, &x), x0, "capturing ran the work");
-    for _ in 0..3 {
-        cu.replay(&graph).unwrap();
-    }
-    let mut want = x0.clone();
-    for _ in 0..3 {
-        for (w, &v) in want.iter_mut().zip(&y0) {
-            *w = *w * 1.5 + 0.5 * v;
-        }
-    }
-    assert_close("replayed graph", &down(&cu, &x), &want, 1e-5);
-
-    // An op that cannot be recorded refuses with a message; the backend works afterwards.
-    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = cu.capture(|cu| {
-            let mut host = vec![0.0; 4];
-            cu.download(View::range(&x, 0..4), &mut host);
-        });
-    }));
-    let msg = refused.expect_err("a download inside a capture was accepted");
-    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
-    assert!(msg.contains("cannot be recorded"), "{msg}");
-    cu.scale(ViewMut::whole(&mut x), 2.0);
-    cu.try_synchronize().unwrap();
 }

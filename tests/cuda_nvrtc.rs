@@ -7,7 +7,7 @@
 //! turns the missing library into a failure.
 #![cfg(feature = "cuda")]
 
-use dcgan_train::backend::cuda::kernel_table::ptx_entry_params;
+use dcgan_train::backend::cuda::kernel_table::ParamKind;
 use dcgan_train::backend::cuda::nvrtc::{self, Output, Target};
 use dcgan_train::backend::cuda::{Family, params_header};
 
@@ -31,6 +31,58 @@ fn nvrtc_or_skip(test: &str) -> bool {
     false
 }
 
+/// The PTX parameter type a kernel parameter compiles to, as `ptx_entry_params` normalizes it.
+fn ptx_type(p: &ParamKind) -> String {
+    match p {
+        ParamKind::Ptr | ParamKind::I64 => ".u64".into(),
+        ParamKind::I32 => ".u32".into(),
+        ParamKind::F32 => ".f32".into(),
+        ParamKind::F64 => ".f64".into(),
+        ParamKind::Struct { size, align, .. } => format!(".align {align} .b8 [{size}]"),
+    }
+}
+
+/// The parameter list of every `.entry` in a PTX module: name -> normalized types
+/// (".u64", ".u32", ".f32", ".f64", ".align A .b8 [N]").
+fn ptx_entry_params(ptx: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        rest = &rest[at + ".entry ".len()..];
+        let Some(open) = rest.find('(') else { break };
+        let name = rest[..open].trim().to_string();
+        let Some(close) = rest.find(')') else { break };
+        let params = rest[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                // ".param .u64 name_param_0" or ".param .align 4 .b8 name_param_0[116]"
+                let words: Vec<&str> = p.split_whitespace().skip(1).collect();
+                if words.first() == Some(&".align") && words.len() >= 4 {
+                    let size = words[3].rsplit_once('[').map(|(_, s)| s.trim_end_matches(']')).unwrap_or("?");
+                    format!("{} {} {} [{size}]", words[0], words[1], words[2])
+                } else {
+                    words.first().map(|w| w.to_string()).unwrap_or_default()
+                }
+            })
+            .collect();
+        out.push((name, params));
+        rest = &rest[close..];
+    }
+    out
+}
+
+#[test]
+fn ptx_entry_parsing_normalizes_parameter_types() {
+    let ptx = ".visible .entry k1(\n\t.param .align 4 .b8 k1_param_0[116],\n\t.param .u64 .ptr .align 1 k1_param_1,\n\t.param .f32 k1_param_2\n)\n{\n}\n.visible .entry k2(\n\t.param .u32 k2_param_0\n)\n{}";
+    let e = ptx_entry_params(ptx);
+    assert_eq!(e.len(), 2);
+    assert_eq!(e[0].0, "k1");
+    assert_eq!(e[0].1, vec![".align 4 .b8 [116]", ".u64", ".f32"]);
+    assert_eq!(e[1], ("k2".to_string(), vec![".u32".to_string()]));
+}
+
 /// A log that is not empty after a successful compile holds warnings.
 fn assert_clean_log(what: &str, log: &str) {
     let meaningful: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -49,7 +101,7 @@ fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
         let compiled =
             nvrtc::compile_family(family, &target).unwrap_or_else(|e| panic!("kernels/{}: {e:#}", file.file));
         assert_clean_log(file.file, &compiled.log);
-        let ptx = nvrtc::ptx_text(&compiled);
+        let ptx = nvrtc::ptx_text(&compiled.image);
         let entries = ptx_entry_params(&ptx);
         for sig in file.kernels {
             let (_, params) = entries.iter().find(|(name, _)| name == sig.name).unwrap_or_else(|| {
@@ -60,7 +112,7 @@ fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
                     entries.iter().map(|e| &e.0).collect::<Vec<_>>()
                 )
             });
-            let want: Vec<String> = sig.params.iter().map(|p| p.ptx()).collect();
+            let want: Vec<String> = sig.params.iter().map(ptx_type).collect();
             assert_eq!(
                 params, &want,
                 "parameters of {} in kernels/{}: PTX has {params:?}, the launcher passes {want:?}",

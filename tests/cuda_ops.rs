@@ -34,25 +34,20 @@ fn unpad(cu: &Cuda, b: &<Cuda as Backend>::Buf, r: std::ops::Range<usize>) -> Ve
 }
 
 #[test]
-fn elementwise_fill_scale_axpy_match_the_cpu() {
+fn elementwise_axpy_matches_the_cpu() {
     for cu in engines("elementwise") {
         let mut rng = rng(1);
         let n = if small(&cu) { 1000 } else { 1 << 20 };
         let x = random(&mut rng, n, 2.0);
         let y = random(&mut rng, n, 2.0);
 
-        let (mut bx, rx) = padded(&cu, &x, 3);
+        let (bx, rx) = padded(&cu, &x, 3);
         let (mut by, ry) = padded(&cu, &y, 5);
-        cu.scale(ViewMut::range(&mut bx, rx.clone()), -1.5);
         cu.axpy(0.75, View::range(&bx, rx.clone()), ViewMut::range(&mut by, ry.clone()));
-        let (mut cx, mut cy) = (x.clone(), y.clone());
-        Cpu.scale(ViewMut::whole(&mut cx), -1.5);
-        Cpu.axpy(0.75, View::whole(&cx), ViewMut::whole(&mut cy));
-        assert_close("scale", &unpad(&cu, &bx, rx.clone()), &cx, TOL);
-        assert_close("axpy", &unpad(&cu, &by, ry.clone()), &cy, TOL);
-
-        cu.fill(ViewMut::range(&mut bx, rx.clone()), 0.5);
-        assert!(unpad(&cu, &bx, rx).iter().all(|&v| v == 0.5), "fill");
+        let mut cy = y.clone();
+        Cpu.axpy(0.75, View::whole(&x), ViewMut::whole(&mut cy));
+        assert_eq!(unpad(&cu, &bx, rx), x, "axpy wrote its input");
+        assert_close("axpy", &unpad(&cu, &by, ry), &cy, TOL);
     }
 }
 
@@ -122,7 +117,7 @@ fn adam_matches_the_cpu_over_several_steps() {
         for t in 1..=3 {
             let g = random(&mut rng, n, 1.0);
             let (bg, rg) = padded(&cu, &g, 4);
-            let h = AdamStep::new(2e-4, t);
+            let h = AdamStep::with_betas(2e-4, 0.5, 0.999, 1e-8, t);
             cu.adam(
                 &h,
                 ViewMut::range(&mut bp, rp.clone()),

@@ -241,7 +241,7 @@ fn adam_matches_pytorch_formula_over_several_steps() {
     let (mut md, mut vd) = (vec![0.0f64; n], vec![0.0f64; n]);
     for t in 1..=4u64 {
         let g = random(n, 1.0, 100 + t);
-        be.adam(&AdamStep::new(2e-4, t), vm(&mut p), v(&g), vm(&mut m), vm(&mut vv));
+        be.adam(&AdamStep::with_betas(2e-4, 0.5, 0.999, 1e-8, t), vm(&mut p), v(&g), vm(&mut m), vm(&mut vv));
         // torch.optim.Adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
         // p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
         let (b1, b2, lr, eps) = (0.5f64, 0.999f64, 2e-4f64, 1e-8f64);

@@ -53,7 +53,7 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
     assert_eq!(a, common::step_records(&runs[1]), "the same seed gives the same metrics");
 
     for png in ["epoch-001.png", "final.png"] {
-        let (pixels, h, w) = dcgan_train::report::png::read_png_gray(&runs[0].join("samples").join(png)).unwrap();
+        let (pixels, h, w) = common::read_png_gray(&runs[0].join("samples").join(png));
         // 8x8 grid of 28x28 with 2 px padding around and between.
         assert_eq!((h, w), (8 * 28 + 9 * 2, 8 * 28 + 9 * 2), "{png}");
         let distinct: std::collections::HashSet<u8> = pixels.iter().copied().collect();
@@ -114,7 +114,7 @@ fn sample_redraws_the_runs_grid_and_other_noise_with_seed() {
     .chain(["--out", out.to_str().unwrap()])
     .collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
-    let read = |p: &std::path::Path| dcgan_train::report::png::read_png_gray(p).unwrap();
+    let read = common::read_png_gray;
     let grid = read(&out.join("samples").join("final.png"));
     let again = tmp.path().join("again.png");
     let o = run(&["sample", "--checkpoint", out.to_str().unwrap(), "--out", again.to_str().unwrap()]);
@@ -147,7 +147,7 @@ fn the_64x64_model_trains() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let (_, h, w) = dcgan_train::report::png::read_png_gray(&out.join("samples").join("final.png")).unwrap();
+    let (_, h, w) = common::read_png_gray(&out.join("samples").join("final.png"));
     assert_eq!((h, w), (8 * 64 + 18, 8 * 64 + 18));
 }
 

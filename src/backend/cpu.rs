@@ -66,12 +66,6 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn fill(&self, x: ViewMut<Self>, value: f32) {
-        elementwise::cpu::fill(sm(x), value);
-    }
-    fn scale(&self, x: ViewMut<Self>, a: f32) {
-        elementwise::cpu::scale(sm(x), a);
-    }
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cpu::axpy(a, s(x), sm(y));
     }

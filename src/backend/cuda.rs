@@ -21,7 +21,7 @@ pub mod nvrtc;
 pub mod probe;
 pub mod staging;
 
-pub use cudarc::driver::{CudaEvent, CudaGraph, PinnedHostSlice};
+pub use cudarc::driver::{CudaEvent, PinnedHostSlice};
 pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
 
 use super::{DeviceBuf, View, ViewMut};
@@ -32,7 +32,7 @@ use anyhow::{Result, anyhow, bail};
 use cudarc::driver::HostSlice;
 use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The kernel families, one CUDA source file (one module) each.
@@ -146,8 +146,6 @@ pub struct Cuda {
     /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
     /// (`reserve_workspace` grows it up front so that the step loop never allocates).
     workspace: Mutex<Option<CudaBuf>>,
-    /// Between `capture`'s begin and end: ops that cannot be recorded refuse clearly.
-    capturing: AtomicBool,
 }
 
 impl Cuda {
@@ -155,13 +153,7 @@ impl Cuda {
     /// `$DCGAN_KERNEL_CACHE`, default ~/.cache/dcgan-train/kernels) on device `ordinal`.
     pub fn new(ordinal: usize) -> Result<Cuda> {
         let d = driver::Driver::new(ordinal)?;
-        Ok(Cuda {
-            sm_count: d.sm_count,
-            engine: Engine::Driver(d),
-            mem: Arc::default(),
-            workspace: Mutex::new(None),
-            capturing: AtomicBool::new(false),
-        })
+        Ok(Cuda { sm_count: d.sm_count, engine: Engine::Driver(d), mem: Arc::default(), workspace: Mutex::new(None) })
     }
 
     /// The kernels run on the CPU by the emulator (tests and debugging; needs a C++ compiler).
@@ -172,11 +164,10 @@ impl Cuda {
             sm_count: sm_count.max(1),
             mem: Arc::default(),
             workspace: Mutex::new(None),
-            capturing: AtomicBool::new(false),
         })
     }
 
-    /// Whether this backend runs on the emulator.
+    /// Whether this backend runs on the emulator (tests use their small shapes there).
     pub fn is_emulated(&self) -> bool {
         matches!(self.engine, Engine::Emulator(_))
     }
@@ -206,9 +197,6 @@ impl Cuda {
     /// Wait for the compute and copy streams; an error from an earlier asynchronous kernel or
     /// copy is returned here (`Backend::synchronize` panics with it instead).
     pub fn try_synchronize(&self) -> Result<()> {
-        if self.capturing.load(Ordering::Relaxed) {
-            bail!("synchronize cannot be recorded in a CUDA graph capture");
-        }
         match &self.engine {
             Engine::Driver(d) => d.synchronize(),
             Engine::Emulator(_) => Ok(()),
@@ -265,10 +253,6 @@ impl Cuda {
 
     /// The workspace, at least `floats` long (grown here if nobody reserved enough).
     pub(crate) fn workspace(&self, floats: usize) -> DevPtr {
-        let have = self.workspace.lock().unwrap().as_ref().map_or(0, |b| b.len);
-        if have < floats {
-            self.refuse_in_capture("growing the workspace (call prepare_conv / prepare_bn first)");
-        }
         if let Err(e) = self.reserve_workspace(floats) {
             panic!("{e:#}");
         }
@@ -294,38 +278,6 @@ impl Cuda {
         }
     }
 
-    fn refuse_in_capture(&self, what: &str) {
-        if self.capturing.load(Ordering::Relaxed) {
-            panic!("{what} cannot be recorded in a CUDA graph capture");
-        }
-    }
-
-    /// Record the compute-stream work that `f` issues into a CUDA graph instead of running
-    /// it; `replay` then runs all of it with one launch (the step is launch-bound at small
-    /// batches). Inside `f`: no download or synchronize, no upload from ordinary host memory
-    /// (stage through pinned memory), no workspace growth (call `prepare_conv` /
-    /// `prepare_bn` first), no staging (the gradient path stays outside graphs), and the
-    /// buffers used must outlive the graph. Not on the emulator.
-    pub fn capture<R>(&self, f: impl FnOnce(&Cuda) -> R) -> Result<(R, CudaGraph)> {
-        let d = self.driver()?;
-        d.begin_capture()?;
-        self.capturing.store(true, Ordering::Relaxed);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
-        self.capturing.store(false, Ordering::Relaxed);
-        let graph = d.end_capture();
-        match r {
-            Ok(r) => Ok((r, graph?)),
-            Err(p) => std::panic::resume_unwind(p),
-        }
-    }
-
-    /// Launch a captured graph on the compute stream.
-    pub fn replay(&self, graph: &CudaGraph) -> Result<()> {
-        self.driver()?;
-        graph.launch()?;
-        Ok(())
-    }
-
     /// Page-locked host memory for `len` floats, allocated with flags 0 (cudarc's default is
     /// write-combined, which is slow for the CPU to read), zero-filled.
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedHostSlice<f32>> {
@@ -345,7 +297,6 @@ impl Cuda {
         dst: &mut PinnedHostSlice<f32>,
         dst_off: usize,
     ) -> Result<CudaEvent> {
-        self.refuse_in_capture("staging to host");
         let d = self.driver()?;
         let end = dst_off + src.len;
         if end > dst.len() {
@@ -367,7 +318,6 @@ impl Cuda {
         src_off: usize,
         dst: ViewMut<'_, Cuda>,
     ) -> Result<CudaEvent> {
-        self.refuse_in_capture("staging to the device");
         let d = self.driver()?;
         let end = src_off + dst.len;
         if end > src.len() {

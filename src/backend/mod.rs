@@ -135,10 +135,7 @@ pub trait Backend: Sized + 'static {
         None
     }
 
-    // ---- elementwise helpers (ops/elementwise) ----
-    fn fill(&self, x: ViewMut<Self>, value: f32);
-    /// x *= a
-    fn scale(&self, x: ViewMut<Self>, a: f32);
+    // ---- elementwise (ops/elementwise) ----
     /// y += a * x
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>);
 

@@ -20,9 +20,9 @@ pub fn setup_threads(threads: Option<usize>, local_ranks: usize) -> Result<usize
     let mut pool = rayon::ThreadPoolBuilder::new().num_threads(n);
     // The program's main thread runs the step: make it worker 0, so that parallel ops run on
     // it and n - 1 helpers rather than waking n workers while it sleeps. With --threads 1 no
-    // worker exists at all; an idle one spun for a quarter of a core, which on emulated hosts
-    // sharing two cores came out of the compute of another rank. Only the main thread: a
-    // test's thread that ended would leave the pool without its worker 0.
+    // worker exists at all: an idle one would spin, and where ranks share cores that time
+    // comes out of another rank's compute. Only the main thread: a test's thread that ended
+    // would leave the pool without its worker 0.
     if std::thread::current().name() == Some("main") {
         pool = pool.use_current_thread();
     }

@@ -68,7 +68,7 @@ pub struct Row {
     pub fragments: usize,
     pub iters: u64,
     pub avg_us: f64,
-    /// Robust to the odd call slowed by a neighbour; not in the field list but useful.
+    /// Robust to the odd call slowed by a neighbour.
     pub median_us: f64,
     pub min_us: f64,
     pub max_us: f64,

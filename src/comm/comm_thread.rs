@@ -6,7 +6,7 @@ use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean};
 use crate::comm::collectives;
 use crate::comm::cpu_clock::thread_cpu_time;
-use crate::comm::handle::{BucketDone, BucketRequest, Command, FragmentTiming, HelperOp, HelperOut, Shared, fragments};
+use crate::comm::handle::{BucketDone, BucketRequest, Command, HelperOp, HelperOut, Shared, fragments};
 use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
@@ -58,8 +58,8 @@ impl CommThread {
                 }
             };
             match cmd {
-                Command::Bucket { req, submitted, done } => {
-                    let r = self.bucket(req, submitted);
+                Command::Bucket { req, done } => {
+                    let r = self.bucket(req);
                     let _ = done.send(r);
                 }
                 Command::Helper { op, done } => {
@@ -87,13 +87,9 @@ impl CommThread {
         Ok(())
     }
 
-    fn end(&mut self, busy: Duration, bytes: usize) {
+    fn end(&mut self) {
         self.t.activity().leave();
         self.shared.busy_since_ns.store(0, Ordering::Relaxed);
-        let s = &self.shared;
-        s.busy_ns.fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
-        s.collectives.fetch_add(1, Ordering::Relaxed);
-        s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Turn a failed collective into the job's end (or, in tests, an error).
@@ -117,7 +113,7 @@ impl CommThread {
     }
 
     /// Average `data` fragment by fragment with the algorithm for the fragment size.
-    fn bucket(&mut self, mut req: BucketRequest, submitted: Instant) -> anyhow::Result<BucketDone> {
+    fn bucket(&mut self, mut req: BucketRequest) -> anyhow::Result<BucketDone> {
         let started = Instant::now();
         let n = req.data.as_mut_slice().len();
         let frags = fragments(n, self.fragment_bytes);
@@ -131,7 +127,6 @@ impl CommThread {
             frags.len()
         ))?;
         let wire = if req.exact { Wire::F32 } else { self.wire };
-        let mut fragment_times = Vec::with_capacity(frags.len());
         let (mut busy, mut cpu) = (Duration::ZERO, Duration::ZERO);
         for f in &frags {
             if let Some(hook) = req.before_fragment.as_mut() {
@@ -157,38 +152,24 @@ impl CommThread {
                 return Err(self.fail(e));
             }
             busy += end - start;
-            fragment_times.push(FragmentTiming { range: f.clone(), start, end });
             if let Some(hook) = req.after_fragment.as_mut() {
                 hook(f.clone());
             }
         }
-        self.end(busy, n * wire.bytes_per_value());
-        Ok(BucketDone {
-            id: req.id,
-            data: req.data,
-            algorithm,
-            bytes: n * 4,
-            fragments: frags.len(),
-            submitted,
-            started,
-            finished: Instant::now(),
-            busy,
-            cpu,
-            fragment_times,
-        })
+        self.end();
+        Ok(BucketDone { data: req.data, algorithm, bytes: n * 4, started, finished: Instant::now(), busy, cpu })
     }
 
     fn helper(&mut self, op: HelperOp) -> anyhow::Result<HelperOut> {
-        let (label, bytes) = match &op {
-            HelperOp::MeanF32(v) => (format!("allreduce_mean of {} floats", v.len()), v.len() * 4),
-            HelperOp::MeanF64(v) => (format!("allreduce_mean_f64 of {} values", v.len()), v.len() * 8),
-            HelperOp::BroadcastF32(root, v) => (format!("broadcast_f32 from rank {root}"), v.len() * 4),
-            HelperOp::BroadcastBytes(root, v) => (format!("broadcast_bytes from rank {root}"), v.len()),
-            HelperOp::GatherBytes(v) => ("gather_bytes to rank 0".to_string(), v.len()),
-            HelperOp::Barrier => ("barrier".to_string(), 0),
+        let label = match &op {
+            HelperOp::MeanF32(v) => format!("allreduce_mean of {} floats", v.len()),
+            HelperOp::MeanF64(v) => format!("allreduce_mean_f64 of {} values", v.len()),
+            HelperOp::BroadcastF32(root, _) => format!("broadcast_f32 from rank {root}"),
+            HelperOp::BroadcastBytes(root, _) => format!("broadcast_bytes from rank {root}"),
+            HelperOp::GatherBytes(_) => "gather_bytes to rank 0".to_string(),
+            HelperOp::Barrier => "barrier".to_string(),
         };
         self.begin(&label)?;
-        let start = Instant::now();
         let t = &mut *self.t;
         let r = match op {
             HelperOp::MeanF32(mut v) => {
@@ -216,7 +197,7 @@ impl CommThread {
         };
         match r {
             Ok(out) => {
-                self.end(start.elapsed(), bytes);
+                self.end();
                 Ok(out)
             }
             Err(e) => Err(self.fail(e)),

@@ -79,23 +79,12 @@ pub struct Ticket {
     done: Receiver<anyhow::Result<BucketDone>>,
 }
 
-/// When one fragment's allreduce ran (comm thread clock).
-#[derive(Clone, Debug)]
-pub struct FragmentTiming {
-    pub range: Range<usize>,
-    pub start: Instant,
-    pub end: Instant,
-}
-
 /// A bucket after averaging.
 pub struct BucketDone {
-    pub id: u32,
     pub data: Box<dyn HostData>,
     /// What was used (chosen by fragment size).
     pub algorithm: Algorithm,
     pub bytes: usize,
-    pub fragments: usize,
-    pub submitted: Instant,
     /// When the comm thread took the bucket up.
     pub started: Instant,
     pub finished: Instant,
@@ -104,25 +93,11 @@ pub struct BucketDone {
     /// The comm thread's CPU time within `busy` (polling, copies, sums): what averaging
     /// took from the cores, which matters where compute threads use them all.
     pub cpu: Duration,
-    pub fragment_times: Vec<FragmentTiming>,
 }
 
-/// Totals since start, for the run summary's comm time.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CommStats {
-    /// Time the comm thread spent inside collectives.
-    pub busy: Duration,
-    pub collectives: u64,
-    /// Bytes averaged by buckets and helpers.
-    pub bytes: u64,
-}
-
-/// State the comm thread publishes for the handle (stats, watchdog) and the abort flag.
+/// State the comm thread publishes for the handle's watchdog, and the abort flag.
 pub(crate) struct Shared {
     pub base: Instant,
-    pub busy_ns: AtomicU64,
-    pub collectives: AtomicU64,
-    pub bytes: AtomicU64,
     /// Nanoseconds after `base` at which the current collective began; 0 = idle.
     pub busy_since_ns: AtomicU64,
     pub current_seq: AtomicU64,
@@ -148,7 +123,7 @@ pub(crate) enum HelperOut {
 }
 
 pub(crate) enum Command {
-    Bucket { req: BucketRequest, submitted: Instant, done: Sender<anyhow::Result<BucketDone>> },
+    Bucket { req: BucketRequest, done: Sender<anyhow::Result<BucketDone>> },
     Helper { op: HelperOp, done: Sender<anyhow::Result<HelperOut>> },
     Abort { code: i32 },
     Shutdown { done: Sender<()> },
@@ -206,7 +181,7 @@ impl CommHandle {
     pub fn submit(&self, req: BucketRequest) -> Ticket {
         let (done, rx) = channel();
         // If the comm thread is gone the ticket's channel is closed and `wait` says so.
-        let _ = self.tx.send(Command::Bucket { req, submitted: Instant::now(), done });
+        let _ = self.tx.send(Command::Bucket { req, done });
         Ticket { done: rx }
     }
 
@@ -290,15 +265,6 @@ impl CommHandle {
     /// `auto: rd below 8KiB, vhd (...) above [0B-8191B: rd, 8KiB-: vhd]`.
     pub fn selection_description(&self) -> String {
         format!("{} [{}]", self.policy_text, self.table.describe())
-    }
-
-    /// Time spent inside collectives, and their count, since start.
-    pub fn stats(&self) -> CommStats {
-        CommStats {
-            busy: Duration::from_nanos(self.shared.busy_ns.load(Ordering::Relaxed)),
-            collectives: self.shared.collectives.load(Ordering::Relaxed),
-            bytes: self.shared.bytes.load(Ordering::Relaxed),
-        }
     }
 
     /// Finish queued work, finalize MPI and join the comm thread.

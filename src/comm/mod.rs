@@ -21,7 +21,7 @@ pub mod tune;
 
 pub use allreduce::Algorithm;
 pub use collectives::PeerFailed;
-pub use handle::{BucketDone, BucketRequest, CommHandle, CommStats, HostData, Ticket};
+pub use handle::{BucketDone, BucketRequest, CommHandle, HostData, Ticket};
 pub use options::{AllreduceChoice, CommOptions, Wire};
 
 use allreduce::select::{Policy, RulesFile, SelectionTable};
@@ -210,9 +210,6 @@ fn spawn(
     let policy_text = cfg.policy.describe();
     let shared = Arc::new(Shared {
         base: Instant::now(),
-        busy_ns: AtomicU64::new(0),
-        collectives: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
         busy_since_ns: AtomicU64::new(0),
         current_seq: AtomicU64::new(0),
         abort: policy.abort.clone(),

@@ -86,8 +86,9 @@ fn be_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
-/// Builds the bytes of an IDX image file (tests, and tools that write small data sets).
-pub fn encode_idx_images(pixels: &[u8], count: usize, height: usize, width: usize) -> Vec<u8> {
+/// Builds the bytes of an IDX image file (for tests).
+#[cfg(test)]
+pub(crate) fn encode_idx_images(pixels: &[u8], count: usize, height: usize, width: usize) -> Vec<u8> {
     assert_eq!(pixels.len(), count * height * width, "pixels must be [count, h, w]");
     let mut out = Vec::with_capacity(HEADER_BYTES + pixels.len());
     out.extend_from_slice(&IMAGE_MAGIC.to_be_bytes());

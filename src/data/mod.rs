@@ -222,7 +222,7 @@ mod tests {
         for (k, &i) in [2usize, 1].iter().enumerate() {
             let scaled: Vec<f32> = set.images[i * 6..(i + 1) * 6].iter().map(|&v| v as f32 / 127.5 - 1.0).collect();
             let mut want = [0f32; 4];
-            r.apply(&scaled, &mut want);
+            r.apply_with(&scaled, &mut want, &mut Vec::new());
             assert_eq!(&out[k * 4..(k + 1) * 4], &want);
         }
         // Columns 0..3 -> 2: output column 0 reads source 0.25 (between columns 0 and 1).

@@ -50,12 +50,8 @@ impl Resize {
         Resize { rows: AxisTaps::new(in_h, out_h), cols: AxisTaps::new(in_w, out_w), in_h, in_w }
     }
 
-    /// Resizes one image: `src` [in_h, in_w] -> `dst` [out_h, out_w].
-    pub fn apply(&self, src: &[f32], dst: &mut [f32]) {
-        self.apply_with(src, dst, &mut Vec::new());
-    }
-
-    /// [`Resize::apply`] with a scratch buffer kept between calls (no allocation per image).
+    /// Resizes one image: `src` [in_h, in_w] -> `dst` [out_h, out_w], with a scratch buffer
+    /// kept between calls (no allocation per image).
     ///
     /// Separable: every source row is first resized horizontally into scratch [in_h, out_w],
     /// then each output row blends two of those. That is the same arithmetic, in the same
@@ -109,7 +105,7 @@ mod tests {
     fn upsampling_28_to_64_matches_pytorch_rule() {
         let src = ramp(28, 28);
         let mut dst = vec![0f32; 64 * 64];
-        Resize::new(28, 28, 64, 64).apply(&src, &mut dst);
+        Resize::new(28, 28, 64, 64).apply_with(&src, &mut dst, &mut Vec::new());
         for (y, x) in [(0, 0), (0, 63), (63, 0), (63, 63), (1, 2), (31, 32), (17, 50), (62, 5)] {
             let want = reference(&src, 28, 28, 64, 64, y, x);
             assert!((dst[y * 64 + x] as f64 - want).abs() < 1e-5, "({y},{x}) {} vs {want}", dst[y * 64 + x]);
@@ -137,7 +133,7 @@ mod tests {
         // Doubling: out 1 reads src 0.25 -> 0.75 * p0 + 0.25 * p1.
         let src = [0.0, 4.0];
         let mut dst = [0f32; 4];
-        Resize::new(1, 2, 1, 4).apply(&src, &mut dst);
+        Resize::new(1, 2, 1, 4).apply_with(&src, &mut dst, &mut Vec::new());
         assert_eq!(dst, [0.0, 1.0, 3.0, 4.0]);
     }
 
@@ -145,7 +141,7 @@ mod tests {
     fn downsampling_and_non_square_match_the_rule() {
         let src = ramp(64, 40);
         let mut dst = vec![0f32; 28 * 17];
-        Resize::new(64, 40, 28, 17).apply(&src, &mut dst);
+        Resize::new(64, 40, 28, 17).apply_with(&src, &mut dst, &mut Vec::new());
         for y in 0..28 {
             for x in 0..17 {
                 let want = reference(&src, 64, 40, 28, 17, y, x);
@@ -158,7 +154,7 @@ mod tests {
     fn same_size_is_the_identity() {
         let src = ramp(28, 28);
         let mut dst = vec![0f32; 28 * 28];
-        Resize::new(28, 28, 28, 28).apply(&src, &mut dst);
+        Resize::new(28, 28, 28, 28).apply_with(&src, &mut dst, &mut Vec::new());
         assert_eq!(dst, src);
     }
 }

@@ -59,11 +59,6 @@ impl Shard {
         self.examples / (self.per_rank * self.world)
     }
 
-    /// Images per step on this rank.
-    pub fn per_rank(&self) -> usize {
-        self.per_rank
-    }
-
     /// The permutation of all examples for `epoch`, from (seed, epoch) only.
     pub fn permutation(&self, epoch: u64) -> Vec<usize> {
         let mut perm: Vec<usize> = (0..self.examples).collect();
@@ -90,15 +85,6 @@ impl EpochOrder {
     pub fn batch(&self, i: usize) -> &[usize] {
         &self.indices[i * self.per_rank..(i + 1) * self.per_rank]
     }
-
-    /// Number of batches in the epoch.
-    pub fn len(&self) -> usize {
-        self.indices.len() / self.per_rank
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.indices.is_empty()
-    }
 }
 
 /// ChaCha8 seeded with SHA-256(seed, epoch): a stable function of the pair (not of the Rust
@@ -120,12 +106,17 @@ mod tests {
         (0..world).map(|r| Shard::new(examples, r, world, per_rank, seed).unwrap()).collect()
     }
 
+    /// Batches in an epoch's order.
+    fn batch_count(o: &EpochOrder) -> usize {
+        o.indices.len() / o.per_rank
+    }
+
     #[test]
     fn two_ranks_of_32_see_the_one_rank_batch_of_64_split_in_two() {
         let one = Shard::new(1000, 0, 1, 64, 7).unwrap().epoch(3);
         let two: Vec<EpochOrder> = shards(1000, 2, 32, 7).iter().map(|s| s.epoch(3)).collect();
-        assert_eq!(one.len(), 1000 / 64);
-        for i in 0..one.len() {
+        assert_eq!(batch_count(&one), 1000 / 64);
+        for i in 0..batch_count(&one) {
             let whole = one.batch(i);
             let (a, b) = (two[0].batch(i), two[1].batch(i));
             // The exact rule: rank r takes positions r, r + world, ... of the global batch.
@@ -146,7 +137,7 @@ mod tests {
             let perm = Shard::new(examples, 0, world, per_rank, 11).unwrap().permutation(0);
             let mut all = HashSet::new();
             for o in &orders {
-                assert_eq!(o.len(), batches, "world {world}");
+                assert_eq!(batch_count(o), batches, "world {world}");
             }
             for i in 0..batches {
                 let mut union: Vec<usize> = orders.iter().flat_map(|o| o.batch(i).to_vec()).collect();

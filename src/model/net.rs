@@ -75,7 +75,6 @@ pub struct Net<B: Backend> {
     input: B::Buf,
     /// [C, B, H, W]: the gradient of the input (only when asked for).
     d_input: B::Buf,
-    input_shape: (usize, usize, usize),
 }
 
 /// Conv and ConvT geometry of every stage for `batch` images of `input` (C, H, W).
@@ -173,22 +172,9 @@ impl<B: Backend> Net<B> {
             stages.push(Stage::new(be, stage_label(name, i, spec), conv, bn, spec.act, group)?);
         }
         let in_len = input.0 * batch * input.1 * input.2;
-        Ok(Net {
-            name,
-            stages,
-            store,
-            order,
-            batch,
-            input: be.alloc(in_len)?,
-            d_input: be.alloc(in_len)?,
-            input_shape: input,
-        })
+        Ok(Net { name, stages, store, order, batch, input: be.alloc(in_len)?, d_input: be.alloc(in_len)? })
     }
 
-    /// (C, H, W) of the input.
-    pub fn input_shape(&self) -> (usize, usize, usize) {
-        self.input_shape
-    }
     pub fn input_mut(&mut self) -> &mut B::Buf {
         &mut self.input
     }

@@ -16,19 +16,10 @@ pub struct ConvLayer {
 }
 
 impl ConvLayer {
-    /// Channels, height and width of this layer's input.
-    pub fn input_shape(&self) -> (usize, usize, usize) {
-        let g = &self.geom;
-        if self.transposed { (g.c_out, g.h_out, g.w_out) } else { (g.c_in, g.h_in, g.w_in) }
-    }
     /// Channels, height and width of this layer's output.
     pub fn output_shape(&self) -> (usize, usize, usize) {
         let g = &self.geom;
         if self.transposed { (g.c_in, g.h_in, g.w_in) } else { (g.c_out, g.h_out, g.w_out) }
-    }
-    pub fn input_len(&self) -> usize {
-        let (c, h, w) = self.input_shape();
-        c * self.geom.batch * h * w
     }
     pub fn output_len(&self) -> usize {
         let (c, h, w) = self.output_shape();

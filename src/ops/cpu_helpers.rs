@@ -2,12 +2,11 @@
 //! next op's work is picked up at once instead of after a wake-up.
 //!
 //! Rayon puts an idle worker to sleep after a few dozen yields (tens of microseconds), and a
-//! step runs hundreds of parallel regions (every GEMM block, im2col, batch norm...). On this
-//! project's kind of machine (a 2-vCPU KVM guest) waking a sleeping worker takes 60 us or
-//! more: in `benches/helper_wakeup.rs` a join of two 50 us halves after 1 ms idle took 143 us,
-//! longer than running both halves on one thread (102 us), while with the helper spinning it
-//! took 51 us. PyTorch's OpenMP threads spin between regions for the same reason
-//! (GOMP_SPINCOUNT).
+//! step runs hundreds of parallel regions (every GEMM block, im2col, batch norm...). On a
+//! virtual machine waking a sleeping worker can take longer than a short region: a join with
+//! a sleeping helper ended later than the same work on one thread (`benches/helper_wakeup.rs`,
+//! docs/performance/cpu-step.md). PyTorch's OpenMP threads spin between regions for the same
+//! reason (GOMP_SPINCOUNT).
 //!
 //! A spinner is a job on each helper that polls the pool for work (`rayon::yield_now`) and
 //! runs it, and gives the thread back to rayon's own sleep after `IDLE_LIMIT` without any.

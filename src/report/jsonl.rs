@@ -43,12 +43,6 @@ impl JsonlWriter {
         self.file.write_all(&self.line).with_context(|| format!("cannot write to {}", self.path.display()))
     }
 
-    /// Nothing is buffered here (each record is written whole), so this is cheap; it exists
-    /// so callers need not know that. Use [`JsonlWriter::sync`] to reach the disk.
-    pub fn flush(&mut self) -> Result<()> {
-        self.file.flush().with_context(|| format!("cannot flush {}", self.path.display()))
-    }
-
     /// Forces the written records to disk (fsync): at the end of an epoch, not every step.
     pub fn sync(&mut self) -> Result<()> {
         self.file.sync_data().with_context(|| format!("cannot sync {}", self.path.display()))
@@ -76,7 +70,6 @@ mod tests {
         for s in 0..3 {
             w.write(&rec(s)).unwrap();
         }
-        w.flush().unwrap();
         w.sync().unwrap();
         // Readable while the writer is still open: nothing is held back.
         let read = || -> Vec<Step> {

@@ -8,11 +8,6 @@ pub mod trace;
 pub mod trace_read;
 pub mod trace_report;
 
-pub use jsonl::JsonlWriter;
-pub use png::{read_png_gray, write_grid};
-pub use progress::{Progress, ProgressMode};
-pub use trace::{ArgValue, Trace, Track};
-
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;

@@ -2,7 +2,7 @@
 
 use super::write_atomically;
 use anyhow::{Context, Result, bail};
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 
 /// Pixels between images and around the grid.
@@ -63,25 +63,23 @@ pub fn to_byte(v: f32) -> u8 {
     ((v + 1.0) * 127.5).round() as u8
 }
 
-/// Decodes an 8-bit grayscale PNG: (pixels [height, width], height, width). For tests.
-pub fn read_png_gray(path: &Path) -> Result<(Vec<u8>, usize, usize)> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut reader = png::Decoder::new(BufReader::new(file))
-        .read_info()
-        .with_context(|| format!("{}: not a PNG file", path.display()))?;
-    let info = reader.info();
-    if info.color_type != png::ColorType::Grayscale || info.bit_depth != png::BitDepth::Eight {
-        bail!("{}: expected 8-bit grayscale, found {:?} at {:?}", path.display(), info.color_type, info.bit_depth);
-    }
-    let mut pixels = vec![0u8; reader.output_buffer_size().context("PNG too large")?];
-    let frame = reader.next_frame(&mut pixels).with_context(|| format!("{}: corrupt PNG data", path.display()))?;
-    pixels.truncate(frame.buffer_size());
-    Ok((pixels, frame.height as usize, frame.width as usize))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (pixels [height, width], height, width) of an 8-bit grayscale PNG.
+    fn read_png_gray(path: &Path) -> (Vec<u8>, usize, usize) {
+        let mut reader =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).read_info().unwrap();
+        assert_eq!(
+            (reader.info().color_type, reader.info().bit_depth),
+            (png::ColorType::Grayscale, png::BitDepth::Eight)
+        );
+        let mut pixels = vec![0u8; reader.output_buffer_size().unwrap()];
+        let frame = reader.next_frame(&mut pixels).unwrap();
+        pixels.truncate(frame.buffer_size());
+        (pixels, frame.height as usize, frame.width as usize)
+    }
 
     #[test]
     fn round_trip_places_every_pixel() {
@@ -91,7 +89,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("samples").join("epoch-001.png");
         write_grid(&path, &images, count, h, w, cols).unwrap();
-        let (pixels, height, width) = read_png_gray(&path).unwrap();
+        let (pixels, height, width) = read_png_gray(&path);
         assert_eq!((height, width), (3 * (h + 2) + 2, 2 * (w + 2) + 2));
         for i in 0..count {
             for y in 0..h {
@@ -141,7 +139,7 @@ mod tests {
         let path = tmp.path().join("g.png");
         write_grid(&path, &[-1.0; 4], 1, 2, 2, 8).unwrap();
         write_grid(&path, &[1.0; 4], 1, 2, 2, 8).unwrap();
-        let (pixels, height, width) = read_png_gray(&path).unwrap();
+        let (pixels, height, width) = read_png_gray(&path);
         assert_eq!((height, width), (6, 6), "cols is capped at count");
         assert_eq!(pixels[2 * 6 + 2], 255);
     }

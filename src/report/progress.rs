@@ -101,18 +101,6 @@ impl Progress {
         Self::build(mode, epoch, epochs, span, Box::new(std::io::stderr()), PLAIN_INTERVAL, target)
     }
 
-    /// Plain mode writing to `out` with lines at most every `interval` (tests, logs).
-    pub fn plain_to(
-        out: Box<dyn Write + Send>,
-        interval: Duration,
-        epoch: u64,
-        epochs: u64,
-        span: EpochSpan,
-    ) -> Progress {
-        let hidden = ProgressDrawTarget::hidden();
-        Self::build(ProgressMode::Plain, epoch, epochs, span, out, interval, hidden)
-    }
-
     fn build(
         mode: ProgressMode,
         epoch: u64,
@@ -263,10 +251,16 @@ mod tests {
         }
     }
 
+    /// Plain mode writing to `out`, with lines at most every `interval`.
+    fn plain_to(out: &Captured, interval: Duration, epoch: u64, epochs: u64, span: EpochSpan) -> Progress {
+        let hidden = ProgressDrawTarget::hidden();
+        Progress::build(ProgressMode::Plain, epoch, epochs, span, Box::new(out.clone()), interval, hidden)
+    }
+
     #[test]
     fn plain_mode_is_throttled_and_shows_the_numbers() {
         let out = Captured::default();
-        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::from_secs(3600), 2, 5, whole(10));
+        let mut p = plain_to(&out, Duration::from_secs(3600), 2, 5, whole(10));
         for step in 0..10 {
             p.update(step, 0.5 + step as f32, 2.25, 0.8, 0.125, 1234.4);
         }
@@ -286,7 +280,7 @@ mod tests {
     #[test]
     fn plain_mode_with_zero_interval_prints_every_step() {
         let out = Captured::default();
-        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 0, 1, whole(3));
+        let mut p = plain_to(&out, Duration::ZERO, 0, 1, whole(3));
         for step in 0..3 {
             p.update(step, 1.0, 1.0, 0.5, 0.5, 10.0);
         }
@@ -344,7 +338,7 @@ mod tests {
     fn a_resumed_epoch_starts_where_it_left_off() {
         let out = Captured::default();
         let span = EpochSpan { first: 3, end: 8 };
-        let mut p = Progress::plain_to(Box::new(out.clone()), Duration::ZERO, 1, 2, span);
+        let mut p = plain_to(&out, Duration::ZERO, 1, 2, span);
         p.update(3, 1.0, 1.0, 0.5, 0.5, 10.0);
         assert!(out.lines()[0].starts_with("epoch 2/2 step 4/8 |"), "{:?}", out.lines());
         p.finish_epoch(1.0, 40.0);

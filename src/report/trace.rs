@@ -196,15 +196,6 @@ impl Trace {
         self.enabled
     }
 
-    /// Events recorded so far.
-    pub fn len(&self) -> usize {
-        self.events.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
     /// Records `name` on `track` from `start` to `end` (an "X" event).
     pub fn span(
         &mut self,
@@ -257,16 +248,6 @@ impl Trace {
         let first_arg = self.args.len() as u32;
         self.args.extend_from_slice(args);
         self.events.push(Event { kind, track, name, cat, ts_ns, first_arg, arg_count: args.len() as u32 });
-    }
-
-    /// Moves `other`'s events (e.g. the comm thread's own trace) into this one.
-    pub fn absorb(&mut self, other: Trace) {
-        let base = self.args.len() as u32;
-        self.args.extend(other.args);
-        self.events.extend(other.events.into_iter().map(|mut e| {
-            e.first_arg += base;
-            e
-        }));
     }
 
     /// This rank's events as JSON objects separated by commas (a fragment of the body of a

@@ -147,7 +147,7 @@ fn disabled_records_nothing_and_empty_parts_still_make_valid_json() {
     let now = Instant::now();
     t.span(Track::Compute, "x", "c", now, now, &[("a", 1u64.into())]);
     t.flow(1, "f", "c", Track::Compute, now, Track::CommThread, now);
-    assert!(t.is_empty() && !t.is_enabled());
+    assert!(t.events.is_empty() && !t.is_enabled());
     assert!(t.to_json_events().is_empty());
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("empty.json");
@@ -168,24 +168,8 @@ fn recording_does_not_grow_past_the_capacity_hint() {
     for i in 0..100u64 {
         t.span(Track::Compute, "step", "compute", now, now, &[("i", i.into()), ("b", 1.5f32.into())]);
     }
-    assert_eq!(t.len(), 100);
+    assert_eq!(t.events.len(), 100);
     assert_eq!((t.events.capacity(), t.args.capacity()), (events, args), "no reallocation");
-}
-
-#[test]
-fn absorb_keeps_each_events_args() {
-    let now = Instant::now();
-    let mut main = Trace::enabled(0, 2);
-    main.span(Track::Compute, "a", "c", now, now, &[("k", 1u64.into())]);
-    let mut comm = Trace::enabled(0, 2);
-    comm.span(Track::CommThread, "b", "c", now, now, &[("k", 2u64.into()), ("m", 3u64.into())]);
-    main.absorb(comm);
-    let text = format!("[{}]", String::from_utf8(main.to_json_events()).unwrap());
-    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
-    let spans = by_ph(&events, "X");
-    assert_eq!(spans[0]["args"], serde_json::json!({"k": 1}));
-    assert_eq!(spans[1]["args"], serde_json::json!({"k": 2, "m": 3}));
-    assert_eq!(spans[1]["tid"], 11, "comm thread track of rank 0");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the links' alpha, beta and gamma: the check that the model the simulator relies on is right.
 //! Rows from hosts of several ranks are compared with `two_level`'s rounds.
 
-use super::cost::{Link, Terms, terms};
+use super::cost::{Terms, terms};
 use super::two_level::{Links, Placement, schedule};
 use crate::comm::Algorithm;
 use crate::comm::Wire;
@@ -37,11 +37,6 @@ pub fn model_terms(algo: Algorithm, bytes: usize, fragments: usize, p: usize) ->
     let n = bytes / 4;
     let k = fragments.max(1);
     (0..k).try_fold(Terms::default(), |sum, j| Some(sum + terms(algo, (part(n, k, j).len() * 4) as f64, p)?))
-}
-
-/// Model time of `bytes` cut into `fragments` nearly equal fragments, one allreduce each.
-pub fn model_seconds(algo: Algorithm, bytes: usize, fragments: usize, p: usize, link: &Link) -> Option<f64> {
-    model_terms(algo, bytes, fragments, p).map(|t| t.time(link))
 }
 
 /// (seconds, messages on the busiest rank) of `bytes` cut into `fragments` on `place` (None
@@ -154,6 +149,12 @@ pub fn markdown(rows: &[Comparison]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::cost::Link;
+
+    /// Model time of `bytes` cut into `fragments` nearly equal fragments, one allreduce each.
+    fn model_seconds(algo: Algorithm, bytes: usize, fragments: usize, p: usize, link: &Link) -> Option<f64> {
+        model_terms(algo, bytes, fragments, p).map(|t| t.time(link))
+    }
 
     #[test]
     fn fragments_are_modelled_one_allreduce_each() {

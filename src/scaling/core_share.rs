@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn the_share_is_cpu_over_cpu_and_wait_where_nothing_of_the_exchange_is_in_it() {
-        // 4 ranks on 2 cores with --no-exchange, as measured: 172.4 ms on a core, 173.0 waited.
+        // 4 ranks on 2 cores with --no-exchange: about as long waiting for a core as on one.
         let (share, from) = core_share(&run(4, true, 172.4, json!(173.0)));
         assert_eq!(from, ShareSource::Measured);
         assert!((share - 172.4 / 345.4).abs() < 1e-12, "{share}");

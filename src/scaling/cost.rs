@@ -106,11 +106,6 @@ pub fn terms(algo: Algorithm, n: f64, p: usize) -> Option<Terms> {
     Some(t)
 }
 
-/// Seconds of one allreduce (None for `Mpi`).
-pub fn allreduce_time(algo: Algorithm, bytes: usize, p: usize, link: &Link) -> Option<f64> {
-    terms(algo, bytes as f64, p).map(|t| t.time(link))
-}
-
 /// Seconds of one allreduce of `bytes` (as f32) on the ranks of `place`, its values
 /// travelling as `wire` (None for `Mpi`): the closed forms where every node runs one rank,
 /// the rounds of `two_level` where nodes run several.
@@ -204,6 +199,11 @@ mod tests {
 
     fn nodes(p: usize) -> Placement {
         Placement { hosts: p, ranks_per_host: 1 }
+    }
+
+    /// Seconds of one allreduce (None for `Mpi`).
+    fn allreduce_time(algo: Algorithm, bytes: usize, p: usize, link: &Link) -> Option<f64> {
+        terms(algo, bytes as f64, p).map(|t| t.time(link))
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub fn check_times(values: &[(&str, f64)]) -> Result<()> {
 pub const MAX_RANKS: u64 = 1 << 20;
 
 /// alpha, beta, gamma between nodes: flags over --links over the defaults (15 us, 1 Gbit/s,
-/// measured here); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
+/// gamma timed on this machine); inside a node: flags over --intra-links over 1 us and 10 GB/s (a copy
 /// through shared memory), with the same gamma.
 pub fn links_of(args: &LinkOptions, ranks_per_node: u64) -> Result<Links> {
     let report = link_report(&args.links, "--links")?;

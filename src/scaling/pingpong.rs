@@ -73,7 +73,7 @@ pub fn fit_alpha_beta(points: &[Point]) -> (f64, f64, f64) {
     let (intercept, beta) = fit_line(&xs, &ys);
     let beta = beta.max(0.0);
     // Alpha: the median over the small sizes, so that one size disturbed by a neighbour on a
-    // shared machine does not set it (seen: 266 us at 4 B, 7.9 us at 64 B and 1 KiB).
+    // shared machine (tens of times the others' time) does not set it.
     let mut small: Vec<f64> = points
         .iter()
         .filter(|p| p.bytes <= ALPHA_UP_TO_BYTES)

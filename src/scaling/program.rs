@@ -62,13 +62,6 @@ pub struct StepProgram {
     pub items: Vec<Item>,
 }
 
-impl StepProgram {
-    /// Seconds of compute (waits excluded).
-    pub fn compute_seconds(&self) -> f64 {
-        self.items.iter().map(|i| if let Item::Compute(s) = i { *s } else { 0.0 }).sum()
-    }
-}
-
 /// A span of the compute track.
 #[derive(Clone, Debug)]
 pub struct Span {
@@ -256,7 +249,8 @@ mod tests {
                 Item::WaitMetrics,
             ]
         );
-        assert!((p.compute_seconds() - 36e-6).abs() < 1e-12);
+        let compute: f64 = p.items.iter().map(|i| if let Item::Compute(s) = i { *s } else { 0.0 }).sum();
+        assert!((compute - 36e-6).abs() < 1e-12);
         // Step 0 is skipped when later steps exist; the last step has no end and is skipped.
         let mut three = s.clone();
         three.insert(0, span("D.1 conv", "forward", -50.0, 1.0, 0));

@@ -283,10 +283,10 @@ pub fn simulate(args: &SimulateOptions, summary: &Path) -> Result<Prediction> {
             summary.display()
         ),
     };
-    // The replay keeps every rank's state: the one-rank-per-node limit (--nodes 1048576) bounds
-    // nodes of several ranks too (at the limit, about 25 s and 5 GB here; up to MAX_ROUNDS
-    // times the time where collectives slow beside compute, which replays until their lengths
-    // settle).
+    // The replay keeps every rank's state, so its time and memory grow with the ranks: the
+    // one-rank-per-node limit (--nodes 1048576) bounds nodes of several ranks too (and where
+    // collectives slow beside compute, the replay runs up to MAX_ROUNDS times until their
+    // lengths settle).
     if let Some(&too_many) = args.nodes.iter().find(|&&p| p * args.ranks_per_node > MAX_RANKS) {
         bail!(
             "--nodes {too_many} x --ranks-per-node {} is {} ranks: the replay goes up to {MAX_RANKS}; \

@@ -115,15 +115,6 @@ impl Schedule {
             .sum::<f64>()
             / 2.0
     }
-
-    /// Bytes (as f32) that leave host `h` over the whole allreduce.
-    pub fn bytes_leaving(&self, place: Placement, h: usize) -> f64 {
-        let leaves = |m: &&Message| place.host_of(m.from) == h && place.host_of(m.to) != h;
-        self.rounds
-            .iter()
-            .map(|x| x.repeat as f64 * x.messages.iter().filter(leaves).map(|m| m.bytes).sum::<f64>())
-            .sum()
-    }
 }
 
 /// The rounds of one allreduce of `n` bytes with `algo` on the ranks of `place` (None for
@@ -322,9 +313,17 @@ mod tests {
         // link at once (n/2); then the allgather inside.
         let hier = 2.0 * (ai + n / 2.0 * bi) + (n / 2.0) * g + 2.0 * (a + n / 2.0 * b) + (n / 4.0) * g;
         assert!((seconds(Algorithm::Hier, n, 2, 2, Wire::F32) - hier).abs() < 1e-12);
-        // The link bytes of the README's measurement: vhd 2n, ring 1.5n, hier n.
+        // The bytes on each host's link (docs/performance/allreduce.md, 2 hosts x 2): vhd 2n,
+        // ring 1.5n, hier n.
         let place = Placement { hosts: 2, ranks_per_host: 2 };
-        let leaving = |algo| schedule(algo, n, place).unwrap().bytes_leaving(place, 0);
+        let leaving = |algo| {
+            let leaves = |m: &&Message| place.host_of(m.from) == 0 && place.host_of(m.to) != 0;
+            let rounds = schedule(algo, n, place).unwrap().rounds;
+            rounds
+                .iter()
+                .map(|x| x.repeat as f64 * x.messages.iter().filter(leaves).map(|m| m.bytes).sum::<f64>())
+                .sum()
+        };
         assert_eq!(
             (leaving(Algorithm::Vhd), leaving(Algorithm::Ring), leaving(Algorithm::Hier)),
             (2.0 * n, 1.5 * n, n)

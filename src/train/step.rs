@@ -228,7 +228,7 @@ impl<B: Backend> GanTrainer<B> {
 
         // 4. D's update. D's next forward starts at D.1, whose bucket leaves last, so D gains
         //    nothing from landing it stage by stage; D[1] travels alone so that what is
-        //    left to wait for here is 4 KB, not all of D (see train/buckets.rs).
+        //    left to wait for here is 4 KB, not all of D (see train/ddp/buckets.rs).
         let store = &mut self.model.d.store;
         let u = Update::next(store, lr_d);
         self.exchange.finish(&self.be, NetId::D, store, u, &mut self.timeline);

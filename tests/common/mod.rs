@@ -51,6 +51,17 @@ pub fn read_safetensors(path: &std::path::Path) -> std::collections::BTreeMap<St
     out
 }
 
+/// (pixels [height, width], height, width) of an 8-bit grayscale PNG (a sample grid).
+pub fn read_png_gray(path: &std::path::Path) -> (Vec<u8>, usize, usize) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut reader = png::Decoder::new(std::io::BufReader::new(file)).read_info().unwrap();
+    assert_eq!((reader.info().color_type, reader.info().bit_depth), (png::ColorType::Grayscale, png::BitDepth::Eight));
+    let mut pixels = vec![0u8; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    pixels.truncate(frame.buffer_size());
+    (pixels, frame.height as usize, frame.width as usize)
+}
+
 /// G's and D's tensors of the latest checkpoint of a run, keyed "G main.0.weight".
 pub fn final_weights(run: &std::path::Path) -> std::collections::BTreeMap<String, Vec<f32>> {
     let root = run.join("checkpoints");

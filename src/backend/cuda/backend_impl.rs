@@ -28,7 +28,6 @@ impl Backend for Cuda {
         self.alloc_buf(len)
     }
     fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
-        self.refuse_in_capture("upload from ordinary host memory (stage through pinned memory)");
         check_len("upload", src.len(), dst.len);
         let to = dptr_mut(&dst).0;
         match &self.engine {
@@ -37,7 +36,6 @@ impl Backend for Cuda {
         }
     }
     fn download(&self, src: View<Self>, dst: &mut [f32]) {
-        self.refuse_in_capture("download");
         check_len("download", dst.len(), src.len);
         let from = dptr(src).0;
         match &self.engine {
@@ -80,12 +78,6 @@ impl Backend for Cuda {
         Some(Cuda::peak_bytes(self))
     }
 
-    fn fill(&self, x: ViewMut<Self>, value: f32) {
-        elementwise::cuda::fill(self, x, value);
-    }
-    fn scale(&self, x: ViewMut<Self>, a: f32) {
-        elementwise::cuda::scale(self, x, a);
-    }
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cuda::axpy(self, a, x, y);
     }

@@ -10,7 +10,7 @@ use super::nvrtc::{self, Output, Target};
 use super::probe::{self, DeviceProbe};
 use super::{Family, kernel_cache};
 use anyhow::{Context, Result, anyhow, bail};
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, result, sys};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, result, sys};
 use cudarc::nvrtc::Ptx;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -64,10 +64,7 @@ fn load_family(ctx: &Arc<CudaContext>, family: Family, target: &Target) -> Resul
     let file = family.kernels();
     let as_ptx = |image: Vec<u8>| match target.output {
         Output::Cubin => Ptx::from_binary(image),
-        Output::Ptx => {
-            let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
-            Ptx::from_src(String::from_utf8_lossy(&image[..end]).into_owned())
-        }
+        Output::Ptx => Ptx::from_src(nvrtc::ptx_text(&image)),
     };
     let image = kernel_cache::load_or_compile(family, target, false)?;
     let module = match ctx.load_module(as_ptx(image)) {
@@ -214,18 +211,5 @@ impl Driver {
         self.bind();
         unsafe { result::memcpy_htod_async(dst, src, self.copy.cu_stream()) }?;
         Ok(())
-    }
-
-    /// Start recording the compute stream's work into a graph (thread-local mode: other
-    /// threads, such as the comm thread, may keep calling CUDA meanwhile).
-    pub fn begin_capture(&self) -> Result<()> {
-        self.compute.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        Ok(())
-    }
-
-    pub fn end_capture(&self) -> Result<CudaGraph> {
-        self.compute
-            .end_capture(sys::CUgraphInstantiate_flags(0))?
-            .ok_or_else(|| anyhow!("the captured graph is empty"))
     }
 }

@@ -26,12 +26,12 @@ pub(crate) struct Emulator {
     tramps: Vec<Vec<Tramp>>,
 }
 
-/// The C++ compiler: `$CXX`, else `c++`.
+/// The C++ compiler that builds the emulator: `$CXX`, default `c++`.
 fn compiler() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".into())
 }
 
-/// Whether a C++ compiler is there to build the emulator.
+/// Whether a C++ compiler is there to build the emulator (tests skip it where not).
 pub fn is_available() -> bool {
     Command::new(compiler()).arg("--version").output().is_ok_and(|o| o.status.success())
 }

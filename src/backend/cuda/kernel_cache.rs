@@ -9,7 +9,8 @@ use anyhow::Result;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-/// `$DCGAN_KERNEL_CACHE` (empty or "off" disables the cache) or ~/.cache/dcgan-train/kernels.
+/// Where compiled kernels (and the emulator's library) are kept: `$DCGAN_KERNEL_CACHE`, empty
+/// or "off" for no cache; unset, ~/.cache/dcgan-train/kernels (no cache without `$HOME`).
 pub fn cache_dir() -> Option<PathBuf> {
     match std::env::var_os("DCGAN_KERNEL_CACHE") {
         Some(v) if v.is_empty() || v == "off" => None,

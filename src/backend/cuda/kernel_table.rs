@@ -5,7 +5,8 @@
 //! Each op family declares its kernels once with `cuda_kernels!`, which yields the family's
 //! `KERNELS` table (source file and signatures) and one typed launch function per kernel, so
 //! a launcher cannot name a kernel or pass an argument type that the table does not list; the
-//! NVRTC test then checks every table entry against the `.entry` declarations in the PTX.
+//! NVRTC test (tests/cuda_nvrtc.rs) then checks every table entry against the `.entry`
+//! declarations in the PTX.
 
 /// How one kernel parameter is passed, as PTX declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,19 +23,6 @@ pub enum ParamKind {
     F64,
     /// A struct passed by value, generated from a `device_struct!`.
     Struct { name: &'static str, size: usize, align: usize },
-}
-
-impl ParamKind {
-    /// The PTX parameter type this compiles to, as `ptx_entry_params` normalizes it.
-    pub fn ptx(&self) -> String {
-        match self {
-            ParamKind::Ptr | ParamKind::I64 => ".u64".into(),
-            ParamKind::I32 => ".u32".into(),
-            ParamKind::F32 => ".f32".into(),
-            ParamKind::F64 => ".f64".into(),
-            ParamKind::Struct { size, align, .. } => format!(".align {align} .b8 [{size}]"),
-        }
-    }
 }
 
 /// A Rust type that can be passed by value as a kernel parameter.
@@ -77,6 +65,7 @@ unsafe impl KernelArg for f64 {
 #[derive(Debug)]
 pub struct KernelSig {
     pub name: &'static str,
+    /// What the launcher passes: tests/cuda_nvrtc.rs checks it against the kernel's PTX.
     pub params: &'static [ParamKind],
 }
 
@@ -237,47 +226,16 @@ impl FastDiv {
         debug_assert!(mul <= u32::MAX as u64);
         FastDiv { d: d as u32, mul: mul as u32, shr: p - 32 }
     }
-
-    /// What the kernel computes (`fdiv`), for tests.
-    pub fn div(&self, n: u32) -> u32 {
-        if self.d == 1 { n } else { (((n as u64 * self.mul as u64) >> 32) as u32) >> self.shr }
-    }
-}
-
-/// The parameter list of every `.entry` in a PTX module: name -> normalized types
-/// (".u64", ".u32", ".f32", ".f64", ".align A .b8 [N]").
-pub fn ptx_entry_params(ptx: &str) -> Vec<(String, Vec<String>)> {
-    let mut out = Vec::new();
-    let mut rest = ptx;
-    while let Some(at) = rest.find(".entry ") {
-        rest = &rest[at + ".entry ".len()..];
-        let Some(open) = rest.find('(') else { break };
-        let name = rest[..open].trim().to_string();
-        let Some(close) = rest.find(')') else { break };
-        let params = rest[open + 1..close]
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                // ".param .u64 name_param_0" or ".param .align 4 .b8 name_param_0[116]"
-                let words: Vec<&str> = p.split_whitespace().skip(1).collect();
-                if words.first() == Some(&".align") && words.len() >= 4 {
-                    let size = words[3].rsplit_once('[').map(|(_, s)| s.trim_end_matches(']')).unwrap_or("?");
-                    format!("{} {} {} [{size}]", words[0], words[1], words[2])
-                } else {
-                    words.first().map(|w| w.to_string()).unwrap_or_default()
-                }
-            })
-            .collect();
-        out.push((name, params));
-        rest = &rest[close..];
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the kernels compute for n / d (`fdiv` in common.cuh).
+    fn kernel_div(f: &FastDiv, n: u32) -> u32 {
+        if f.d == 1 { n } else { (((n as u64 * f.mul as u64) >> 32) as u32) >> f.shr }
+    }
 
     #[test]
     fn fast_division_matches_integer_division() {
@@ -288,7 +246,7 @@ mod tests {
         for &d in &divisors {
             let f = FastDiv::new(d);
             for &n in &numerators {
-                assert_eq!(f.div(n), n / d as u32, "{n} / {d}");
+                assert_eq!(kernel_div(&f, n), n / d as u32, "{n} / {d}");
             }
         }
     }
@@ -307,15 +265,5 @@ mod tests {
     fn generated_c_declaration_lists_fields_in_order() {
         assert_eq!(Probe::c_decl(), "struct Probe {\n  int a;\n  float b;\n  FastDiv c;\n  unsigned int d;\n};\n");
         assert_eq!(<Probe as KernelArg>::KIND, ParamKind::Struct { name: "Probe", size: 24, align: 4 });
-    }
-
-    #[test]
-    fn ptx_entry_parsing_normalizes_parameter_types() {
-        let ptx = ".visible .entry k1(\n\t.param .align 4 .b8 k1_param_0[116],\n\t.param .u64 .ptr .align 1 k1_param_1,\n\t.param .f32 k1_param_2\n)\n{\n}\n.visible .entry k2(\n\t.param .u32 k2_param_0\n)\n{}";
-        let e = ptx_entry_params(ptx);
-        assert_eq!(e.len(), 2);
-        assert_eq!(e[0].0, "k1");
-        assert_eq!(e[0].1, vec![".align 4 .b8 [116]", ".u64", ".f32"]);
-        assert_eq!(e[1], ("k2".to_string(), vec![".u32".to_string()]));
     }
 }

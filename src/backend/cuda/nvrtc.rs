@@ -40,6 +40,7 @@ impl Target {
 #[derive(Debug)]
 pub struct Compiled {
     pub image: Vec<u8>,
+    /// Warnings, if any: tests/cuda_nvrtc.rs fails on them.
     pub log: String,
 }
 
@@ -175,8 +176,8 @@ fn program_log(prog: sys::nvrtcProgram) -> Result<String> {
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
-/// The PTX text of a compiled PTX image (without its trailing NUL).
-pub fn ptx_text(c: &Compiled) -> String {
-    let end = c.image.iter().position(|&b| b == 0).unwrap_or(c.image.len());
-    String::from_utf8_lossy(&c.image[..end]).into_owned()
+/// The PTX text of a PTX image (without its trailing NUL).
+pub fn ptx_text(image: &[u8]) -> String {
+    let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+    String::from_utf8_lossy(&image[..end]).into_owned()
 }

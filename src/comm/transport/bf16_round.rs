@@ -2,14 +2,14 @@
 //! compiler vectorizes it (AVX2 where the CPU has it). The comm thread converts every
 //! gradient byte it sends and receives, beside compute that needs the same cores, so these
 //! loops are on the exchange's CPU bill: `half`'s one-value conversion branches on NaN and on
-//! the rounding bit and stays scalar, 2.0-2.9x slower on a 1 MiB fragment
-//! (`cargo bench --bench bf16_wire`).
+//! the rounding bit and stays scalar, several times slower (`cargo bench --bench bf16_wire`;
+//! measured: docs/performance/overlap.md).
 //!
 //! The rounding is `half::bf16::from_f32`'s, bit for bit (the tests check every class of
 //! value against it): round to nearest, ties to even, overflow to infinity, and a NaN stays
 //! NaN with its top mantissa bit set (quiet). Decoding is `half`'s too for every value the
 //! encoding makes; it skips `half`'s quieting of signalling NaNs, which the encoding never
-//! sends (quieting them made every conversion here 1.3x slower).
+//! sends and which would slow every conversion here.
 
 use crate::comm::transport::Combine;
 

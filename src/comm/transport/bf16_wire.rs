@@ -107,9 +107,6 @@ impl Transport for Bf16Wire<'_> {
     fn set_policy(&mut self, policy: WaitPolicy) {
         self.inner.set_policy(policy)
     }
-    fn policy(&self) -> &WaitPolicy {
-        self.inner.policy()
-    }
     fn serve_status(&mut self) {
         self.inner.serve_status()
     }

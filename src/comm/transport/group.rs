@@ -90,10 +90,6 @@ impl<T: Transport + ?Sized> Transport for Group<'_, T> {
         self.inner.set_policy(policy)
     }
 
-    fn policy(&self) -> &WaitPolicy {
-        self.inner.policy()
-    }
-
     fn serve_status(&mut self) {
         self.inner.serve_status()
     }

@@ -212,10 +212,6 @@ impl Transport for Local {
         self.policy = policy;
     }
 
-    fn policy(&self) -> &WaitPolicy {
-        &self.policy
-    }
-
     fn serve_status(&mut self) {
         while let Ok(q) = self.queries.try_recv() {
             let _ = q.reply.send((self.rank, self.activity.reply()));

@@ -135,8 +135,8 @@ impl WaitClock {
     const SPINS_PER_CHECK: u32 = 64;
     const SERVE_EVERY: Duration = Duration::from_millis(10);
     /// How long a wait polls before it offers the core at every poll: longer than a small
-    /// message takes through shared memory (under 4 us for 16 KiB here), where a yield per
-    /// poll (about 0.7 us each) made 8-byte allreduces 5x slower.
+    /// message takes through shared memory, which a yield per poll would slow several times
+    /// over.
     const SPIN_ALONE: Duration = Duration::from_micros(30);
     const SPINS_BEFORE_CLOCK: u32 = 8;
 
@@ -154,10 +154,8 @@ impl WaitClock {
         }
         // Where cores are shared (compute threads, or other ranks on emulated hosts), each
         // poll on a busy core is time taken from compute; on an idle core sched_yield returns
-        // at once. Over TCP a poll is a syscall or two, so 64 of them held the core for about
-        // 100 us between offers. Offering it at every poll of a long wait lowered the comm
-        // thread's CPU and the training thread's wait for a core on the emulated cluster
-        // (docs/measurements/2026-11-24/yield-every-poll.txt).
+        // at once. Over TCP a poll is a syscall or two, so a long wait offers the core at every
+        // poll, not every SPINS_PER_CHECK (measured: docs/performance/overlap.md).
         if self.yield_every_poll {
             std::thread::yield_now();
         }
@@ -174,9 +172,8 @@ impl WaitClock {
         if waited > policy.stall_timeout {
             return Tick::Fail(CommError::Stalled { peer, waited });
         }
-        // Yielding only after 200 us of waiting, as this did before, left the 2-host training
-        // thread waiting 2.0-2.9 ms more per step for a core (lower in 18 of 18 pairs;
-        // docs/measurements/2026-11-24/bf16-vectorized.txt, section 7).
+        // Offer the core from the first clock check on: a wait that spins alone for longer
+        // keeps the training thread waiting for a core (measured: docs/performance/overlap.md).
         if !self.yield_every_poll {
             std::thread::yield_now();
             self.yield_every_poll = waited >= Self::SPIN_ALONE;
@@ -236,7 +233,6 @@ pub trait Transport {
     /// What this rank is doing, for other ranks' stall reports.
     fn activity(&mut self) -> &mut Activity;
     fn set_policy(&mut self, policy: WaitPolicy);
-    fn policy(&self) -> &WaitPolicy;
     /// Answer pending status queries of stalled ranks (called from wait loops and when idle).
     fn serve_status(&mut self);
     /// Ask every other rank what it is doing; `None` where no answer came within `grace`.

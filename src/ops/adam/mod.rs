@@ -19,11 +19,7 @@ pub struct AdamStep {
 }
 
 impl AdamStep {
-    /// Step `t` (1-based) of Adam with learning rate `lr` and the DCGAN betas (0.5, 0.999).
-    pub fn new(lr: f32, t: u64) -> Self {
-        Self::with_betas(lr, 0.5, 0.999, 1e-8, t)
-    }
-
+    /// Step `t` (1-based) of Adam with learning rate `lr`.
     pub fn with_betas(lr: f32, beta1: f32, beta2: f32, eps: f32, t: u64) -> Self {
         assert!(t >= 1, "Adam steps count from 1");
         let t = t.min(i32::MAX as u64) as i32;

@@ -19,12 +19,10 @@ fn chunk_images(g: &ConvGeom) -> usize {
 }
 
 /// Output tiles per thread. `gemm`'s own threading gives each thread an equal share, so a
-/// step goes at the pace of the slowest core; on this project's kind of machine (a 2-vCPU
-/// guest) one vCPU at a time runs 25-35% slower for stretches of a second or so (its host
-/// core's other hyper-thread busy, we think: no steal time is recorded), which made the
-/// 2-thread step up to 1.4x slower. Smaller tiles, taken by rayon's work stealing, let the
-/// fast thread do more of them. 2 per thread beat 1 and 4 (30 alternating rounds, step
-/// 0.927x of gemm's own split; docs/measurements/2026-11-23/gemm-tiles.txt).
+/// step goes at the pace of the slowest core, and on a virtual machine one core is often
+/// slower than the other for stretches of a second. Smaller tiles, taken by rayon's work
+/// stealing, let the faster thread do more of them; 2 per thread beat 1 and 4 (measured:
+/// docs/performance/cpu-step.md).
 const TILES_PER_THREAD: usize = 2;
 
 /// Narrowest tile along the split dimension: each tile packs its own copy of the other

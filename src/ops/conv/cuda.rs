@@ -145,7 +145,8 @@ impl Tile {
     }
 }
 
-/// `DCGAN_CONV_TILE` (64 or 128), read once.
+/// `DCGAN_CONV_TILE`, read once: `64` or `128` forces that wide tile wherever `Tile::choose`
+/// would pick one of the two (for benchmarking); unset, or any other value, lets it choose.
 fn wide_tile_override() -> Option<usize> {
     static TILE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *TILE.get_or_init(|| {

@@ -1,4 +1,5 @@
-//! Small elementwise helpers: fill, scale, axpy. CPU side in `cpu.rs`, CUDA in `cuda.rs`.
+//! Elementwise axpy (batch norm accumulates its dgamma/dbeta with it). CPU side in `cpu.rs`,
+//! CUDA in `cuda.rs`.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -48,15 +48,6 @@ pub enum NetId {
     D = 1,
 }
 
-impl NetId {
-    pub fn name(self) -> &'static str {
-        match self {
-            NetId::G => "G",
-            NetId::D => "D",
-        }
-    }
-}
-
 /// One Adam update of a network: its learning rate and its 1-based step number.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Update {

@@ -1,7 +1,6 @@
 //! Starting MPI on the comm thread and learning who this process is.
 
-use super::{DEFAULT_CHUNK_BYTES, DEFAULT_DEPTH, DEFAULT_EAGER_MAX_BYTES, DEFAULT_PIECE_BYTES};
-use super::{MAX_DEPTH, Mpi, env_usize};
+use super::{MessageCuts, Mpi};
 use crate::comm::WorldInfo;
 use crate::comm::status::Activity;
 use crate::comm::transport::{WaitPolicy, host_numbers};
@@ -64,10 +63,7 @@ impl Mpi {
             mpi_library: library,
             thread_level: format!("{level:?}").to_lowercase(),
         };
-        let chunk_bytes = env_usize("DCGAN_ALLREDUCE_CHUNK").unwrap_or(DEFAULT_CHUNK_BYTES);
-        let depth = env_usize("DCGAN_ALLREDUCE_DEPTH").unwrap_or(DEFAULT_DEPTH);
-        let piece_bytes = env_usize("DCGAN_ALLREDUCE_PIECE").unwrap_or(DEFAULT_PIECE_BYTES);
-        let eager_max = env_usize("DCGAN_ALLREDUCE_EAGER_MAX").unwrap_or(DEFAULT_EAGER_MAX_BYTES);
+        let cuts = MessageCuts::from_env();
         let t = Mpi {
             // SAFETY: reading an extern constant initialized by the MPI shim.
             comm: unsafe { ffi::RSMPI_COMM_WORLD },
@@ -77,10 +73,10 @@ impl Mpi {
             policy: WaitPolicy::default(),
             activity: Activity::new(),
             scratch: Vec::new(),
-            chunk: (chunk_bytes / 4).max(1),
-            depth: depth.clamp(1, MAX_DEPTH),
-            piece: (piece_bytes / 4).max(1),
-            eager_max: eager_max / 4,
+            chunk: cuts.chunk,
+            depth: cuts.depth,
+            piece: cuts.piece,
+            eager_max: cuts.eager_max,
             recvs: Vec::new(),
             sends: Vec::new(),
             _universe: universe,

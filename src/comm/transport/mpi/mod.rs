@@ -4,14 +4,10 @@
 //! queries are answered. Reductions of large messages are pipelined in chunks: the receive of
 //! chunk k+1 is in flight while chunk k (in a small, cache-resident scratch slot) is added.
 //!
-//! Messages are cut the same way on both sides, by length only:
-//! - up to `DCGAN_ALLREDUCE_EAGER_MAX` (default 16KiB): pieces of `DCGAN_ALLREDUCE_PIECE`
-//!   bytes (default 4032), small enough for Open MPI's shared-memory eager protocol (4 KiB with
-//!   headers), so no piece pays the rendezvous handshake; all pieces are in flight at once;
-//! - larger: chunks of `DCGAN_ALLREDUCE_CHUNK` bytes (default 1MiB), `DCGAN_ALLREDUCE_DEPTH`
-//!   (default 2, at most 8) receives in flight.
-//!
-//! The knobs are read from the environment and must be the same on every rank.
+//! Messages are cut the same way on both sides, by length only (`MessageCuts`): mid-size ones
+//! into pieces small enough for Open MPI's shared-memory eager protocol (4 KiB with headers),
+//! so no piece pays the rendezvous handshake, all in flight at once; larger ones into chunks,
+//! a few receives in flight.
 
 use super::{CommError, RecvEnd, SendEnd, Tag, Tick, Transport, WaitClock, WaitPolicy};
 use crate::comm::status::{Activity, StatusReply};
@@ -24,11 +20,35 @@ mod exchange;
 mod init;
 mod status;
 
-const MAX_DEPTH: usize = 8;
-const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
-const DEFAULT_DEPTH: usize = 2;
-const DEFAULT_PIECE_BYTES: usize = 4032;
-const DEFAULT_EAGER_MAX_BYTES: usize = 16 << 10;
+/// How messages are cut: tuning knobs for benchmarks, read from the environment when MPI
+/// starts; every rank must be given the same values. Sizes are bytes, with or without a unit
+/// (`64KiB`); a value that does not parse is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MessageCuts {
+    /// Floats per chunk of a large message: `DCGAN_ALLREDUCE_CHUNK` bytes (default 1MiB).
+    pub chunk: usize,
+    /// Chunks received at once: `DCGAN_ALLREDUCE_DEPTH` (default 2, at most 8).
+    pub depth: usize,
+    /// Floats per piece of a mid-size message: `DCGAN_ALLREDUCE_PIECE` bytes (default 4032).
+    pub piece: usize,
+    /// The longest message (in floats) cut into pieces rather than chunks:
+    /// `DCGAN_ALLREDUCE_EAGER_MAX` bytes (default 16KiB).
+    pub eager_max: usize,
+}
+
+impl MessageCuts {
+    pub fn from_env() -> MessageCuts {
+        let var = |name: &str, default: usize| {
+            std::env::var(name).ok().and_then(|v| crate::units::parse_bytes(&v).ok()).unwrap_or(default)
+        };
+        MessageCuts {
+            chunk: (var("DCGAN_ALLREDUCE_CHUNK", 1 << 20) / 4).max(1),
+            depth: var("DCGAN_ALLREDUCE_DEPTH", 2).clamp(1, 8),
+            piece: (var("DCGAN_ALLREDUCE_PIECE", 4032) / 4).max(1),
+            eager_max: var("DCGAN_ALLREDUCE_EAGER_MAX", 16 << 10) / 4,
+        }
+    }
+}
 
 pub struct Mpi {
     comm: ffi::MPI_Comm,
@@ -61,10 +81,6 @@ fn null_request() -> ffi::MPI_Request {
 
 fn count(n: usize) -> c_int {
     c_int::try_from(n).expect("message larger than 2^31 elements")
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| crate::units::parse_bytes(&v).ok())
 }
 
 impl Mpi {
@@ -258,10 +274,6 @@ impl Transport for Mpi {
 
     fn set_policy(&mut self, policy: WaitPolicy) {
         self.policy = policy;
-    }
-
-    fn policy(&self) -> &WaitPolicy {
-        &self.policy
     }
 
     fn serve_status(&mut self) {
