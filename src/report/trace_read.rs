@@ -83,7 +83,7 @@ pub fn has_track(trace: &Value, rank: usize, track: Track) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Trace;
+    use crate::report::trace::Trace;
     use std::time::{Duration, Instant};
 
     /// What the writer wrote, the reader reads: ranks, tracks, steps and times.

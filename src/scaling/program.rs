@@ -14,7 +14,7 @@
 //!   A multi-rank trace records that wait as a `wait` span named `metrics`; like every wait,
 //!   the replay drops it and computes its own.
 
-use crate::report::Track;
+use crate::report::trace::Track;
 use crate::report::trace_read;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! rank, the share of its `allreduce` spans that falls inside the compute track's busy spans
 //! (any compute span but a `wait`).
 
-use crate::report::Track;
+use crate::report::trace::Track;
 use crate::report::trace_read::SpanRecord;
 use serde::Serialize;
 use std::collections::BTreeSet;
