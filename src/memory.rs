@@ -1,14 +1,30 @@
-//! The memory this host has for a new allocation, so that a size that cannot fit is refused
-//! with a line instead of aborting the process.
+//! Memory as the system sees it: what this host has for a new allocation (so that a size that
+//! cannot fit is refused with a line instead of aborting the process), and what this process
+//! holds now and has held at most.
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// MemAvailable in /proc/meminfo, where the system says.
-pub fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+/// The value of `key` (in kB) in a /proc file of `key: value kB` lines, in bytes.
+fn proc_kib(path: &str, key: &str) -> Option<u64> {
+    let info = std::fs::read_to_string(path).ok()?;
+    let line = info.lines().find(|l| l.strip_prefix(key).is_some_and(|rest| rest.starts_with(':')))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// MemAvailable in /proc/meminfo, where the system says.
+pub fn available_memory() -> Option<u64> {
+    proc_kib("/proc/meminfo", "MemAvailable")
+}
+
+/// This process's resident memory now (VmRSS), where the system says.
+pub fn resident_bytes() -> Option<u64> {
+    proc_kib("/proc/self/status", "VmRSS")
+}
+
+/// The most resident memory this process has held (VmHWM), where the system says.
+pub fn peak_resident_bytes() -> Option<u64> {
+    proc_kib("/proc/self/status", "VmHWM")
 }
 
 /// An error naming `what` when `need` bytes are more than this host has available (an

@@ -36,6 +36,8 @@ impl Backend for Cpu {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
     fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        #[cfg(test)]
+        allocated::add(len);
         Ok(vec![0.0; len])
     }
     fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
@@ -49,6 +51,9 @@ impl Backend for Cpu {
     }
     fn synchronize(&self) {}
 
+    fn workspace_floats(&self, convs: &[ConvGeom], _bns: &[BnGeom]) -> usize {
+        convs.iter().map(conv::cpu::scratch_floats).max().unwrap_or(0)
+    }
     fn alloc_host(&self, len: usize) -> Result<Vec<f32>> {
         Ok(vec![0.0; len])
     }
@@ -168,5 +173,24 @@ impl Backend for Cpu {
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
         keep_awake();
         adam::cpu::step(h, sm(param), s(grad), sm(m), sm(v));
+    }
+}
+
+/// For the tests of memory plans: the floats this thread has had allocated through `alloc`.
+#[cfg(test)]
+pub mod allocated {
+    use std::cell::Cell;
+
+    thread_local! {
+        static FLOATS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(super) fn add(n: usize) {
+        FLOATS.with(|f| f.set(f.get() + n));
+    }
+
+    /// The floats allocated on this thread so far.
+    pub fn floats() -> usize {
+        FLOATS.with(Cell::get)
     }
 }

@@ -178,6 +178,14 @@ impl Cuda {
     }
 
     /// The most bytes this backend has had allocated at once (buffers and workspace).
+    /// Device memory free now (None on the emulator, whose buffers are host memory).
+    pub fn free_device_bytes(&self) -> Option<u64> {
+        match &self.engine {
+            Engine::Driver(d) => d.free_bytes(),
+            Engine::Emulator(_) => None,
+        }
+    }
+
     pub fn peak_bytes(&self) -> usize {
         self.mem.peak.load(Ordering::Relaxed)
     }

@@ -134,6 +134,16 @@ pub trait Backend: Sized + 'static {
     fn peak_bytes(&self) -> Option<usize> {
         None
     }
+    /// Floats of scratch the ops over these geometries take beside the layers' buffers (the
+    /// largest one op needs: ops run one at a time).
+    fn workspace_floats(&self, _convs: &[ConvGeom], _bns: &[BnGeom]) -> usize {
+        0
+    }
+    /// Bytes free for new buffers on a device of its own (None: buffers live in host memory,
+    /// as on the CPU and the emulator).
+    fn free_device_bytes(&self) -> Option<u64> {
+        None
+    }
 
     // ---- elementwise (ops/elementwise) ----
     /// y += a * x

@@ -1,7 +1,7 @@
 //! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
 //! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
 
-use super::net::{BackwardOrder, Net, StageSpec};
+use super::net::{BackwardOrder, Net, NetPlan, StageSpec, plan_net};
 use crate::backend::Backend;
 use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
 use anyhow::{Result, bail};
@@ -70,6 +70,13 @@ pub fn architecture(image_size: usize) -> Result<(&'static [StageSpec], &'static
     }
 }
 
+/// What G and D of `image_size` take at `batch` images per rank, before they are built.
+pub fn plan(image_size: usize, batch: usize) -> Result<[NetPlan; 2]> {
+    let (g, d) = architecture(image_size)?;
+    let nz = g.first().map_or(NZ, |s| s.c_in);
+    Ok([plan_net(g, batch, (nz, 1, 1))?, plan_net(d, batch, (1, image_size, image_size))?])
+}
+
 /// Generator and discriminator for `batch` images per rank.
 pub struct Dcgan<B: Backend> {
     pub g: Net<B>,
@@ -117,4 +124,23 @@ pub fn seed_for(seed: u64, purpose: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::{Cpu, allocated};
+
+    #[test]
+    fn the_plan_is_what_building_allocates() {
+        for (side, batch) in [(28, 3), (64, 2)] {
+            let before = allocated::floats();
+            let model = Dcgan::new(&Cpu, side, batch, 1).unwrap();
+            let built = allocated::floats() - before;
+            let [g, d] = plan(side, batch).unwrap();
+            assert_eq!(g.floats + d.floats, built, "{side}x{side}, batch {batch}");
+            assert_eq!(g.params, model.g.store.layout.param_len());
+            assert_eq!((g.convs.len(), d.convs.len()), (model.g.stages.len(), model.d.stages.len()));
+        }
+    }
 }

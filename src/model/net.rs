@@ -77,6 +77,39 @@ pub struct Net<B: Backend> {
     d_input: B::Buf,
 }
 
+/// What a network will take before it is built (`plan_net`).
+#[derive(Clone, Debug, Default)]
+pub struct NetPlan {
+    /// Floats `Net::new` allocates on the backend.
+    pub floats: usize,
+    /// Parameters (each has a gradient of the same length).
+    pub params: usize,
+    /// The geometries its ops reserve workspace for.
+    pub convs: Vec<ConvGeom>,
+    pub bns: Vec<BnGeom>,
+}
+
+/// What a network of `specs` at `batch` on `input` [C, H, W] will take, without building
+/// it: the floats `new` allocates and the geometries its ops reserve workspace for.
+pub fn plan_net(specs: &[StageSpec], batch: usize, input: (usize, usize, usize)) -> Result<NetPlan> {
+    let geoms = stage_geometry(specs, batch, input)?;
+    let (layout, _) = param_layout(specs);
+    let mut plan = NetPlan { floats: crate::nn::params::buffer_floats(&layout), ..NetPlan::default() };
+    plan.params = layout.param_len();
+    for (spec, geom) in specs.iter().zip(&geoms) {
+        let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: 0..0 };
+        let (_, oh, ow) = conv.output_shape();
+        plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.batch_norm);
+        if spec.batch_norm {
+            plan.floats += crate::nn::batchnorm::buffer_floats(spec.c_out);
+            plan.bns.push(BnGeom::new(spec.c_out, batch * oh * ow));
+        }
+    }
+    plan.floats += 2 * input.0 * batch * input.1 * input.2;
+    plan.convs = geoms;
+    Ok(plan)
+}
+
 /// Conv and ConvT geometry of every stage for `batch` images of `input` (C, H, W).
 pub fn stage_geometry(specs: &[StageSpec], batch: usize, input: (usize, usize, usize)) -> Result<Vec<ConvGeom>> {
     let (mut c, mut h, mut w) = input;

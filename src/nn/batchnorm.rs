@@ -22,6 +22,11 @@ pub struct BatchNormLayer<B: Backend> {
     sums: B::Buf,
 }
 
+/// The floats `BatchNormLayer::new` allocates for `channels` channels.
+pub fn buffer_floats(channels: usize) -> usize {
+    4 * channels
+}
+
 impl<B: Backend> BatchNormLayer<B> {
     pub fn new(be: &B, geom: BnGeom, act: Activation, gamma_beta: Range<usize>, running: Range<usize>) -> Result<Self> {
         Ok(BatchNormLayer {

@@ -97,6 +97,12 @@ pub struct ParamStore<B: Backend> {
     pub adam_betas_eps: (f32, f32, f32),
 }
 
+/// The floats `ParamStore::new` allocates for `layout`: values, gradients, Adam's two moments,
+/// and the running statistics.
+pub fn buffer_floats(layout: &ParamLayout) -> usize {
+    4 * layout.param_len() + layout.state_len()
+}
+
 impl<B: Backend> ParamStore<B> {
     pub fn new(be: &B, layout: ParamLayout, seed: u64) -> Result<Self> {
         let (values, state) = layout.initial_values(seed);

@@ -31,6 +31,13 @@ pub struct Stage<B: Backend> {
     d_conv_out: Option<B::Buf>,
 }
 
+/// The floats `Stage::new` allocates for an output of `output_len` floats (batch norm's own
+/// buffers aside): the conv output and its gradient, and with batch norm the normalized output
+/// and the gradient at the conv output.
+pub fn buffer_floats(output_len: usize, with_bn: bool) -> usize {
+    if with_bn { 4 * output_len } else { 2 * output_len }
+}
+
 impl<B: Backend> Stage<B> {
     pub fn new(
         be: &B,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod config;
 pub mod ddp;
 pub mod job;
+pub mod memory_plan;
 pub mod noise;
 pub mod outputs;
 pub mod preflight;

@@ -4,6 +4,7 @@
 use super::config::Settings;
 use super::ddp::exchange::{BucketStats, NetId};
 use super::job::Job;
+use super::memory_plan::MemoryEstimate;
 use super::step::GanTrainer;
 use crate::backend::Backend;
 use crate::record::summary::{AlgorithmRange, BucketSummary, CommSummary};
@@ -28,6 +29,8 @@ pub struct RunFacts {
     pub threads: usize,
     /// `--baseline-summary`, read at start (rank 0), and its path.
     pub baseline: Option<(Summary, String)>,
+    /// The memory this rank was estimated to take at its peak, before it was built.
+    pub memory: Option<MemoryEstimate>,
 }
 
 /// The upper median: a step that was measured, not an average of two.
@@ -125,6 +128,9 @@ pub fn build_summary<B: Backend>(
         mpi_library: w.mpi_library.clone(),
         device: trainer.be_describe(),
         peak_device_memory_bytes: trainer.peak_device_bytes(),
+        peak_host_memory_bytes: crate::memory::peak_resident_bytes(),
+        host_memory_estimate_bytes: facts.memory.map(|m| m.host_bytes),
+        device_memory_estimate_bytes: facts.memory.and_then(|m| m.device_bytes),
         threads_per_rank: facts.threads,
         data: end.data.to_string(),
         image_size: args.model.image_size,

@@ -77,6 +77,14 @@ impl Backend for Cuda {
     fn peak_bytes(&self) -> Option<usize> {
         Some(Cuda::peak_bytes(self))
     }
+    fn workspace_floats(&self, convs: &[ConvGeom], bns: &[BnGeom]) -> usize {
+        let conv = convs.iter().map(|g| conv::cuda::workspace_floats(g, self.sm_count));
+        let bn = bns.iter().map(|g| batchnorm::cuda::workspace_floats(g, self.sm_count));
+        conv.chain(bn).max().unwrap_or(0)
+    }
+    fn free_device_bytes(&self) -> Option<u64> {
+        Cuda::free_device_bytes(self)
+    }
 
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cuda::axpy(self, a, x, y);

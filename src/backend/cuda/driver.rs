@@ -112,6 +112,12 @@ impl Driver {
         }
     }
 
+    /// Device memory free now, as the driver says.
+    pub fn free_bytes(&self) -> Option<u64> {
+        self.bind();
+        self.ctx.mem_get_info().ok().map(|(free, _)| free as u64)
+    }
+
     /// A zero-filled allocation of `len` floats (at least one, so the address is valid),
     /// ordered on the compute stream.
     pub fn alloc(&self, len: usize, already: usize) -> Result<(u64, DeviceAlloc)> {

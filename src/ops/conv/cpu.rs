@@ -151,12 +151,18 @@ unsafe fn sgemm_on_this_thread(
     };
 }
 
+/// Floats of this thread's scratch the three passes over `g` take: one chunk's column matrix
+/// and its phase planes.
+pub fn scratch_floats(g: &ConvGeom) -> usize {
+    g.col_rows() * chunk_images(g) * g.out_pixels() + Columns::new(g).scratch_floats(chunk_images(g))
+}
+
 /// Runs `f(columns, b0, nb, col, planes)` for the batch's chunks of images in order, with
 /// `col` [rows, nb * OH * OW] and the phase-plane scratch taken from this thread's scratch.
 fn for_each_chunk(g: &ConvGeom, mut f: impl FnMut(&Columns, usize, usize, &mut [f32], &mut [f32])) {
     let (rows, pix, chunk) = (g.col_rows(), g.out_pixels(), chunk_images(g));
     let columns = Columns::new(g);
-    with_scratch(rows * chunk * pix + columns.scratch_floats(chunk), |scratch| {
+    with_scratch(scratch_floats(g), |scratch| {
         let (col, planes) = scratch.split_at_mut(rows * chunk * pix);
         for b0 in (0..g.batch).step_by(chunk) {
             let nb = chunk.min(g.batch - b0);

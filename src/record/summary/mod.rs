@@ -29,6 +29,15 @@ pub struct Summary {
     /// The device's peak allocation (None on the CPU, which does not count).
     #[serde(default)]
     pub peak_device_memory_bytes: Option<usize>,
+    /// Rank 0's most resident memory (VmHWM; on the CPU backend the model's too).
+    #[serde(default)]
+    pub peak_host_memory_bytes: Option<u64>,
+    /// What rank 0 was estimated to hold at its peak before it built the model: host memory,
+    /// and on a GPU the device's (compare with the two peaks above).
+    #[serde(default)]
+    pub host_memory_estimate_bytes: Option<u64>,
+    #[serde(default)]
+    pub device_memory_estimate_bytes: Option<u64>,
     #[serde(default)]
     pub threads_per_rank: usize,
     /// What the data was ("Fashion-MNIST train, 60000 images from ...").

@@ -16,6 +16,7 @@ use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRank
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
 use crate::train::ddp::sync;
 use crate::train::job::Job;
+use crate::train::memory_plan::{self, MemoryLimits};
 use crate::train::noise::fixed_noise;
 use crate::train::outputs::{Outputs, default_dir};
 use crate::train::preflight::{load_resume, same_data_everywhere, same_options_everywhere};
@@ -35,7 +36,6 @@ struct Agreed {
     threads: usize,
     settings: Settings,
     data: Dataset,
-    shard: Shard,
     baseline: Option<(Summary, String)>,
 }
 
@@ -44,7 +44,15 @@ impl<'a, B: Backend> Run<'a, B> {
     pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, be: B) -> Result<Self> {
         let started = Instant::now();
         let agreed = agree_on_setup(job, args)?;
-        let (trainer, outputs, ck) = build(job, args, &agreed.settings, be)?;
+        let (world, batch) = (&job.world, agreed.settings.per_rank_batch);
+        // Before anything big is allocated: a batch that cannot fit is one line, not minutes
+        // of growth and then the system's kill (and it says more than that the data is short).
+        let memory = job.agree(match MemoryLimits::now(&be, world.local_size) {
+            Some(l) => memory_plan::check(&be, args.model.image_size, batch, world.size, &l).map(Some),
+            None => Ok(None),
+        })?;
+        let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
+        let Built { trainer, outputs, ck } = build(job, args, &agreed.settings, be)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let mut run = Run {
             job,
@@ -53,11 +61,11 @@ impl<'a, B: Backend> Run<'a, B> {
             images: vec![0.0f32; batch * side * side],
             settings: agreed.settings,
             data: agreed.data,
-            shard: agreed.shard,
+            shard,
             trainer,
             outputs,
             progress: fresh_progress(args, job.world.size, batch),
-            facts: RunFacts { baseline: agreed.baseline, threads: agreed.threads, ..RunFacts::default() },
+            facts: RunFacts { baseline: agreed.baseline, threads: agreed.threads, memory, ..RunFacts::default() },
             stop: agreed.stop,
             last: Default::default(),
             last_checkpoint: LastCheckpoint::default(),
@@ -143,7 +151,6 @@ fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
     let settings = job.agree(Settings::resolve(args, world.size))?;
     let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
     job.agree(same_data_everywhere(job, &data))?;
-    let shard = job.agree(Shard::new(data.count, world.rank, world.size, settings.per_rank_batch, args.model.seed))?;
     let p = &args.parallel;
     let baseline = job.agree(match &p.baseline_summary {
         Some(path) if root => Summary::read(path, "--baseline-summary").map(|s| Some((s, path.display().to_string()))),
@@ -153,16 +160,20 @@ fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
         Some(path) if root => crate::report::check_writable(path, "--trace"),
         _ => Ok(()),
     })?;
-    Ok(Agreed { stop, threads, settings, data, shard, baseline })
+    Ok(Agreed { stop, threads, settings, data, baseline })
+}
+
+/// What `build` makes.
+struct Built<B: Backend> {
+    trainer: GanTrainer<B>,
+    /// Rank 0's run directory.
+    outputs: Option<Outputs>,
+    /// The checkpoint to resume from (rank 0).
+    ck: Option<Checkpoint>,
 }
 
 /// The trainer on `be`, rank 0's outputs, and the checkpoint to resume from (rank 0).
-fn build<B: Backend>(
-    job: &Job,
-    args: &TrainOptions,
-    settings: &Settings,
-    be: B,
-) -> Result<(GanTrainer<B>, Option<Outputs>, Option<Checkpoint>)> {
+fn build<B: Backend>(job: &Job, args: &TrainOptions, settings: &Settings, be: B) -> Result<Built<B>> {
     let (world, root, m, p) = (&job.world, job.is_root(), &args.model, &args.parallel);
     let batch = settings.per_rank_batch;
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
@@ -204,7 +215,7 @@ fn build<B: Backend>(
     if p.sync_bn && world.size > 1 {
         trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
     }
-    Ok((trainer, outputs, ck))
+    Ok(Built { trainer, outputs, ck })
 }
 
 /// The progress of a run that has not started.

@@ -1,0 +1,192 @@
+//! The memory a rank's run will hold at its peak, estimated from the model and the batch before
+//! anything big is allocated, and refused with one line (needed, available, the largest batch
+//! that fits) when it cannot have it. Without the check an oversize batch grows the process
+//! for minutes and is then killed by the system, or swaps the host to a halt.
+
+use crate::backend::Backend;
+use crate::model::dcgan;
+use anyhow::{Result, bail};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A rank's memory at its peak, by where it lives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryEstimate {
+    /// This process's resident memory (on the CPU backend it holds the model too).
+    pub host_bytes: u64,
+    /// On a GPU of its own (None where the model lives in host memory).
+    pub device_bytes: Option<u64>,
+}
+
+/// What the estimate is made of, in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Parts {
+    /// The layers' buffers, parameters, gradients, Adam's moments, the trainer's buffers.
+    model: u64,
+    /// The ops' scratch (column matrices, split reductions).
+    workspace: u64,
+    /// Host copies: the gradient buckets in flight (with other ranks), a checkpoint's copy of
+    /// the weights and moments and its encoded file, the batch of images and its noise.
+    host: u64,
+}
+
+/// The parts at `batch` images per rank.
+fn parts<B: Backend>(be: &B, image_size: usize, batch: usize, ranks: usize) -> Result<Parts> {
+    let [g, d] = dcgan::plan(image_size, batch)?;
+    let params = (g.params + d.params) as u64;
+    // The step's own buffers: the logits' gradient and three pairs of outputs (train/step.rs).
+    let trainer = batch as u64 + 6;
+    let convs: Vec<_> = g.convs.iter().chain(&d.convs).copied().collect();
+    let bns: Vec<_> = g.bns.iter().chain(&d.bns).copied().collect();
+    let buckets = if ranks > 1 { params } else { 0 };
+    // A checkpoint copies values and both moments to the host (3 floats a parameter, and the
+    // running statistics), then encodes the optimizer file: both moments copied to bytes and
+    // serialized into one buffer, 4 more. The copies live until the files are written.
+    let checkpoint = 8 * params;
+    let images = (batch * image_size * image_size) as u64;
+    let noise = (batch * dcgan::NZ) as u64;
+    Ok(Parts {
+        model: 4 * ((g.floats + d.floats) as u64 + trainer),
+        workspace: 4 * be.workspace_floats(&convs, &bns) as u64,
+        host: 4 * (buckets + checkpoint + images + noise),
+    })
+}
+
+impl MemoryEstimate {
+    /// The estimate for `batch` images per rank on `be`, on top of `resident` bytes this
+    /// process holds already (the program, the libraries, the data set).
+    pub fn of<B: Backend>(be: &B, image_size: usize, batch: usize, ranks: usize, resident: u64) -> Result<Self> {
+        let p = parts(be, image_size, batch, ranks)?;
+        Ok(match be.free_device_bytes() {
+            Some(_) => MemoryEstimate { host_bytes: resident + p.host, device_bytes: Some(p.model + p.workspace) },
+            None => MemoryEstimate { host_bytes: resident + p.model + p.workspace + p.host, device_bytes: None },
+        })
+    }
+}
+
+/// What one rank may use: its share of the host's available memory, and a GPU's free memory.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryLimits {
+    /// The host's available memory (MemAvailable).
+    pub host_available: u64,
+    /// Ranks sharing the host.
+    pub local_ranks: usize,
+    /// This process's resident memory when the limits were read (counted in the estimate, and
+    /// already taken from the host's available memory).
+    pub resident: u64,
+    /// The GPU's free memory (None on the CPU).
+    pub device_free: Option<u64>,
+}
+
+impl MemoryLimits {
+    /// The limits of this process now, `None` where the system does not say.
+    pub fn now<B: Backend>(be: &B, local_ranks: usize) -> Option<MemoryLimits> {
+        Some(MemoryLimits {
+            host_available: crate::memory::available_memory()?,
+            local_ranks: local_ranks.max(1),
+            resident: crate::memory::resident_bytes()?,
+            device_free: be.free_device_bytes(),
+        })
+    }
+
+    /// This rank's share of the host memory still available.
+    fn host_share(&self) -> u64 {
+        self.host_available / self.local_ranks as u64
+    }
+
+    /// Whether `e` fits, else the first part that does not, as (what, needed, available).
+    fn shortfall(&self, e: &MemoryEstimate) -> Option<(&'static str, u64, u64)> {
+        let host_new = e.host_bytes.saturating_sub(self.resident);
+        if host_new > self.host_share() {
+            return Some(("host memory", host_new, self.host_share()));
+        }
+        match (e.device_bytes, self.device_free) {
+            (Some(need), Some(free)) if need > free => Some(("GPU memory", need, free)),
+            _ => None,
+        }
+    }
+}
+
+/// The estimate at `batch`, or one line saying what does not fit and the largest batch per
+/// rank that does.
+pub fn check<B: Backend>(
+    be: &B,
+    image_size: usize,
+    batch: usize,
+    ranks: usize,
+    limits: &MemoryLimits,
+) -> Result<MemoryEstimate> {
+    let estimate = |b: usize| MemoryEstimate::of(be, image_size, b, ranks, limits.resident);
+    let e = estimate(batch)?;
+    let Some((what, need, have)) = limits.shortfall(&e) else { return Ok(e) };
+    // The estimate grows with the batch: bisect for the largest that fits.
+    let (mut lo, mut hi) = (0usize, batch);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if limits.shortfall(&estimate(mid)?).is_none() { lo = mid } else { hi = mid }
+    }
+    let shared = match (what, limits.local_ranks) {
+        ("host memory", n) if n > 1 => {
+            format!(" (the host's {:.1} GiB shared by its {n} ranks)", gib(limits.host_available))
+        }
+        _ => String::new(),
+    };
+    let fix = if lo == 0 {
+        "no batch fits: free memory on the host or run fewer ranks on it".to_string()
+    } else {
+        let global = if ranks > 1 { format!(" (a global batch of {})", lo * ranks) } else { String::new() };
+        format!("the largest batch per rank that fits is {lo}{global}: use --batch-size {lo} or fewer")
+    };
+    bail!(
+        "batch {batch} per rank at {image_size}x{image_size} needs about {:.1} GiB of {what} and this rank has {:.1} GiB{shared}; {fix}",
+        gib(need),
+        gib(have)
+    )
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / GIB
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::Cpu;
+
+    fn limits(host_available: u64, local_ranks: usize) -> MemoryLimits {
+        MemoryLimits { host_available, local_ranks, resident: 100 << 20, device_free: None }
+    }
+
+    #[test]
+    fn the_estimate_grows_with_the_batch_and_the_ranks() {
+        let at = |b, r| MemoryEstimate::of(&Cpu, 28, b, r, 0).unwrap().host_bytes;
+        assert!(at(128, 1) > at(64, 1) && at(64, 2) > at(64, 1));
+        // Activations grow linearly with the batch: the step from 64 to 128 is the step from
+        // 128 to 192, to the column scratch's rounding.
+        let (a, b, c) = (at(64, 1) as f64, at(128, 1) as f64, at(192, 1) as f64);
+        assert!(((c - b) - (b - a)).abs() < 0.02 * (b - a), "{a} {b} {c}");
+    }
+
+    #[test]
+    fn a_batch_that_does_not_fit_is_refused_with_the_largest_that_does() {
+        let need = |b| MemoryEstimate::of(&Cpu, 28, b, 2, 100 << 20).unwrap().host_bytes - (100 << 20);
+        // Room for exactly 1000 images per rank on each of 2 ranks.
+        let l = limits(2 * need(1000), 2);
+        let e = check(&Cpu, 28, 5000, 2, &l).unwrap_err().to_string();
+        assert!(e.contains("batch 5000 per rank") && e.contains("shared by its 2 ranks"), "{e}");
+        assert!(e.contains("the largest batch per rank that fits is 1000 (a global batch of 2000)"), "{e}");
+        assert_eq!(check(&Cpu, 28, 1000, 2, &l).unwrap(), MemoryEstimate::of(&Cpu, 28, 1000, 2, 100 << 20).unwrap());
+        // Nothing fits.
+        let e = check(&Cpu, 28, 64, 1, &limits(1 << 20, 1)).unwrap_err().to_string();
+        assert!(e.contains("no batch fits"), "{e}");
+    }
+
+    #[test]
+    fn a_gpu_holds_the_model_and_the_host_its_copies() {
+        let l = MemoryLimits { device_free: Some(1 << 30), ..limits(64 << 30, 1) };
+        let host_only = MemoryEstimate::of(&Cpu, 64, 4096, 1, 0).unwrap();
+        assert!(host_only.host_bytes > 1 << 30, "{host_only:?}");
+        assert!(l.shortfall(&MemoryEstimate { host_bytes: 0, device_bytes: Some(2 << 30) }).is_some());
+        assert!(l.shortfall(&MemoryEstimate { host_bytes: 0, device_bytes: Some(1 << 29) }).is_none());
+    }
+}
