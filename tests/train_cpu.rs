@@ -279,11 +279,19 @@ fn an_existing_run_is_never_overwritten() {
     let into_checkpoint = ["--data", "synthetic:32", "--batch-size", "8", "--max-steps", "2", "--resume", step];
     assert_one_line_error(&into_checkpoint, &["pass the run's directory"]);
 
-    // A run that ended before its first checkpoint is not offered to --resume.
+    // A run that ended before its first checkpoint leaves a directory a new run starts over
+    // in (there is nothing in it to continue), its records replaced by the new run's.
     let failed = tmp.path().join("failed");
     let diverge = ["--data", "synthetic:32", "--batch-size", "8", "--lr", "1e30", "--no-progress", "--out"];
     let mut diverge = diverge.to_vec();
     diverge.push(failed.to_str().unwrap());
     assert!(!run(&diverge).status.success());
-    assert_one_line_error(&diverge, &["before its first checkpoint", "another --out"]);
+    assert!(!failed.join("checkpoints").exists());
+    let again = ["--data", "synthetic:32", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--out"];
+    let mut again = again.to_vec();
+    again.push(failed.to_str().unwrap());
+    let o = run(&again);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ended before its first checkpoint; starting over in it"), "{}", stderr(&o));
+    assert_eq!(common::step_records(&failed).len(), 2, "only the new run's steps");
 }

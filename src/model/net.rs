@@ -58,6 +58,11 @@ pub trait Observer<B: Backend> {
     /// Stage `stage` is about to run forward: the last moment its parameters may still change
     /// (an update left in flight by the previous step lands here, stage by stage).
     fn before_forward(&mut self, _be: &B, _store: &mut ParamStore<B>, _stage: usize) {}
+    /// Asked before each stage's pass: true drops the rest of the pass (a stop that cannot
+    /// wait for the step's end).
+    fn interrupted(&mut self) -> bool {
+        false
+    }
 }
 
 /// An observer that ignores everything.
@@ -227,6 +232,9 @@ impl<B: Backend> Net<B> {
             self.store.bn_batches_tracked += 1;
         }
         for i in 0..self.stages.len() {
+            if obs.interrupted() {
+                return;
+            }
             obs.before_forward(be, &mut self.store, i);
             let t0 = Instant::now();
             let (before, rest) = self.stages.split_at_mut(i);
@@ -249,6 +257,9 @@ impl<B: Backend> Net<B> {
     ) {
         let n = self.stages.len();
         for i in (0..n).rev() {
+            if obs.interrupted() {
+                return;
+            }
             self.backward_pre(be, i, weights, crate::nn::reborrow(&mut sync), obs);
             if self.order == BackwardOrder::LayerByLayer
                 && let Some(acc) = weights
@@ -263,6 +274,9 @@ impl<B: Backend> Net<B> {
             && let Some(acc) = weights
         {
             for i in 0..n {
+                if obs.interrupted() {
+                    return;
+                }
                 self.backward_weight(be, i, acc, obs);
             }
         }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod config;
 pub mod ddp;
+pub mod interrupt;
 pub mod job;
 pub mod memory_plan;
 pub mod noise;

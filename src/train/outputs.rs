@@ -1,5 +1,6 @@
 //! What a run writes (rank 0 only): the run directory, metrics.jsonl, sample grids,
-//! checkpoints. A new run never overwrites an old one; a resumed run continues its own.
+//! checkpoints. A new run never overwrites one that can be continued; a resumed run continues
+//! its own; a lock keeps two runs from sharing a directory.
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
@@ -7,6 +8,7 @@ use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::write_grid;
 use anyhow::{Context, Result, bail};
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 
 pub struct Outputs {
@@ -14,6 +16,8 @@ pub struct Outputs {
     metrics: JsonlWriter,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
+    /// Held while the run goes on, so that no other run takes the directory meanwhile.
+    _lock: File,
 }
 
 /// The default run directory, runs/<local time>.
@@ -21,19 +25,34 @@ pub fn default_dir() -> PathBuf {
     PathBuf::from("runs").join(chrono::Local::now().format("%Y%m%d-%H%M%S").to_string())
 }
 
+/// The lock of the run in `dir`, taken; an error when another run holds it.
+fn lock(dir: &Path) -> Result<File> {
+    let path = dir.join(".lock");
+    let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(TryLockError::WouldBlock) => bail!(
+            "{} is in use by a run that is still going (it holds {}): choose another --out, or wait for it",
+            dir.display(),
+            path.display()
+        ),
+        Err(TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
+/// Whether the run in `dir` wrote a checkpoint (a `checkpoints/step-*` directory).
+fn has_checkpoint(dir: &Path) -> bool {
+    let entries = std::fs::read_dir(dir.join("checkpoints")).into_iter().flatten().flatten();
+    entries.map(|e| e.file_name()).any(|n| n.to_string_lossy().starts_with("step-"))
+}
+
 impl Outputs {
-    /// A fresh run directory, whose checkpoints are kept as `keep` says; refuses one that
-    /// already holds a run.
+    /// A fresh run directory, whose checkpoints are kept as `keep` says. One that holds a run
+    /// is refused, unless that run ended before its first checkpoint: nothing there can be
+    /// continued, so this run starts over in it.
     pub fn create(dir: &Path, keep: checkpoint::Keep) -> Result<Outputs> {
-        if dir.join("metrics.jsonl").exists() {
-            // A run that ended before its first checkpoint cannot be continued: say so here,
-            // not after the user tries --resume.
-            if crate::checkpoint::resolve(dir).is_err() {
-                bail!(
-                    "{} already holds a run that ended before its first checkpoint (metrics.jsonl, no checkpoints/): choose another --out, or move it away",
-                    dir.display()
-                );
-            }
+        let earlier = dir.join("metrics.jsonl").exists();
+        if earlier && has_checkpoint(dir) {
             bail!(
                 "{} already holds a run (metrics.jsonl): choose another --out, continue it with --resume {}, or move it away",
                 dir.display(),
@@ -42,14 +61,26 @@ impl Outputs {
         }
         std::fs::create_dir_all(dir.join("samples"))
             .with_context(|| format!("cannot create --out {}", dir.display()))?;
+        let lock = lock(dir)?;
+        if earlier {
+            eprintln!(
+                "{}: the run there ended before its first checkpoint; starting over in it (its metrics.jsonl and samples/ are replaced)",
+                dir.display()
+            );
+            let grids = std::fs::read_dir(dir.join("samples")).into_iter().flatten().flatten();
+            for png in grids.map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "png")) {
+                std::fs::remove_file(&png).with_context(|| format!("cannot remove {}", png.display()))?;
+            }
+        }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep, _lock: lock })
     }
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
     /// completed epochs: records the interrupted run wrote after that point are dropped (the
     /// resumed run writes them again, with the same values).
     pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep) -> Result<Outputs> {
+        let lock = lock(dir)?;
         let path = dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let kept: String = text
@@ -66,7 +97,7 @@ impl Outputs {
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
         let samples = dir.join("samples");
         std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep, _lock: lock })
     }
 
     pub fn step(&mut self, rec: &StepRecord) -> Result<()> {

@@ -23,4 +23,16 @@ impl StopFlag {
     pub fn requested(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// A flag no signal sets (for tests of what reads it).
+    #[cfg(test)]
+    pub fn unset() -> StopFlag {
+        StopFlag(Arc::new(AtomicBool::new(false)))
+    }
+
+    /// Set the flag as a signal would.
+    #[cfg(test)]
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }

@@ -14,6 +14,7 @@
 //!    `overlap_steps = false`).
 
 use super::ddp::exchange::{Exchange, NetId, Update};
+use super::interrupt::{Interrupt, StepInterrupted};
 use super::noise::step_noise;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
@@ -57,6 +58,8 @@ pub struct GanTrainer<B: Backend> {
     /// Time blocked at the end of each step for the metrics averaged over ranks: the other
     /// ranks finishing their step (the gradient waits are in the exchange's stats).
     pub metrics_wait: Duration,
+    /// Drops a long step between layers when a stop cannot wait for its end.
+    pub interrupt: Option<Interrupt>,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -75,6 +78,7 @@ struct StepObserver<'a, B: Backend> {
     submit: bool,
     /// This network's update still in flight, which its forward lands stage by stage.
     pending: Option<Update>,
+    interrupt: Option<&'a mut Interrupt>,
 }
 
 impl<B: Backend> Observer<B> for StepObserver<'_, B> {
@@ -96,6 +100,9 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
         if let Some(u) = self.pending {
             self.exchange.finish_stage(be, self.net, store, stage, u, self.timeline);
         }
+    }
+    fn interrupted(&mut self) -> bool {
+        self.interrupt.as_mut().is_some_and(|i| i.due())
     }
 }
 
@@ -123,6 +130,7 @@ impl<B: Backend> GanTrainer<B> {
             g_pending: None,
             bn_sync: None,
             metrics_wait: Duration::ZERO,
+            interrupt: None,
         })
     }
 
@@ -164,6 +172,7 @@ impl<B: Backend> GanTrainer<B> {
             net: NetId::D,
             submit,
             pending: None,
+            interrupt: self.interrupt.as_mut(),
         };
         let mut sync = sync_of(&mut self.bn_sync);
         d.forward(be, true, crate::nn::reborrow(&mut sync), &mut obs);
@@ -177,6 +186,14 @@ impl<B: Backend> GanTrainer<B> {
         be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
         obs.timeline.span(Track::Compute, "loss", "bce", t0, Instant::now());
         d.backward(be, weights, weights.is_none(), sync, &mut obs);
+    }
+
+    /// The step dropped (`StepInterrupted`) once its interrupt has tripped.
+    fn check_interrupt(&self) -> Result<()> {
+        match &self.interrupt {
+            Some(i) if i.tripped() => Err(StepInterrupted { step: self.step + 1 }.into()),
+            _ => Ok(()),
+        }
     }
 
     /// Complete G's update left in flight by the previous step.
@@ -199,6 +216,7 @@ impl<B: Backend> GanTrainer<B> {
         self.be.upload(images, ViewMut::whole(self.model.d.input_mut()));
         self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
         self.d_pass(1.0, Some(false), false, 0);
+        self.check_interrupt()?;
 
         // 2. G forward, each stage's weights made current just before it runs.
         let pending = self.g_pending.take().map(|lr| Update::next(&mut self.model.g.store, lr));
@@ -213,9 +231,11 @@ impl<B: Backend> GanTrainer<B> {
                 net: NetId::G,
                 submit: false,
                 pending,
+                interrupt: self.interrupt.as_mut(),
             };
             self.model.g.forward(&self.be, true, sync_of(&mut self.bn_sync), &mut obs);
         }
+        self.check_interrupt()?;
         if let Some(u) = pending {
             // Every stage has landed its bucket; this closes the update.
             self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, u, &mut self.timeline);
@@ -224,6 +244,7 @@ impl<B: Backend> GanTrainer<B> {
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
         self.d_pass(0.0, Some(true), true, 1);
+        self.check_interrupt()?;
         self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
 
         // 4. D's update. D's next forward starts at D.1, whose bucket leaves last, so D gains
@@ -236,6 +257,7 @@ impl<B: Backend> GanTrainer<B> {
         // 5. G's loss through the updated D, and G's backward. The metrics leave first so that
         //    they do not wait behind G's buckets.
         self.d_pass(1.0, None, false, 2);
+        self.check_interrupt()?;
         let mut raw = self.read_metrics(stop);
         self.exchange.start_metrics(&raw);
         let Dcgan { g, d, .. } = &mut self.model;
@@ -247,9 +269,11 @@ impl<B: Backend> GanTrainer<B> {
                 net: NetId::G,
                 submit: true,
                 pending: None,
+                interrupt: self.interrupt.as_mut(),
             };
             self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
         }
+        self.check_interrupt()?;
         self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
         self.g_pending = Some(lr_g);
         if !self.cfg.overlap_steps {

@@ -10,6 +10,7 @@ use crate::data::EpochOrder;
 use crate::record::{EpochRecord, LineType, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::train::ddp::sync;
+use crate::train::interrupt::StepInterrupted;
 use anyhow::Result;
 use std::time::Instant;
 
@@ -71,9 +72,12 @@ impl<B: Backend> Run<'_, B> {
         let lr = self.settings.lr_at(self.trainer.step);
         let stop = self.stop.requested() || self.faults.stop_at_step == Some(self.trainer.step + 1);
         // A diverging loss is the same on every rank (the metrics are averaged): rank 0 says so.
-        let root = self.job.is_root();
-        self.last =
-            self.trainer.step(&self.images, lr, lr, stop).map_err(|e| if root { e } else { PeerFailed.into() })?;
+        self.last = match self.trainer.step(&self.images, lr, lr, stop) {
+            Ok(m) => m,
+            Err(e) if e.is::<StepInterrupted>() => return Err(self.dropped_step(self.trainer.step + 1)),
+            Err(e) if self.job.is_root() => return Err(e),
+            Err(_) => return Err(PeerFailed.into()),
+        };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let wait_ms = (self.trainer.waited() - waited_before).as_secs_f64() * 1e3;
         let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;

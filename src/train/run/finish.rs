@@ -65,12 +65,42 @@ impl<B: Backend> Run<'_, B> {
         let Some(out) = self.outputs.as_mut() else {
             return Err(PeerFailed.into());
         };
-        let dir = out.dir.display().to_string();
-        let under = if ranks > 1 { format!(", under mpiexec -n {ranks}") } else { String::new() };
-        let resume = format!("dcgan-train --resume {dir} (with the same options but --out{under})");
+        let resume = resume_command(&out.dir, ranks);
         // Also in the run itself: mpiexec may stop relaying output while the job ends.
         let rec = StoppedRecord { kind: LineType::Stopped, step, checkpoint: ck.to_string(), resume: resume.clone() };
         self.job.or_fail(out.stopped(&rec));
         bail!("stopped by a signal after step {step}; checkpoint in {ck}: continue with {resume}");
     }
+
+    /// A stop that could not wait dropped step `dropped` (1-based): say (and record) where the
+    /// run can go on from, and end it. With other ranks the job is aborted: they are in the
+    /// middle of the step, in collectives this rank will not join.
+    pub(super) fn dropped_step(&mut self, dropped: u64) -> anyhow::Error {
+        let ranks = self.job.world.size;
+        let Some(out) = self.outputs.as_mut() else { return PeerFailed.into() };
+        let last = crate::checkpoint::resolve(&out.dir).ok();
+        let ck = last.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
+        let then = match last {
+            Some(_) => format!("continue with {}", resume_command(&out.dir, ranks)),
+            None => format!("no checkpoint was written yet: start again with --out {}", out.dir.display()),
+        };
+        let rec =
+            StoppedRecord { kind: LineType::Stopped, step: dropped - 1, checkpoint: ck.clone(), resume: then.clone() };
+        self.job.or_fail(out.stopped(&rec));
+        let grace = crate::train::interrupt::GRACE.as_secs_f64();
+        let at = if ck.is_empty() { String::new() } else { format!("; the last checkpoint is {ck}") };
+        let e = anyhow::anyhow!(
+            "stopped by a signal during step {dropped}, which was dropped (still running {grace} s after the signal){at}: {then}"
+        );
+        if ranks > 1 {
+            self.job.fail(e);
+        }
+        e
+    }
+}
+
+/// How to continue the run in `dir` of `ranks` ranks.
+fn resume_command(dir: &std::path::Path, ranks: usize) -> String {
+    let under = if ranks > 1 { format!(", under mpiexec -n {ranks}") } else { String::new() };
+    format!("dcgan-train --resume {} (with the same options but --out{under})", dir.display())
 }

@@ -15,6 +15,7 @@ use crate::train::config::{Settings, training_config};
 use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
 use crate::train::ddp::sync;
+use crate::train::interrupt::Interrupt;
 use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
 use crate::train::noise::fixed_noise;
@@ -78,6 +79,11 @@ impl<'a, B: Backend> Run<'a, B> {
                 stop_at_step: fault_hooks::stop_at_step(),
             },
         };
+        if job.is_root() {
+            // Rank 0 alone drops a long step and aborts the job (see `Run::dropped_step`): the
+            // other ranks stop with it, wherever they are in the step.
+            run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
+        }
         run.restore_everywhere(ck.as_ref())?;
         run.announce();
         Ok(run)
