@@ -13,6 +13,7 @@ pub mod comm;
 pub mod commands;
 pub mod data;
 pub mod device;
+pub mod eval;
 pub mod fault_hooks;
 pub mod memory;
 pub mod model;

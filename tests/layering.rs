@@ -26,6 +26,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("scaling", &["comm", "memory", "record", "report", "units"]),
+    ("eval", &["backend", "checkpoint", "data", "model", "nn", "ops", "record", "report"]),
     ("record", &["comm", "device"]),
     ("comm", &["fault_hooks", "memory", "units"]),
     ("model", &["backend", "nn", "ops"]),
