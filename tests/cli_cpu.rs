@@ -1,0 +1,94 @@
+//! The command line around training, on one rank: what `sample --out` may replace, where runs
+//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, and `info`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// A short CPU run into `out`: `steps` steps of batch 16 over 64 synthetic images (4 steps
+/// per epoch), with `extra` flags.
+fn train(out: &Path, steps: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--data", "synthetic:64", "--batch-size", "16", "--device", "cpu", "--threads", "1"];
+    args.extend(["--max-steps", steps, "--out", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// Whether `path` is a PNG with the `Software: dcgan-train` text chunk, read independently of
+/// the program's own check.
+fn marked(path: &Path) -> bool {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = png::Decoder::new(std::io::BufReader::new(file)).read_info().unwrap();
+    reader.info().uncompressed_latin1_text.iter().any(|t| t.keyword == "Software" && t.text == "dcgan-train")
+}
+
+/// `sample --out` replaces a missing file or a grid this program wrote, and refuses anything
+/// else (a text file stays as it was) unless `--force`. The run's own grids carry the mark.
+#[test]
+fn sample_replaces_only_its_own_pngs_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("r");
+    let o = train(&run_dir, "4", &["--no-progress"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for grid in ["epoch-001.png", "final.png"] {
+        assert!(marked(&run_dir.join("samples").join(grid)), "{grid} carries the mark");
+    }
+    let ck = run_dir.to_str().unwrap();
+    let sample = |out: &Path, force: bool| {
+        let mut args = vec!["sample", "--checkpoint", ck, "--n", "4", "--out", out.to_str().unwrap()];
+        if force {
+            args.push("--force");
+        }
+        run(&args)
+    };
+
+    let notes = tmp.path().join("notes.txt");
+    std::fs::write(&notes, "not an image\n").unwrap();
+    let o = sample(&notes, false);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let want = format!(
+        "error: sample --out {}: the file exists and is not a PNG that dcgan-train wrote: choose another --out, or \
+         pass --force to overwrite it\n",
+        notes.display()
+    );
+    assert_eq!(stderr(&o), want);
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not an image\n", "the file is kept");
+
+    // Another program's PNG is someone's work too.
+    let foreign = tmp.path().join("photo.png");
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, 1, 1);
+    encoder.set_color(png::ColorType::Grayscale);
+    let mut writer = encoder.write_header().unwrap();
+    writer.write_image_data(&[7]).unwrap();
+    writer.finish().unwrap();
+    std::fs::write(&foreign, &bytes).unwrap();
+    let o = sample(&foreign, false);
+    assert!(!o.status.success() && stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&foreign).unwrap(), bytes);
+
+    // A missing file is written; the grid it became is replaced without --force.
+    let fresh = tmp.path().join("grid.png");
+    for _ in 0..2 {
+        let o = sample(&fresh, false);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(marked(&fresh));
+    }
+    // --force replaces the text file.
+    let o = sample(&notes, true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::read_png_gray(&notes).1, 2 * 28 + 3 * 2, "a 2x2 grid of 28x28");
+}
