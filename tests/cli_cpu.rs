@@ -92,3 +92,51 @@ fn sample_replaces_only_its_own_pngs_without_force() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(common::read_png_gray(&notes).1, 2 * 28 + 3 * 2, "a 2x2 grid of 28x28");
 }
+
+/// Runs without `--out` never share a directory: with runs/<this second> (and the next
+/// minute's) already taken by a run that has not reached its first checkpoint, two runs
+/// started together each make one of their own, and the taken ones stay as they were (the
+/// runs were told, before, that the other had "ended before its first checkpoint").
+#[test]
+fn runs_without_out_in_the_same_second_get_their_own_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let now = chrono::Local::now();
+    for s in 0..60 {
+        let taken = runs.join((now + chrono::Duration::seconds(s)).format("%Y%m%d-%H%M%S").to_string());
+        std::fs::create_dir_all(&taken).unwrap();
+        std::fs::write(taken.join("metrics.jsonl"), "running\n").unwrap();
+    }
+    let args = ["--data", "synthetic:64", "--batch-size", "16", "--device", "cpu", "--threads", "1"];
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            bin()
+                .args(args)
+                .args(["--max-steps", "1", "--no-progress"])
+                .current_dir(tmp.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let mut finished = Vec::new();
+    for entry in std::fs::read_dir(&runs).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("summary.json").exists() {
+            finished.push(dir);
+        } else {
+            assert_eq!(std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap(), "running\n", "{}", dir.display());
+        }
+    }
+    assert_eq!(finished.len(), 2, "two runs, two directories: {finished:?}");
+    for dir in &finished {
+        let name = dir.file_name().unwrap().to_string_lossy();
+        assert!(name.ends_with("-2") || name.ends_with("-3"), "{name}: the next free name");
+        assert_eq!(common::step_records(dir).len(), 1, "{name} holds one run's steps");
+    }
+}

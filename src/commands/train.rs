@@ -56,7 +56,8 @@ pub struct TrainArgs {
     /// Stop after this many steps in total (for short runs and tests).
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Output directory (default runs/<timestamp>).
+    /// Output directory (default runs/<timestamp>, or runs/<timestamp>-2, -3... where a run
+    /// started in the same second took it).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// No progress bar and no periodic progress lines.
