@@ -140,3 +140,24 @@ fn runs_without_out_in_the_same_second_get_their_own_directories() {
         assert_eq!(common::step_records(dir).len(), 1, "{name} holds one run's steps");
     }
 }
+
+/// `--max-steps` alone sets the run's length, past the 5 epochs that are the default without
+/// it, and the progress lines count to that end; with `--epochs` too, the first limit
+/// reached ends the run.
+#[test]
+fn max_steps_alone_runs_past_the_default_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 4 steps per epoch: 22 steps are 5 whole epochs and 2 steps of a sixth.
+    let alone = tmp.path().join("alone");
+    let o = train(&alone, "22", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::step_records(&alone).len(), 22);
+    assert_eq!(common::read_summary(&alone).steps, 22);
+    let err = stderr(&o);
+    assert!(err.contains("epoch 1/6 step 1/4 |") && err.contains("epoch 6/6 step 1/2 |"), "{err}");
+    let both = tmp.path().join("both");
+    let o = train(&both, "22", &["--epochs", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::step_records(&both).len(), 8, "two epochs of 4 steps come first");
+    assert!(stderr(&o).contains("epoch 2/2 done: 4 steps"), "{}", stderr(&o));
+}

@@ -50,10 +50,10 @@ pub struct TrainArgs {
     /// dataset-fashion-mnist in /usr/share/datasets/fashion-mnist.
     #[arg(long)]
     pub data: Option<String>,
-    /// Passes over the data.
-    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
-    pub epochs: u64,
-    /// Stop after this many steps in total (for short runs and tests).
+    /// Passes over the data (default 5, or as many as --max-steps takes when that is given).
+    #[arg(long, value_parser = at_least_one)]
+    pub epochs: Option<u64>,
+    /// Stop after this many steps in total; without --epochs, however many epochs they take.
     #[arg(long)]
     pub max_steps: Option<u64>,
     /// Output directory (default runs/<timestamp>, or runs/<timestamp>-2, -3... where a run
@@ -208,6 +208,14 @@ mod tests {
     #[test]
     fn the_flags_defaults_are_the_options_defaults() {
         assert_eq!(options(&[]), TrainOptions::default());
+    }
+
+    #[test]
+    fn max_steps_without_epochs_is_not_cut_to_the_default_epochs() {
+        assert_eq!(options(&[]).epoch_limit(), Some(5));
+        assert_eq!(options(&["--max-steps", "100"]).epoch_limit(), None);
+        assert_eq!(options(&["--max-steps", "100", "--epochs", "2"]).epoch_limit(), Some(2));
+        assert_eq!(options(&["--epochs", "7"]).epoch_limit(), Some(7));
     }
 
     #[test]

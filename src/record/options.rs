@@ -15,7 +15,9 @@ pub struct TrainOptions {
     pub model: ModelOptions,
     /// A directory of IDX files, `synthetic:N`, or None for the default data set.
     pub data: Option<String>,
-    pub epochs: u64,
+    /// `--epochs` as given (None: not given; `epoch_limit` says what that means). Files
+    /// written before it could be left out hold a number, which reads as given.
+    pub epochs: Option<u64>,
     pub max_steps: Option<u64>,
     /// The run directory (None: runs/<timestamp>).
     pub out: Option<PathBuf>,
@@ -121,12 +123,25 @@ impl Default for ParallelOptions {
     }
 }
 
+impl TrainOptions {
+    /// The epochs the run may reach (None: no limit): `--epochs` where given; else none when
+    /// `--max-steps` sets the run's length (a default epoch count would cut it short), and 5
+    /// when neither is given.
+    pub fn epoch_limit(&self) -> Option<u64> {
+        match (self.epochs, self.max_steps) {
+            (Some(e), _) => Some(e),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_EPOCHS),
+        }
+    }
+}
+
 impl Default for TrainOptions {
     fn default() -> Self {
         TrainOptions {
             model: ModelOptions::default(),
             data: None,
-            epochs: DEFAULT_EPOCHS,
+            epochs: None,
             max_steps: None,
             out: None,
             no_progress: false,
@@ -134,5 +149,24 @@ impl Default for TrainOptions {
             checkpoints: CheckpointOptions::default(),
             comm: CommOptions::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_steps_alone_sets_the_length_and_old_files_keep_their_epochs() {
+        let with = |epochs, max_steps| TrainOptions { epochs, max_steps, ..TrainOptions::default() };
+        assert_eq!(with(None, None).epoch_limit(), Some(DEFAULT_EPOCHS));
+        assert_eq!(with(None, Some(100)).epoch_limit(), None, "--max-steps alone");
+        assert_eq!(with(Some(2), Some(100)).epoch_limit(), Some(2), "both: the first limit reached ends the run");
+        assert_eq!(with(Some(9), None).epoch_limit(), Some(9));
+        // A summary or checkpoint written before --epochs could be left out holds a number.
+        let old: TrainOptions = serde_json::from_str(r#"{"epochs": 5, "max_steps": 100}"#).unwrap();
+        assert_eq!((old.epochs, old.epoch_limit()), (Some(5), Some(5)));
+        let new: TrainOptions = serde_json::from_value(serde_json::to_value(with(None, Some(100))).unwrap()).unwrap();
+        assert_eq!(new.epoch_limit(), None);
     }
 }

@@ -173,7 +173,7 @@ mod tests {
         let b = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.no_progress) = (64, 3, true)));
         assert_eq!(first_difference(&a, &b, &[]).unwrap(), "--batch-size 32 vs 64");
         assert_eq!(first_difference(&a, &a, &[]), None);
-        let c = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.epochs) = (32, 3, 9)));
+        let c = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.epochs) = (32, 3, Some(9))));
         assert_eq!(first_difference(&a, &c, &RESUMABLE), None);
         assert!(first_difference(&a, &c, &[]).unwrap().starts_with("--epochs"));
         // The stall timeout is when a rank stops waiting, not what it computes: it may differ
