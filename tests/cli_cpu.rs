@@ -161,3 +161,30 @@ fn max_steps_alone_runs_past_the_default_epochs() {
     assert_eq!(common::step_records(&both).len(), 8, "two epochs of 4 steps come first");
     assert!(stderr(&o).contains("epoch 2/2 done: 4 steps"), "{}", stderr(&o));
 }
+
+/// `--progress lines` writes the progress lines, `none` nothing, and `bar` draws the bar also
+/// where stderr is a pipe (as it is under mpiexec, where `auto` gives lines); `--no-progress`
+/// is `none` and is not taken together with `--progress`.
+#[test]
+fn progress_modes_write_what_they_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = train(&tmp.path().join("lines"), "4", &["--progress", "lines"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("epoch 1/1 step 1/4 |") && err.contains("epoch 1/1 done: 4 steps |"), "{err}");
+    assert!(!err.contains('\x1b'), "no escape sequences in lines: {err:?}");
+
+    let o = train(&tmp.path().join("none"), "4", &["--progress", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("epoch 1/1"), "{}", stderr(&o));
+
+    let o = train(&tmp.path().join("bar"), "4", &["--progress", "bar"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("\r\x1b[2Kepoch 1/1 [") && err.contains("] 4/4 ["), "a bar into the pipe: {err:?}");
+    assert!(!err.contains("step 1/4 |"), "{err:?}");
+
+    let o = run(&["--no-progress", "--progress", "bar"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'--no-progress' cannot be used with '--progress <PROGRESS>'"), "{}", stderr(&o));
+}

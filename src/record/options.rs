@@ -22,6 +22,8 @@ pub struct TrainOptions {
     /// The run directory (None: runs/<timestamp>).
     pub out: Option<PathBuf>,
     pub no_progress: bool,
+    /// `--progress` (`--no-progress` is its `none`: `progress_choice` says which applies).
+    pub progress: ProgressChoice,
     pub parallel: ParallelOptions,
     pub checkpoints: CheckpointOptions,
     pub comm: CommOptions,
@@ -74,6 +76,21 @@ pub enum LrScaling {
     Sqrt,
 }
 
+/// `--progress`: how rank 0 shows the run's progress on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressChoice {
+    /// A bar where stderr is a terminal, lines elsewhere (a log file, or mpiexec's pipe).
+    #[default]
+    Auto,
+    /// A bar wherever stderr goes: under mpiexec, whose own output may be a terminal.
+    Bar,
+    /// A line every few seconds and one per epoch.
+    Lines,
+    /// Nothing.
+    None,
+}
+
 /// Checkpoints and resuming.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -124,6 +141,11 @@ impl Default for ParallelOptions {
 }
 
 impl TrainOptions {
+    /// The progress display asked for: `--progress`, or none with `--no-progress`.
+    pub fn progress_choice(&self) -> ProgressChoice {
+        if self.no_progress { ProgressChoice::None } else { self.progress }
+    }
+
     /// The epochs the run may reach (None: no limit): `--epochs` where given; else none when
     /// `--max-steps` sets the run's length (a default epoch count would cut it short), and 5
     /// when neither is given.
@@ -145,6 +167,7 @@ impl Default for TrainOptions {
             max_steps: None,
             out: None,
             no_progress: false,
+            progress: ProgressChoice::Auto,
             parallel: ParallelOptions::default(),
             checkpoints: CheckpointOptions::default(),
             comm: CommOptions::default(),
