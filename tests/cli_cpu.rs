@@ -188,3 +188,24 @@ fn progress_modes_write_what_they_say() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("'--no-progress' cannot be used with '--progress <PROGRESS>'"), "{}", stderr(&o));
 }
+
+/// `info` on the CPU prints the host's memory, in all and available (as a GPU's line prints
+/// the GPU's), beside why no GPU is used.
+#[test]
+fn info_prints_the_hosts_memory_on_the_cpu() {
+    let o = bin().arg("info").env("CUDA_VISIBLE_DEVICES", "").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = out.lines().find(|l| l.starts_with("rank   0")).unwrap_or_else(|| panic!("{out}"));
+    let shown = line.split("cpu (").nth(1).unwrap_or_else(|| panic!("a CPU line: {line}"));
+    assert!(shown.contains(" GiB available; "), "{line}");
+    let gib: Vec<f64> = shown.split(" GiB").take(2).map(|s| s.rsplit(' ').next().unwrap().parse().unwrap()).collect();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib = |field: &str| -> f64 {
+        let l = meminfo.lines().find(|l| l.starts_with(field)).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let total = kib("MemTotal:") / (1u64 << 20) as f64;
+    assert!((gib[0] - total).abs() <= 0.051, "{line}: MemTotal is {total:.2} GiB");
+    assert!(gib[1] > 0.0 && gib[1] <= gib[0], "{line}");
+}
