@@ -1,6 +1,6 @@
-//! Memory as the system sees it: what this host has for a new allocation (so that a size that
-//! cannot fit is refused with a line instead of aborting the process), and what this process
-//! holds now and has held at most.
+//! Memory as the system sees it: what this host has (in all, and for a new allocation, so that
+//! a size that cannot fit is refused with a line instead of aborting the process, and `info`
+//! can say it), and what this process holds now and has held at most.
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -15,6 +15,20 @@ fn proc_kib(path: &str, key: &str) -> Option<u64> {
 /// MemAvailable in /proc/meminfo, where the system says.
 pub fn available_memory() -> Option<u64> {
     proc_kib("/proc/meminfo", "MemAvailable")
+}
+
+/// MemTotal in /proc/meminfo: the host's memory, where the system says.
+pub fn total_memory() -> Option<u64> {
+    proc_kib("/proc/meminfo", "MemTotal")
+}
+
+/// The host's memory as `info` shows it: "23.4 GiB, 21.0 GiB available".
+pub fn describe_host_memory() -> String {
+    match (total_memory(), available_memory()) {
+        (Some(t), Some(a)) => format!("{:.1} GiB, {:.1} GiB available", t as f64 / GIB, a as f64 / GIB),
+        (Some(t), None) => format!("{:.1} GiB", t as f64 / GIB),
+        _ => "memory unknown (no /proc/meminfo)".to_string(),
+    }
 }
 
 /// This process's resident memory now (VmRSS), where the system says.
@@ -40,4 +54,20 @@ pub fn ensure_fits_in_memory(need: u64, what: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_memory_holds_what_is_available() {
+        let (Some(total), Some(available)) = (total_memory(), available_memory()) else {
+            assert!(!std::path::Path::new("/proc/meminfo").exists(), "/proc/meminfo is there but unread");
+            return;
+        };
+        assert!(available > 0 && available <= total, "{available} of {total}");
+        let shown = describe_host_memory();
+        assert!(shown.ends_with(" GiB available") && shown.contains(" GiB, "), "{shown}");
+    }
 }

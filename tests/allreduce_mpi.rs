@@ -1,6 +1,7 @@
-//! The real binary under `mpiexec --oversubscribe -n N` for N in {1, 2, 3, 4, 5, 8}:
-//! `bench-allreduce --check` must find every algorithm exact at awkward sizes; bad input must
-//! end with one clear line and a non-zero exit; a stalled rank must end the job with a report.
+//! The real binary under `mpiexec --oversubscribe -n N` for N in {2, 3, 4, 5, 8}:
+//! `bench-allreduce --check` must find every algorithm exact at awkward sizes; bad input (one
+//! rank among it) must end with one clear line and a non-zero exit; a stalled rank must end the
+//! job with a report.
 //!
 //! Open MPI refuses to run as root and to start more ranks than cores unless told:
 //! OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 and --oversubscribe. `--bind-to
@@ -105,7 +106,7 @@ fn check_all_correct(m: &Path, n: usize, env: &[(&str, &str)], sizes: &[usize], 
 #[test]
 fn every_algorithm_is_exact_under_mpiexec() {
     let m = need_mpiexec!();
-    for n in [1usize, 2, 3, 4, 5, 8] {
+    for n in [2usize, 3, 4, 5, 8] {
         // Empty; fewer elements than ranks; N-1, N, N+1 elements; odd counts; around the
         // eager piece (4032 B), the rd/vhd threshold (8 KiB) and the largest message cut into
         // pieces (16 KiB); beyond them (whole messages).
@@ -232,22 +233,50 @@ fn stalled_rank_ends_the_job_with_a_report() {
     assert!(err.contains("rank 1: no answer"), "{}", text(&o));
 }
 
-#[test]
-fn one_rank_without_mpiexec_is_a_copy() {
-    // No mpiexec needed: the binary alone is one rank, every algorithm a copy.
-    let o = Command::new(BIN)
-        .args(["bench-allreduce", "--check", "--sizes", "4B,1KiB", "--iters", "3"])
+/// The binary alone, without the launcher's variables: one process, one rank.
+fn run_alone(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
         .env_remove("OMPI_COMM_WORLD_SIZE")
         .env_remove("PMI_SIZE")
         .env_remove("PMI_RANK")
         .env_remove("PMIX_RANK")
         .env_remove("MPI_LOCALNRANKS")
         .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("1 rank(s)") && out.contains("none (single process)"), "{out}");
-    assert_eq!(out.lines().filter(|l| l.trim_end().ends_with("yes")).count(), 12, "{out}");
+        .unwrap()
+}
+
+/// One rank has no one to exchange with (every algorithm is a copy): bench-allreduce and
+/// tune-allreduce refuse it as ping-pong does, with one line, a non-zero exit and nothing
+/// written, both without mpiexec and under `mpiexec -n 1`.
+#[test]
+fn one_rank_is_refused_and_nothing_is_written() {
+    let (json, rules) = (tmp("one-rank.json"), tmp("one-rank.csv"));
+    let (j, r) = (json.to_str().unwrap(), rules.to_str().unwrap());
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("bench-allreduce", vec!["bench-allreduce", "--sizes", "4B,1KiB", "--iters", "3", "--json", j]),
+        ("bench-allreduce", vec!["bench-allreduce", "--via-engine", "--sizes", "4B", "--iters", "3", "--json", j]),
+        ("tune-allreduce", vec!["tune-allreduce", "--out", r, "--sizes", "4B,1KiB", "--repeats", "1"]),
+    ];
+    let mpi = if cfg!(feature = "mpi") { mpiexec() } else { None };
+    for (command, args) in &cases {
+        let mut runs = vec![("alone", run_alone(args))];
+        if let Some(m) = &mpi {
+            runs.push(("mpiexec -n 1", run_mpi(m, 1, &[], args)));
+        }
+        for (how, o) in runs {
+            assert!(!o.status.success(), "{how} {args:?}: {}", text(&o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+            let want = format!(
+                "error: {command} needs two or more ranks (one rank measures nothing): run it as mpiexec -n 2 \
+                 dcgan-train {command}"
+            );
+            assert_eq!(lines, [want.as_str()], "{how} {args:?}: {}", text(&o));
+            assert!(o.stdout.is_empty(), "{how} {args:?}: no table: {}", text(&o));
+            assert!(!json.exists() && !rules.exists(), "{how} {args:?}: nothing written");
+        }
+    }
 }
 
 #[test]

@@ -293,6 +293,17 @@ pub fn format_row(r: &Row) -> String {
 /// expected result, the transport's receive slots), for the memory check.
 const MESSAGE_COPIES: u64 = 4;
 
+/// One rank has no one to exchange with: every algorithm is a copy and its times measure
+/// nothing, so a benchmark on one rank (without mpiexec, or `mpiexec -n 1`) refuses to run.
+pub(crate) fn ensure_two_ranks(ranks: usize, command: &str) -> anyhow::Result<()> {
+    if ranks < 2 {
+        anyhow::bail!(
+            "{command} needs two or more ranks (one rank measures nothing): run it as mpiexec -n 2 dcgan-train {command}"
+        );
+    }
+    Ok(())
+}
+
 /// An error naming `command --sizes` where the largest size would not fit in this host's
 /// memory (an allocation that large aborts the process instead of failing).
 pub(crate) fn ensure_sizes_fit(sizes: &[usize], command: &str) -> anyhow::Result<()> {
@@ -314,6 +325,7 @@ pub fn run(args: BenchOptions) -> anyhow::Result<()> {
     let options = format!("{args:?}");
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         collectives::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
+        ensure_two_ranks(t.size(), "bench-allreduce")?;
         let table = collectives::agree(t, cfg.policy.table_on(t.size(), t.hosts()), TAG_BENCH)?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),

@@ -19,6 +19,7 @@ pub fn run(args: &BenchOptions) -> anyhow::Result<(Vec<Row>, usize)> {
     let (rank, p) = (comm.world().rank, comm.world().size);
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
     super::bench::ensure_sizes_fit(&sizes, "bench-allreduce")?;
+    super::bench::ensure_two_ranks(p, "bench-allreduce")?;
     if rank == 0 {
         println!(
             "# dcgan-train bench-allreduce --via-engine: {p} rank(s), {}; buckets submitted to \

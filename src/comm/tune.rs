@@ -83,6 +83,8 @@ pub fn run(args: TuneOptions) -> anyhow::Result<()> {
     let options = format!("{args:?}");
     let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         crate::comm::collectives::same_options(t, "tune-allreduce", &options, crate::comm::transport::TAG_BENCH)?;
+        // Before anything is timed or written: a one-rank rules file would steer nothing.
+        super::bench::ensure_two_ranks(t.size(), "tune-allreduce")?;
         let p = t.size();
         // On one host, or one rank per host, hier is ring or vhd under another name: timing it
         // there could write `hier` into rules that a job of this rank count spread over

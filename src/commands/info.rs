@@ -1,5 +1,6 @@
 //! `dcgan-train info`: per rank, the host, local rank, device (name, memory, compute
-//! capability) or why there is none, the compute threads, and the MPI library.
+//! capability; or the CPU, the host's memory and why no GPU), the compute threads, and the
+//! MPI library.
 
 use super::comm_args::CommArgs;
 use crate::comm::CommConfig;
@@ -12,20 +13,22 @@ pub struct InfoArgs {
     pub comm: CommArgs,
 }
 
-/// This rank's device, as one line.
+/// This rank's device, as one line: a GPU with its memory, or the CPU with the host's memory
+/// and why no GPU.
 fn device_line(local_rank: usize) -> String {
+    let cpu = |why: &dyn std::fmt::Display| format!("cpu ({}; {why})", crate::memory::describe_host_memory());
     #[cfg(feature = "cuda")]
     {
         use crate::backend::cuda;
         match cuda::device_count().and_then(|n| cuda::probe_device(local_rank % n)) {
             Ok(p) => p.to_string(),
-            Err(why) => format!("cpu ({why})"),
+            Err(why) => cpu(&why),
         }
     }
     #[cfg(not(feature = "cuda"))]
     {
         let _ = local_rank;
-        "cpu (built without the cuda feature)".to_string()
+        cpu(&"built without the cuda feature")
     }
 }
 

@@ -5,11 +5,11 @@ use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint;
 use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
 use crate::model::net::{BackwardOrder, Net, NoObserver};
-use crate::report::png::write_grid;
+use crate::report::png::{write_grid, written_here};
 use crate::train::noise::fixed_noise;
 use anyhow::{Result, bail};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
@@ -19,9 +19,13 @@ pub struct SampleArgs {
     /// Number of images.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub n: u64,
-    /// The PNG to write.
+    /// The PNG to write. An existing file is replaced only if it is a PNG this program wrote
+    /// (or with --force).
     #[arg(long, default_value = "samples.png")]
     pub out: PathBuf,
+    /// Replace --out even if it is not a PNG this program wrote.
+    #[arg(long)]
+    pub force: bool,
     /// Seed of other noise; without it, the noise of the run's own sample grids, so that the
     /// first 64 images are the grid the run drew with these weights (samples/final.png for
     /// its latest checkpoint).
@@ -32,7 +36,22 @@ pub struct SampleArgs {
 /// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
 const OTHER_NOISE: u64 = 0x73616d70;
 
+/// Refuses an `out` that holds something other than a grid this program wrote: a mistyped
+/// --out must not turn someone's file into a PNG.
+fn ensure_replaceable(out: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() && !written_here(out) {
+        bail!(
+            "sample --out {}: the file exists and is not a PNG that dcgan-train wrote: choose another --out, or pass --force to overwrite it",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: SampleArgs) -> Result<()> {
+    if !args.force {
+        ensure_replaceable(&args.out)?;
+    }
     let dir = checkpoint::resolve(&args.checkpoint)?;
     let size = checkpoint::image_size_of(&dir)?;
     let specs = match size {

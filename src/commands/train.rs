@@ -4,7 +4,7 @@
 use super::comm_args::CommArgs;
 use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes, positive_f32, positive_f64};
 use crate::device::DeviceChoice;
-use crate::record::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, TrainOptions};
+use crate::record::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -50,18 +50,24 @@ pub struct TrainArgs {
     /// dataset-fashion-mnist in /usr/share/datasets/fashion-mnist.
     #[arg(long)]
     pub data: Option<String>,
-    /// Passes over the data.
-    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
-    pub epochs: u64,
-    /// Stop after this many steps in total (for short runs and tests).
+    /// Passes over the data (default 5, or as many as --max-steps takes when that is given).
+    #[arg(long, value_parser = at_least_one)]
+    pub epochs: Option<u64>,
+    /// Stop after this many steps in total; without --epochs, however many epochs they take.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Output directory (default runs/<timestamp>).
+    /// Output directory (default runs/<timestamp>, or runs/<timestamp>-2, -3... where a run
+    /// started in the same second took it).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// No progress bar and no periodic progress lines.
-    #[arg(long)]
+    /// No progress bar and no periodic progress lines (the same as --progress none).
+    #[arg(long, conflicts_with = "progress")]
     pub no_progress: bool,
+    /// Progress on stderr: auto (a bar on a terminal, else a line every few seconds), bar
+    /// (also where stderr is not a terminal: under mpiexec, for a launcher on a terminal),
+    /// lines, or none.
+    #[arg(long, value_enum, default_value_t = ProgressChoice::Auto)]
+    pub progress: ProgressChoice,
     #[command(flatten)]
     pub parallel: ParallelArgs,
     #[command(flatten)]
@@ -177,6 +183,7 @@ impl From<TrainArgs> for TrainOptions {
             max_steps: a.max_steps,
             out: a.out,
             no_progress: a.no_progress,
+            progress: a.progress,
             parallel: a.parallel.into(),
             checkpoints: CheckpointOptions {
                 checkpoint_every: c.checkpoint_every,
@@ -207,6 +214,33 @@ mod tests {
     #[test]
     fn the_flags_defaults_are_the_options_defaults() {
         assert_eq!(options(&[]), TrainOptions::default());
+    }
+
+    #[test]
+    fn max_steps_without_epochs_is_not_cut_to_the_default_epochs() {
+        assert_eq!(options(&[]).epoch_limit(), Some(5));
+        assert_eq!(options(&["--max-steps", "100"]).epoch_limit(), None);
+        assert_eq!(options(&["--max-steps", "100", "--epochs", "2"]).epoch_limit(), Some(2));
+        assert_eq!(options(&["--epochs", "7"]).epoch_limit(), Some(7));
+    }
+
+    #[test]
+    fn progress_is_chosen_once() {
+        assert_eq!(options(&[]).progress_choice(), ProgressChoice::Auto);
+        for (word, choice) in
+            [("bar", ProgressChoice::Bar), ("lines", ProgressChoice::Lines), ("none", ProgressChoice::None)]
+        {
+            assert_eq!(options(&["--progress", word]).progress_choice(), choice);
+        }
+        assert_eq!(options(&["--no-progress"]).progress_choice(), ProgressChoice::None);
+        let parse = |line: &[&str]| super::super::Cli::try_parse_from(["dcgan-train"].iter().chain(line)).err();
+        let e = parse(&["--no-progress", "--progress", "bar"]).expect("a conflict").to_string();
+        assert!(e.contains("--no-progress") && e.contains("--progress"), "{e}");
+        let e = parse(&["--progress", "fancy"]).expect("an unknown value").to_string();
+        assert!(e.contains("--progress") && e.contains("lines"), "{e}");
+        // Where progress goes changes nothing a resume compares.
+        let a = training_config(&options(&["--progress", "bar"]));
+        assert_eq!(first_difference(&a, &training_config(&options(&["--no-progress"])), &RESUMABLE), None);
     }
 
     #[test]

@@ -7,5 +7,5 @@ pub mod options;
 pub mod summary;
 
 pub use metrics::{EpochRecord, LineType, StepMetrics, StepRecord, StoppedRecord};
-pub use options::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, TrainOptions};
+pub use options::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions};
 pub use summary::Summary;

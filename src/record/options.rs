@@ -15,11 +15,15 @@ pub struct TrainOptions {
     pub model: ModelOptions,
     /// A directory of IDX files, `synthetic:N`, or None for the default data set.
     pub data: Option<String>,
-    pub epochs: u64,
+    /// `--epochs` as given (None: not given; `epoch_limit` says what that means). Files
+    /// written before it could be left out hold a number, which reads as given.
+    pub epochs: Option<u64>,
     pub max_steps: Option<u64>,
     /// The run directory (None: runs/<timestamp>).
     pub out: Option<PathBuf>,
     pub no_progress: bool,
+    /// `--progress` (`--no-progress` is its `none`: `progress_choice` says which applies).
+    pub progress: ProgressChoice,
     pub parallel: ParallelOptions,
     pub checkpoints: CheckpointOptions,
     pub comm: CommOptions,
@@ -72,6 +76,21 @@ pub enum LrScaling {
     Sqrt,
 }
 
+/// `--progress`: how rank 0 shows the run's progress on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressChoice {
+    /// A bar where stderr is a terminal, lines elsewhere (a log file, or mpiexec's pipe).
+    #[default]
+    Auto,
+    /// A bar wherever stderr goes: under mpiexec, whose own output may be a terminal.
+    Bar,
+    /// A line every few seconds and one per epoch.
+    Lines,
+    /// Nothing.
+    None,
+}
+
 /// Checkpoints and resuming.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -121,18 +140,56 @@ impl Default for ParallelOptions {
     }
 }
 
+impl TrainOptions {
+    /// The progress display asked for: `--progress`, or none with `--no-progress`.
+    pub fn progress_choice(&self) -> ProgressChoice {
+        if self.no_progress { ProgressChoice::None } else { self.progress }
+    }
+
+    /// The epochs the run may reach (None: no limit): `--epochs` where given; else none when
+    /// `--max-steps` sets the run's length (a default epoch count would cut it short), and 5
+    /// when neither is given.
+    pub fn epoch_limit(&self) -> Option<u64> {
+        match (self.epochs, self.max_steps) {
+            (Some(e), _) => Some(e),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_EPOCHS),
+        }
+    }
+}
+
 impl Default for TrainOptions {
     fn default() -> Self {
         TrainOptions {
             model: ModelOptions::default(),
             data: None,
-            epochs: DEFAULT_EPOCHS,
+            epochs: None,
             max_steps: None,
             out: None,
             no_progress: false,
+            progress: ProgressChoice::Auto,
             parallel: ParallelOptions::default(),
             checkpoints: CheckpointOptions::default(),
             comm: CommOptions::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_steps_alone_sets_the_length_and_old_files_keep_their_epochs() {
+        let with = |epochs, max_steps| TrainOptions { epochs, max_steps, ..TrainOptions::default() };
+        assert_eq!(with(None, None).epoch_limit(), Some(DEFAULT_EPOCHS));
+        assert_eq!(with(None, Some(100)).epoch_limit(), None, "--max-steps alone");
+        assert_eq!(with(Some(2), Some(100)).epoch_limit(), Some(2), "both: the first limit reached ends the run");
+        assert_eq!(with(Some(9), None).epoch_limit(), Some(9));
+        // A summary or checkpoint written before --epochs could be left out holds a number.
+        let old: TrainOptions = serde_json::from_str(r#"{"epochs": 5, "max_steps": 100}"#).unwrap();
+        assert_eq!((old.epochs, old.epoch_limit()), (Some(5), Some(5)));
+        let new: TrainOptions = serde_json::from_value(serde_json::to_value(with(None, Some(100))).unwrap()).unwrap();
+        assert_eq!(new.epoch_limit(), None);
     }
 }

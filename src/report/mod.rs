@@ -1,6 +1,7 @@
 //! Run outputs: sample grids (PNG), JSON lines, the progress display, the Chrome trace, and
 //! the report read back from that trace.
 
+pub mod bar_pipe;
 pub mod jsonl;
 pub mod png;
 pub mod progress;

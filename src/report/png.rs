@@ -1,4 +1,5 @@
-//! Sample grids as 8-bit grayscale PNG files (like torchvision's `save_image` of a batch).
+//! Sample grids as 8-bit grayscale PNG files (like torchvision's `save_image` of a batch),
+//! marked as this program's so that a later write can tell its own grids from other files.
 
 use super::write_atomically;
 use anyhow::{Context, Result, bail};
@@ -11,6 +12,10 @@ pub const PADDING: usize = 2;
 /// padding would make neighbouring images run together.
 pub const PAD_VALUE: u8 = 128;
 
+/// The tEXt chunk every grid carries (`Software` is PNG's registered keyword for the program
+/// that made the file): the mark `written_here` looks for before a grid replaces a file.
+const MARK: (&str, &str) = ("Software", "dcgan-train");
+
 /// images [count, h, w] in [-1, 1] -> an 8-bit grayscale PNG grid with `cols` columns and
 /// 2 px of padding; written to a temporary file in the same directory, then renamed.
 ///
@@ -22,11 +27,20 @@ pub fn write_grid(path: &Path, images: &[f32], count: usize, h: usize, w: usize,
     let mut encoder = png::Encoder::new(&mut encoded, width as u32, height as u32);
     encoder.set_color(png::ColorType::Grayscale);
     encoder.set_depth(png::BitDepth::Eight);
+    encoder.add_text_chunk(MARK.0.into(), MARK.1.into())?;
     let mut writer = encoder.write_header()?;
     writer.write_image_data(&pixels)?;
     writer.finish()?;
     write_atomically(path, |file| Ok(file.write_all(&encoded)?))
         .with_context(|| format!("cannot write the sample grid {}", path.display()))
+}
+
+/// Whether `path` is a PNG this program wrote (it carries the mark): a missing or unreadable
+/// file, another image or any other file is not.
+pub fn written_here(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    let Ok(reader) = png::Decoder::new(std::io::BufReader::new(file)).read_info() else { return false };
+    reader.info().uncompressed_latin1_text.iter().any(|t| (t.keyword.as_str(), t.text.as_str()) == MARK)
 }
 
 /// The grid as [height, width] bytes, with its height and width.
@@ -131,6 +145,30 @@ mod tests {
         assert!(write_grid(&dir.join("b.png"), &[], 0, 2, 2, 2).is_err());
         assert!(write_grid(&dir.join("c.png"), &[0.0; 8], 2, 2, 2, 0).is_err());
         assert!(std::fs::read_dir(dir).unwrap().next().is_none(), "nothing written");
+    }
+
+    #[test]
+    fn only_the_programs_own_grids_carry_the_mark() {
+        let tmp = tempfile::tempdir().unwrap();
+        let grid = tmp.path().join("grid.png");
+        write_grid(&grid, &[0.0; 4], 1, 2, 2, 1).unwrap();
+        assert!(written_here(&grid));
+        // A PNG from elsewhere: the same pixels, without the mark.
+        let other = tmp.path().join("other.png");
+        let mut bytes = Vec::new();
+        let mut encoder = png::Encoder::new(&mut bytes, 2, 2);
+        encoder.set_color(png::ColorType::Grayscale);
+        encoder.add_text_chunk("Software".into(), "another program".into()).unwrap();
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(&[128; 4]).unwrap();
+        writer.finish().unwrap();
+        std::fs::write(&other, bytes).unwrap();
+        assert!(!written_here(&other));
+        let text = tmp.path().join("notes.txt");
+        std::fs::write(&text, "notes").unwrap();
+        assert!(!written_here(&text));
+        assert!(!written_here(&tmp.path().join("missing.png")));
+        assert!(!written_here(tmp.path()), "a directory");
     }
 
     #[test]

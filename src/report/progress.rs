@@ -1,6 +1,8 @@
-//! Training progress on stderr: an indicatif bar per epoch on a terminal, a line every few
-//! seconds in a log file (batch jobs), or nothing (`--no-progress`).
+//! Training progress on stderr: an indicatif bar per epoch (on a terminal, or wherever
+//! `--progress bar` asks), a line every few seconds in a log file (batch jobs, and mpiexec's
+//! pipe), or nothing (`--progress none`).
 
+use super::bar_pipe::PipeTerm;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -9,6 +11,8 @@ use std::time::{Duration, Instant};
 pub const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the bar's message is re-formatted at most (the bar itself redraws at ~20 Hz).
 const BAR_MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
+/// Redraws per second of a bar drawn into a pipe: each is forwarded by the launcher.
+const PIPE_BAR_HZ: u8 = 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProgressMode {
@@ -21,15 +25,21 @@ pub enum ProgressMode {
 }
 
 impl ProgressMode {
-    /// Off with `--no-progress`; else Bar when stderr is a terminal, Plain otherwise.
-    pub fn detect(no_progress: bool) -> ProgressMode {
-        if no_progress {
-            ProgressMode::Off
-        } else if std::io::stderr().is_terminal() {
-            ProgressMode::Bar
-        } else {
-            ProgressMode::Plain
-        }
+    /// `--progress auto`: Bar when stderr is a terminal, Plain otherwise (a log file, or the
+    /// pipe to mpiexec).
+    pub fn detect() -> ProgressMode {
+        if std::io::stderr().is_terminal() { ProgressMode::Bar } else { ProgressMode::Plain }
+    }
+}
+
+/// Where a bar draws: indicatif's stderr target on a terminal (it knows the width); into
+/// the pipe otherwise, as `--progress bar` asks under mpiexec (indicatif's own target would
+/// draw nothing there).
+fn bar_target() -> ProgressDrawTarget {
+    if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::term_like_with_hz(Box::new(PipeTerm::stderr()), PIPE_BAR_HZ)
     }
 }
 
@@ -95,7 +105,7 @@ impl Progress {
     /// Progress for epoch `epoch` (0-based, shown as epoch + 1) of `epochs`, over `span`.
     pub fn new(mode: ProgressMode, epoch: u64, epochs: u64, span: EpochSpan) -> Progress {
         let target = match mode {
-            ProgressMode::Bar => ProgressDrawTarget::stderr(),
+            ProgressMode::Bar => bar_target(),
             _ => ProgressDrawTarget::hidden(),
         };
         Self::build(mode, epoch, epochs, span, Box::new(std::io::stderr()), PLAIN_INTERVAL, target)
@@ -111,8 +121,11 @@ impl Progress {
         target: ProgressDrawTarget,
     ) -> Progress {
         let bar = (mode == ProgressMode::Bar).then(|| {
+            // The message last and cut to the width: a line wider than the terminal would
+            // wrap, and where the width is a guess (a pipe) each redraw would leave its first
+            // part behind.
             let style = ProgressStyle::with_template(
-                "epoch {prefix} [{bar:24}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
+                "epoch {prefix} [{bar:24}] {pos}/{len} [{elapsed_precise}<{eta_precise}] {wide_msg}",
             )
             .expect("the template is valid")
             .progress_chars("=> ");
@@ -193,6 +206,9 @@ impl Progress {
                 let bar = self.bar.as_ref().expect("Bar mode has a bar");
                 bar.set_position(self.span.end as u64);
                 bar.finish_with_message(summary);
+                // Let the finished bar's target go now (a pipe's ends its line when let go),
+                // before the epoch's end prints anything.
+                bar.set_draw_target(ProgressDrawTarget::hidden());
             }
             ProgressMode::Plain => {
                 let _ = writeln!(
@@ -351,10 +367,32 @@ mod tests {
     }
 
     #[test]
+    fn a_bar_draws_also_where_stderr_is_not_a_terminal() {
+        // `--progress bar` under mpiexec, where stderr is a pipe: the bar is drawn, not hidden.
+        let p = Progress::new(ProgressMode::Bar, 0, 1, whole(2));
+        assert!(!p.bar().unwrap().is_hidden());
+        // What it draws into a pipe: whole frames, each clearing the line, none wider than
+        // the width.
+        let out = Captured::default();
+        let target = ProgressDrawTarget::term_like(Box::new(PipeTerm::new(Box::new(out.clone()), 80)));
+        let mut p =
+            Progress::build(ProgressMode::Bar, 0, 3, whole(937), Box::new(std::io::sink()), PLAIN_INTERVAL, target);
+        p.update(0, 0.7, 1.5, 0.6, 0.4, 321.0);
+        p.finish_epoch(2.0, 500.0);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let frames: Vec<&str> = text.split("\r\x1b[2K").filter(|f| !f.is_empty()).collect();
+        assert!(frames.len() >= 2, "{text:?}");
+        for f in &frames {
+            assert!(f.starts_with("epoch 1/3 ["), "{f:?}");
+            assert!(f.trim_end().chars().count() <= 80, "{} columns: {f:?}", f.trim_end().chars().count());
+        }
+        assert!(frames.last().unwrap().contains("937/937"), "{text:?}");
+    }
+
+    #[test]
     fn off_and_detect() {
-        assert_eq!(ProgressMode::detect(true), ProgressMode::Off);
         // Under `cargo test` stderr is captured or a terminal; either way not Off.
-        assert_ne!(ProgressMode::detect(false), ProgressMode::Off);
+        assert_ne!(ProgressMode::detect(), ProgressMode::Off);
         let mut p = Progress::new(ProgressMode::Off, 0, 1, whole(2));
         p.update(0, 0.0, 0.0, 0.0, 0.0, 0.0);
         p.finish_epoch(1.0, 1.0);

@@ -67,8 +67,18 @@ pub fn training_config(args: &TrainOptions) -> Value {
 /// Options that do not change the numbers: where and how a run reports, and when it stops
 /// waiting for another rank (`--stall-timeout`, a Duration, flattens to `secs` and `nanos`).
 /// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
-const NOT_COMPARED: [&str; 9] =
-    ["threads", "no_progress", "out", "trace", "trace_steps", "baseline_summary", "resume", "secs", "nanos"];
+const NOT_COMPARED: [&str; 10] = [
+    "threads",
+    "no_progress",
+    "progress",
+    "out",
+    "trace",
+    "trace_steps",
+    "baseline_summary",
+    "resume",
+    "secs",
+    "nanos",
+];
 
 /// Options that may change when resuming (how long to train, how often to save).
 pub const RESUMABLE: [&str; 4] = ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints"];
@@ -173,7 +183,7 @@ mod tests {
         let b = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.no_progress) = (64, 3, true)));
         assert_eq!(first_difference(&a, &b, &[]).unwrap(), "--batch-size 32 vs 64");
         assert_eq!(first_difference(&a, &a, &[]), None);
-        let c = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.epochs) = (32, 3, 9)));
+        let c = training_config(&options(|o| (o.model.batch_size, o.model.seed, o.epochs) = (32, 3, Some(9))));
         assert_eq!(first_difference(&a, &c, &RESUMABLE), None);
         assert!(first_difference(&a, &c, &[]).unwrap().starts_with("--epochs"));
         // The stall timeout is when a rank stops waiting, not what it computes: it may differ

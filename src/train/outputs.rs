@@ -20,9 +20,26 @@ pub struct Outputs {
     _lock: File,
 }
 
-/// The default run directory, runs/<local time>.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from("runs").join(chrono::Local::now().format("%Y%m%d-%H%M%S").to_string())
+/// The default run directory, runs/<local time>, made here and this run's alone: a run
+/// started in the same second as another takes runs/<local time>-2 (-3, ...).
+pub fn default_dir() -> Result<PathBuf> {
+    claim_dir(Path::new("runs"), &chrono::Local::now().format("%Y%m%d-%H%M%S").to_string())
+}
+
+/// Makes `parent/stem`, or the first of `stem-2`, `stem-3`, ... not taken. `create_dir` fails
+/// on a name that exists, so of two processes asking at once each gets its own directory
+/// (checking first and creating after would let both see the same name free).
+pub fn claim_dir(parent: &Path, stem: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    for n in 1..=1000 {
+        let dir = parent.join(if n == 1 { stem.to_string() } else { format!("{stem}-{n}") });
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create the run directory {}", dir.display())),
+        }
+    }
+    bail!("{}: {stem} to {stem}-1000 are all taken: pass --out DIR", parent.display())
 }
 
 /// The lock of the run in `dir`, taken; an error when another run holds it.
@@ -132,5 +149,27 @@ impl Outputs {
         let text = serde_json::to_string_pretty(summary)? + "\n";
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
             .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_started_in_the_same_second_get_directories_of_their_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = claim_dir(tmp.path(), "20260101-120000").unwrap();
+        let second = claim_dir(tmp.path(), "20260101-120000").unwrap();
+        assert_eq!(first, tmp.path().join("20260101-120000"));
+        assert_eq!(second, tmp.path().join("20260101-120000-2"));
+        assert!(first.is_dir() && second.is_dir());
+        // Many at once: every one gets a name of its own.
+        let claimed: Vec<PathBuf> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8).map(|_| s.spawn(|| claim_dir(tmp.path(), "same").unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let distinct: std::collections::HashSet<_> = claimed.iter().collect();
+        assert_eq!(distinct.len(), 8, "{claimed:?}");
     }
 }

@@ -101,14 +101,14 @@ pub fn load_resume(
         );
     }
     // Nothing left to run would still rewrite the run's summary, with no steps in it.
-    if p.step >= args.max_steps.unwrap_or(u64::MAX) || p.epoch >= args.epochs {
+    if p.step >= args.max_steps.unwrap_or(u64::MAX) || p.epoch >= args.epoch_limit().unwrap_or(u64::MAX) {
         bail!(
             "--resume {}: the run has already done {} steps and {} of its epochs, and --max-steps {} with --epochs {} leaves none to run: raise --max-steps or --epochs to train further (the run is kept as it is)",
             dir.display(),
             p.step,
             p.epoch,
             args.max_steps.map_or("(none)".to_string(), |m| m.to_string()),
-            args.epochs
+            args.epoch_limit().map_or("(none)".to_string(), |e| e.to_string())
         );
     }
     checkpoint::load(&ck_dir, layouts)

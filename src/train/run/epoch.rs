@@ -7,12 +7,22 @@ use crate::backend::Backend;
 use crate::comm::PeerFailed;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::EpochOrder;
-use crate::record::{EpochRecord, LineType, StepRecord};
+use crate::record::{EpochRecord, LineType, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::train::ddp::sync;
 use crate::train::interrupt::StepInterrupted;
 use anyhow::Result;
 use std::time::Instant;
+
+/// The display `--progress` asks for on rank 0 (`auto`: a bar on a terminal, else lines).
+fn display_for(choice: ProgressChoice) -> ProgressMode {
+    match choice {
+        ProgressChoice::Auto => ProgressMode::detect(),
+        ProgressChoice::Bar => ProgressMode::Bar,
+        ProgressChoice::Lines => ProgressMode::Plain,
+        ProgressChoice::None => ProgressMode::Off,
+    }
+}
 
 /// How an epoch's steps went.
 pub(super) struct EpochDone {
@@ -31,7 +41,7 @@ impl<B: Backend> Run<'_, B> {
         let steps_per_epoch = self.shard.batches_per_epoch();
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
         let span = EpochSpan::of(first, steps_per_epoch, self.trainer.step, max_steps);
-        let mode = if self.job.is_root() { ProgressMode::detect(self.args.no_progress) } else { ProgressMode::Off };
+        let mode = if self.job.is_root() { display_for(self.args.progress_choice()) } else { ProgressMode::Off };
         let mut done = EpochDone {
             complete: false,
             steps: 0,
@@ -125,5 +135,19 @@ impl<B: Backend> Run<'_, B> {
             self.save_checkpoint();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_choices_give_their_displays() {
+        // `bar` is a bar wherever stderr goes (under mpiexec it is a pipe), `lines` lines.
+        assert_eq!(display_for(ProgressChoice::Bar), ProgressMode::Bar);
+        assert_eq!(display_for(ProgressChoice::Lines), ProgressMode::Plain);
+        assert_eq!(display_for(ProgressChoice::None), ProgressMode::Off);
+        assert_eq!(display_for(ProgressChoice::Auto), ProgressMode::detect());
     }
 }

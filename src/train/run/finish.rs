@@ -18,7 +18,8 @@ impl<B: Backend> Run<'_, B> {
         // A stop that came with the last step is the run's end, not an interruption: resuming
         // would find nothing left to run.
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
-        let finished = self.trainer.step >= max_steps || self.progress.epoch >= self.args.epochs;
+        let finished =
+            self.trainer.step >= max_steps || self.progress.epoch >= self.args.epoch_limit().unwrap_or(u64::MAX);
         let ck = ck_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
         if self.stopped && !finished {
             return self.stopped_before_the_end(&ck);

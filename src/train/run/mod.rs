@@ -115,6 +115,7 @@ impl<B: Backend> Run<'_, B> {
     /// Every epoch from where the run stands, then the end.
     fn train(mut self) -> Result<()> {
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
+        let epochs = self.args.epoch_limit().unwrap_or(u64::MAX);
         let (start_epoch, first) = (self.progress.epoch, self.progress.batch_in_epoch as usize);
         let steps_per_epoch = self.shard.batches_per_epoch();
         let epochs_reached = crate::report::progress::EpochSpan::epochs_reached(
@@ -123,10 +124,10 @@ impl<B: Backend> Run<'_, B> {
             steps_per_epoch,
             self.trainer.step,
             max_steps,
-            self.args.epochs,
+            epochs,
         );
         let train_started = Instant::now();
-        for epoch in start_epoch..self.args.epochs {
+        for epoch in start_epoch..epochs {
             let first = if epoch == start_epoch { first } else { 0 };
             let done = self.run_epoch(epoch, first, epochs_reached)?;
             if done.complete {

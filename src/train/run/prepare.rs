@@ -199,7 +199,7 @@ fn build<B: Backend>(job: &Job, args: &TrainOptions, settings: &Settings, be: B)
     let outputs = job.agree(match (root, &ck, resume) {
         (false, _, _) => Ok(None),
         (true, Some(ck), Some(dir)) => Outputs::resume(dir, ck.progress.step, ck.progress.epoch, keep).map(Some),
-        _ => Outputs::create(&args.out.clone().unwrap_or_else(default_dir), keep).map(Some),
+        _ => args.out.clone().map_or_else(default_dir, Ok).and_then(|dir| Outputs::create(&dir, keep)).map(Some),
     })?;
 
     let buckets = plan_buckets(&model, p.bucket_bytes);

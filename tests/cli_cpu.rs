@@ -1,0 +1,211 @@
+//! The command line around training, on one rank: what `sample --out` may replace, where runs
+//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, and `info`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// A short CPU run into `out`: `steps` steps of batch 16 over 64 synthetic images (4 steps
+/// per epoch), with `extra` flags.
+fn train(out: &Path, steps: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--data", "synthetic:64", "--batch-size", "16", "--device", "cpu", "--threads", "1"];
+    args.extend(["--max-steps", steps, "--out", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// Whether `path` is a PNG with the `Software: dcgan-train` text chunk, read independently of
+/// the program's own check.
+fn marked(path: &Path) -> bool {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = png::Decoder::new(std::io::BufReader::new(file)).read_info().unwrap();
+    reader.info().uncompressed_latin1_text.iter().any(|t| t.keyword == "Software" && t.text == "dcgan-train")
+}
+
+/// `sample --out` replaces a missing file or a grid this program wrote, and refuses anything
+/// else (a text file stays as it was) unless `--force`. The run's own grids carry the mark.
+#[test]
+fn sample_replaces_only_its_own_pngs_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("r");
+    let o = train(&run_dir, "4", &["--no-progress"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for grid in ["epoch-001.png", "final.png"] {
+        assert!(marked(&run_dir.join("samples").join(grid)), "{grid} carries the mark");
+    }
+    let ck = run_dir.to_str().unwrap();
+    let sample = |out: &Path, force: bool| {
+        let mut args = vec!["sample", "--checkpoint", ck, "--n", "4", "--out", out.to_str().unwrap()];
+        if force {
+            args.push("--force");
+        }
+        run(&args)
+    };
+
+    let notes = tmp.path().join("notes.txt");
+    std::fs::write(&notes, "not an image\n").unwrap();
+    let o = sample(&notes, false);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let want = format!(
+        "error: sample --out {}: the file exists and is not a PNG that dcgan-train wrote: choose another --out, or \
+         pass --force to overwrite it\n",
+        notes.display()
+    );
+    assert_eq!(stderr(&o), want);
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not an image\n", "the file is kept");
+
+    // Another program's PNG is someone's work too.
+    let foreign = tmp.path().join("photo.png");
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, 1, 1);
+    encoder.set_color(png::ColorType::Grayscale);
+    let mut writer = encoder.write_header().unwrap();
+    writer.write_image_data(&[7]).unwrap();
+    writer.finish().unwrap();
+    std::fs::write(&foreign, &bytes).unwrap();
+    let o = sample(&foreign, false);
+    assert!(!o.status.success() && stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&foreign).unwrap(), bytes);
+
+    // A missing file is written; the grid it became is replaced without --force.
+    let fresh = tmp.path().join("grid.png");
+    for _ in 0..2 {
+        let o = sample(&fresh, false);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(marked(&fresh));
+    }
+    // --force replaces the text file.
+    let o = sample(&notes, true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::read_png_gray(&notes).1, 2 * 28 + 3 * 2, "a 2x2 grid of 28x28");
+}
+
+/// Runs without `--out` never share a directory: with runs/<this second> (and the next
+/// minute's) already taken by a run that has not reached its first checkpoint, two runs
+/// started together each make one of their own, and the taken ones stay as they were (the
+/// runs were told, before, that the other had "ended before its first checkpoint").
+#[test]
+fn runs_without_out_in_the_same_second_get_their_own_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let now = chrono::Local::now();
+    for s in 0..60 {
+        let taken = runs.join((now + chrono::Duration::seconds(s)).format("%Y%m%d-%H%M%S").to_string());
+        std::fs::create_dir_all(&taken).unwrap();
+        std::fs::write(taken.join("metrics.jsonl"), "running\n").unwrap();
+    }
+    let args = ["--data", "synthetic:64", "--batch-size", "16", "--device", "cpu", "--threads", "1"];
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            bin()
+                .args(args)
+                .args(["--max-steps", "1", "--no-progress"])
+                .current_dir(tmp.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let mut finished = Vec::new();
+    for entry in std::fs::read_dir(&runs).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("summary.json").exists() {
+            finished.push(dir);
+        } else {
+            assert_eq!(std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap(), "running\n", "{}", dir.display());
+        }
+    }
+    assert_eq!(finished.len(), 2, "two runs, two directories: {finished:?}");
+    for dir in &finished {
+        let name = dir.file_name().unwrap().to_string_lossy();
+        assert!(name.ends_with("-2") || name.ends_with("-3"), "{name}: the next free name");
+        assert_eq!(common::step_records(dir).len(), 1, "{name} holds one run's steps");
+    }
+}
+
+/// `--max-steps` alone sets the run's length, past the 5 epochs that are the default without
+/// it, and the progress lines count to that end; with `--epochs` too, the first limit
+/// reached ends the run.
+#[test]
+fn max_steps_alone_runs_past_the_default_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 4 steps per epoch: 22 steps are 5 whole epochs and 2 steps of a sixth.
+    let alone = tmp.path().join("alone");
+    let o = train(&alone, "22", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::step_records(&alone).len(), 22);
+    assert_eq!(common::read_summary(&alone).steps, 22);
+    let err = stderr(&o);
+    assert!(err.contains("epoch 1/6 step 1/4 |") && err.contains("epoch 6/6 step 1/2 |"), "{err}");
+    let both = tmp.path().join("both");
+    let o = train(&both, "22", &["--epochs", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::step_records(&both).len(), 8, "two epochs of 4 steps come first");
+    assert!(stderr(&o).contains("epoch 2/2 done: 4 steps"), "{}", stderr(&o));
+}
+
+/// `--progress lines` writes the progress lines, `none` nothing, and `bar` draws the bar also
+/// where stderr is a pipe (as it is under mpiexec, where `auto` gives lines); `--no-progress`
+/// is `none` and is not taken together with `--progress`.
+#[test]
+fn progress_modes_write_what_they_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = train(&tmp.path().join("lines"), "4", &["--progress", "lines"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("epoch 1/1 step 1/4 |") && err.contains("epoch 1/1 done: 4 steps |"), "{err}");
+    assert!(!err.contains('\x1b'), "no escape sequences in lines: {err:?}");
+
+    let o = train(&tmp.path().join("none"), "4", &["--progress", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("epoch 1/1"), "{}", stderr(&o));
+
+    let o = train(&tmp.path().join("bar"), "4", &["--progress", "bar"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("\r\x1b[2Kepoch 1/1 [") && err.contains("] 4/4 ["), "a bar into the pipe: {err:?}");
+    assert!(!err.contains("step 1/4 |"), "{err:?}");
+
+    let o = run(&["--no-progress", "--progress", "bar"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'--no-progress' cannot be used with '--progress <PROGRESS>'"), "{}", stderr(&o));
+}
+
+/// `info` on the CPU prints the host's memory, in all and available (as a GPU's line prints
+/// the GPU's), beside why no GPU is used.
+#[test]
+fn info_prints_the_hosts_memory_on_the_cpu() {
+    let o = bin().arg("info").env("CUDA_VISIBLE_DEVICES", "").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = out.lines().find(|l| l.starts_with("rank   0")).unwrap_or_else(|| panic!("{out}"));
+    let shown = line.split("cpu (").nth(1).unwrap_or_else(|| panic!("a CPU line: {line}"));
+    assert!(shown.contains(" GiB available; "), "{line}");
+    let gib: Vec<f64> = shown.split(" GiB").take(2).map(|s| s.rsplit(' ').next().unwrap().parse().unwrap()).collect();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib = |field: &str| -> f64 {
+        let l = meminfo.lines().find(|l| l.starts_with(field)).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let total = kib("MemTotal:") / (1u64 << 20) as f64;
+    assert!((gib[0] - total).abs() <= 0.051, "{line}: MemTotal is {total:.2} GiB");
+    assert!(gib[1] > 0.0 && gib[1] <= gib[0], "{line}");
+}
