@@ -33,7 +33,11 @@ pub struct SampleArgs {
 const OTHER_NOISE: u64 = 0x73616d70;
 
 pub fn run(args: SampleArgs) -> Result<()> {
-    let dir = checkpoint::resolve(&args.checkpoint)?;
+    let found = checkpoint::locate(&args.checkpoint, "--checkpoint")?;
+    for note in &found.notes {
+        eprintln!("warning: {note}");
+    }
+    let dir = found.dir;
     let size = checkpoint::image_size_of(&dir)?;
     let specs = match size {
         28 => &GENERATOR_28[..],
