@@ -321,3 +321,102 @@ fn a_checkpoint_without_digests_loads_with_a_note() {
     let note = &found.notes[0];
     assert!(note.contains("has no digests in G.safetensors, D.safetensors, optimizer.safetensors"), "{note}");
 }
+
+/// The binary, alone (one rank, no mpiexec): its exit status and standard error.
+fn dcgan(args: &[&str]) -> (bool, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dcgan-train")).args(args).output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+/// A real run of two steps in `dir`: one checkpoint, step-00000002.
+fn short_run(dir: &std::path::Path) -> std::path::PathBuf {
+    let run = dir.join("run");
+    let out = run.to_str().unwrap();
+    let (ok, err) =
+        dcgan(&["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--out", out]);
+    assert!(ok, "{err}");
+    run
+}
+
+/// The one error line of a failed command (and that there is exactly one).
+fn error_line(err: &str) -> &str {
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {err}");
+    lines[0]
+}
+
+/// The case that once passed with exit 0: one byte flipped in a weight of a real run's
+/// G.safetensors. `--resume` and `sample` both refuse, naming the file and the tensor, and
+/// `sample` writes no image.
+#[test]
+fn resume_and_sample_refuse_a_flipped_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = short_run(tmp.path());
+    let ck = run.join("checkpoints").join("step-00000002");
+    common::flip_tensor_byte(&ck.join("G.safetensors"), "main.3.weight");
+    let png = tmp.path().join("s.png");
+    for (args, flag) in [
+        // The run's options repeated: it once resumed from the flipped weight with exit 0.
+        (
+            vec!["--data", "synthetic:64", "--batch-size", "8", "--resume", run.to_str().unwrap(), "--max-steps", "4"],
+            "--resume",
+        ),
+        (vec!["sample", "--checkpoint", run.to_str().unwrap(), "--out", png.to_str().unwrap()], "--checkpoint"),
+    ] {
+        let (ok, err) = dcgan(&args);
+        assert!(!ok, "{args:?} went on with a corrupt checkpoint: {err}");
+        let line = error_line(&err);
+        assert!(line.contains(&format!("{flag} {}: no intact checkpoint", run.display())), "{line}");
+        assert!(line.contains("G.safetensors is corrupt (tensor main.3.weight does not match its digest)"), "{line}");
+        assert!(line.contains("start the run again"), "{line}");
+    }
+    assert!(!png.exists(), "sample wrote an image from a corrupt generator");
+    // Named directly, the checkpoint is refused with what to do instead.
+    let (ok, err) = dcgan(&["sample", "--checkpoint", ck.to_str().unwrap(), "--out", png.to_str().unwrap()]);
+    assert!(!ok);
+    let line = error_line(&err);
+    assert!(
+        line.contains(&format!("{} is corrupt: tensor main.3.weight", ck.join("G.safetensors").display())),
+        "{line}"
+    );
+    assert!(line.contains("no older checkpoint beside it is intact"), "{line}");
+    // The rest of the run is untouched.
+    assert!(run.join("summary.json").exists());
+}
+
+/// A checkpoint written before checkpoints carried digests still resumes and samples, with
+/// one warning line naming its files; what the resumed run writes has digests.
+#[test]
+fn a_checkpoint_without_digests_resumes_and_samples_with_one_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = short_run(tmp.path());
+    let ck = run.join("checkpoints").join("step-00000002");
+    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+        common::rewrite_metadata(&ck.join(file), |m| drop(m.remove("digests")));
+    }
+    let png = tmp.path().join("s.png");
+    let want =
+        format!("warning: {} has no digests in G.safetensors, D.safetensors, optimizer.safetensors", ck.display());
+    for args in [
+        vec!["sample", "--checkpoint", run.to_str().unwrap(), "--out", png.to_str().unwrap()],
+        vec![
+            "--data",
+            "synthetic:64",
+            "--batch-size",
+            "8",
+            "--resume",
+            run.to_str().unwrap(),
+            "--max-steps",
+            "3",
+            "--no-progress",
+        ],
+    ] {
+        let (ok, err) = dcgan(&args);
+        assert!(ok, "{args:?}: {err}");
+        let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{args:?}: one warning line, got: {err}");
+        assert!(warnings[0].starts_with(&want), "{args:?}: {}", warnings[0]);
+    }
+    let newest = run.join("checkpoints").join("step-00000003");
+    assert!(common::safetensors_metadata(&newest.join("G.safetensors")).contains_key("digests"));
+}

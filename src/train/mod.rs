@@ -8,6 +8,7 @@ pub mod job;
 pub mod noise;
 pub mod outputs;
 pub mod preflight;
+pub mod resume;
 pub mod run;
 pub mod signals;
 pub mod step;

@@ -65,9 +65,7 @@ impl<B: Backend> Run<'_, B> {
         let Some(out) = self.outputs.as_mut() else {
             return Err(PeerFailed.into());
         };
-        let dir = out.dir.display().to_string();
-        let under = if ranks > 1 { format!(", under mpiexec -n {ranks}") } else { String::new() };
-        let resume = format!("dcgan-train --resume {dir} (with the same options but --out{under})");
+        let resume = crate::train::resume::resume_command(ranks, &out.dir);
         // Also in the run itself: mpiexec may stop relaying output while the job ends.
         let rec = StoppedRecord { kind: LineType::Stopped, step, checkpoint: ck.to_string(), resume: resume.clone() };
         self.job.or_fail(out.stopped(&rec));

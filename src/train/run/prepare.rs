@@ -4,7 +4,7 @@
 
 use super::{Faults, LastCheckpoint, Run};
 use crate::backend::Backend;
-use crate::checkpoint::{Checkpoint, Keep, Progress};
+use crate::checkpoint::{self, Checkpoint, Keep, Progress};
 use crate::comm::cpu_clock::RunDelayClock;
 use crate::data::{DataSource, Dataset, Shard};
 use crate::fault_hooks;
@@ -18,7 +18,8 @@ use crate::train::ddp::sync;
 use crate::train::job::Job;
 use crate::train::noise::fixed_noise;
 use crate::train::outputs::{Outputs, default_dir};
-use crate::train::preflight::{load_resume, same_data_everywhere, same_options_everywhere};
+use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
+use crate::train::resume::ResumeFrom;
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
 use crate::train::summary::RunFacts;
@@ -41,10 +42,10 @@ struct Agreed {
 
 impl<'a, B: Backend> Run<'a, B> {
     /// Settle, build and restore; every rank returns together, with an error or ready to train.
-    pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, be: B) -> Result<Self> {
+    pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, from: Option<&ResumeFrom>, be: B) -> Result<Self> {
         let started = Instant::now();
         let agreed = agree_on_setup(job, args)?;
-        let (trainer, outputs, ck) = build(job, args, &agreed.settings, be)?;
+        let (trainer, outputs, ck) = build(job, args, from, &agreed.settings, be)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let mut run = Run {
             job,
@@ -82,6 +83,8 @@ impl<'a, B: Backend> Run<'a, B> {
             sync::restore(&t.be, &mut t.model.g.store, &ck.g, &ck.g_adam);
             sync::restore(&t.be, &mut t.model.d.store, &ck.d, &ck.d_adam);
             self.progress = ck.progress.clone();
+            // What the resume changed (a longer --max-steps, say) is the run's from now on.
+            self.progress.config = training_config(self.args);
         }
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
@@ -160,6 +163,7 @@ fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
 fn build<B: Backend>(
     job: &Job,
     args: &TrainOptions,
+    from: Option<&ResumeFrom>,
     settings: &Settings,
     be: B,
 ) -> Result<(GanTrainer<B>, Option<Outputs>, Option<Checkpoint>)> {
@@ -174,14 +178,12 @@ fn build<B: Backend>(
     let mut model = job.agree(built)?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
-    let resume = args.checkpoints.resume.as_ref();
-    let ck = job.agree(if root && resume.is_some() { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
-    // A resume that does not say keeps what the run kept, not the default's one.
-    let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
-    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1));
-    let outputs = job.agree(match (root, &ck, resume) {
+    let ck = job.agree(from.map(|f| checkpoint::load(&f.checkpoint, layouts)).transpose())?;
+    // On a resume, the run's own unless the command line gave it (`resume.rs`).
+    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.unwrap_or(1));
+    let outputs = job.agree(match (root, &ck, from) {
         (false, _, _) => Ok(None),
-        (true, Some(ck), Some(dir)) => Outputs::resume(dir, ck.progress.step, ck.progress.epoch, keep).map(Some),
+        (true, Some(ck), Some(f)) => Outputs::resume(&f.run, ck.progress.step, ck.progress.epoch, keep).map(Some),
         _ => Outputs::create(&args.out.clone().unwrap_or_else(default_dir), keep).map(Some),
     })?;
 
