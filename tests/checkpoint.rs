@@ -286,8 +286,10 @@ fn a_corrupt_latest_falls_back_to_the_newest_intact_checkpoint() {
     common::flip_tensor_byte(&newer.join("D.safetensors"), "main.2.weight");
     assert_eq!(checkpoint::resolve(dir.path()).unwrap(), older);
     let found = checkpoint::locate(dir.path(), "--resume").unwrap();
-    assert_eq!(found.notes.len(), 1, "{:?}", found.notes);
-    let note = &found.notes[0];
+    assert_eq!(found.skipped, std::slice::from_ref(&newer));
+    let notes = found.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = &notes[0];
     for part in ["latest names step-00000200", "D.safetensors is corrupt", "main.2.weight", "using", "step-00000123"] {
         assert!(note.contains(part), "'{part}' missing from: {note}");
     }
@@ -297,11 +299,11 @@ fn a_corrupt_latest_falls_back_to_the_newest_intact_checkpoint() {
     std::fs::remove_dir_all(&newer).unwrap();
     let found = checkpoint::locate(dir.path(), "--resume").unwrap();
     assert_eq!(found.dir, older);
-    assert!(found.notes[0].contains("names step-00000200, which does not exist"), "{:?}", found.notes);
+    assert!(found.notes()[0].contains("names step-00000200, which does not exist"), "{:?}", found.notes());
     std::fs::remove_file(dir.path().join("checkpoints").join("latest")).unwrap();
     let found = checkpoint::locate(dir.path(), "--resume").unwrap();
     assert_eq!(found.dir, older);
-    assert!(found.notes[0].contains("latest is missing"), "{:?}", found.notes);
+    assert!(found.notes()[0].contains("latest is missing"), "{:?}", found.notes());
 }
 
 /// A checkpoint written before digests existed loads as before, with a note naming its files
@@ -317,8 +319,9 @@ fn a_checkpoint_without_digests_loads_with_a_note() {
     }
     assert_eq!(checkpoint::load(&saved, (&g, &d)).unwrap(), ck);
     let found = checkpoint::locate(dir.path(), "--resume").unwrap();
-    assert_eq!(found.notes.len(), 1, "{:?}", found.notes);
-    let note = &found.notes[0];
+    let notes = found.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = &notes[0];
     assert!(note.contains("has no digests in G.safetensors, D.safetensors, optimizer.safetensors"), "{note}");
 }
 

@@ -95,8 +95,8 @@ fn training_options_that_differ_are_refused_naming_each() {
 }
 
 /// `latest` naming a checkpoint with a corrupt tensor: the resume goes on from the newest
-/// intact checkpoint (a warning line says which and why) and ends where the uninterrupted
-/// run does, bit for bit.
+/// intact checkpoint (a warning line says which and why), sets the broken one aside, and ends
+/// where the uninterrupted run does, bit for bit.
 #[test]
 fn a_broken_latest_falls_back_to_the_older_intact_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
@@ -116,12 +116,16 @@ fn a_broken_latest_falls_back_to_the_older_intact_checkpoint() {
         warnings,
         [format!(
             "warning: {}/latest names step-00000004, whose G.safetensors is corrupt (tensor main.0.weight does not match its \
-             digest): using {}/step-00000002, the newest intact checkpoint",
+             digest): using {}/step-00000002, the newest intact checkpoint (it is set aside as {}/step-00000004.broken, out of \
+             the checkpoints kept)",
+            root.display(),
             root.display(),
             root.display()
         )],
         "{err}"
     );
+    // The two kept are intact ones; the broken one is kept aside, not counted among them.
+    assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000004.broken", "step-00000006"]);
     assert_eq!(final_weights(&run), final_weights(&whole), "the resume did not go on from step 2");
     assert_eq!(step_records(&run), step_records(&whole), "steps 3 and 4 are the resumed run's, once each");
 }

@@ -13,11 +13,24 @@ use std::path::{Path, PathBuf};
 /// The files of a checkpoint, G first (the one a generator on its own has).
 pub const FILES: [&str; 3] = ["G.safetensors", "D.safetensors", "optimizer.safetensors"];
 
-/// A checkpoint found, with the lines to show about it (a fallback, files without digests).
+/// A checkpoint found, and what to say about it.
 #[derive(Debug)]
 pub struct Located {
     pub dir: PathBuf,
-    pub notes: Vec<String>,
+    /// Why `latest` was passed over for this one.
+    pub fallback: Option<String>,
+    /// Which of its files have no digests.
+    pub undigested: Option<String>,
+    /// The broken checkpoints passed over that are there (set aside on resume, so that they
+    /// do not count among the checkpoints a run keeps).
+    pub skipped: Vec<PathBuf>,
+}
+
+impl Located {
+    /// The lines to show (as warnings).
+    pub fn notes(&self) -> Vec<String> {
+        self.fallback.iter().chain(&self.undigested).cloned().collect()
+    }
 }
 
 /// A checkpoint file that does not match its digests.
@@ -88,6 +101,26 @@ pub fn locate(path: &Path, flag: &str) -> Result<Located> {
     )
 }
 
+/// Move the broken checkpoint `dir` out of the run's checkpoints (to `<name>.broken`, a name
+/// that is no checkpoint's), rather than delete it: kept for a look, it no longer counts among
+/// the newest checkpoints a run keeps, which would otherwise remove an intact one before it.
+pub fn set_aside(dir: &Path) -> Result<PathBuf> {
+    let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let aside = std::iter::once(format!("{name}.broken"))
+        .chain((2..).map(|k| format!("{name}.broken{k}")))
+        .map(|n| dir.with_file_name(n))
+        .find(|p| !p.exists())
+        .expect("an unused name");
+    std::fs::rename(dir, &aside).with_context(|| {
+        format!(
+            "cannot set the broken checkpoint {} aside as {}: move it out of checkpoints/ yourself",
+            dir.display(),
+            aside.display()
+        )
+    })?;
+    Ok(aside)
+}
+
 /// The run directory a checkpoint directory belongs to (`RUN/checkpoints/step-N`), if it
 /// sits in one.
 pub fn run_dir_of(dir: &Path) -> Option<PathBuf> {
@@ -123,8 +156,8 @@ fn checked_as_given(dir: PathBuf) -> Result<Located> {
             Err(e) => return Err(e),
         }
     }
-    let notes = undigested_note(&dir, &undigested).into_iter().collect();
-    Ok(Located { dir, notes })
+    let undigested = undigested_note(&dir, &undigested);
+    Ok(Located { dir, fallback: None, undigested, skipped: Vec::new() })
 }
 
 /// The checkpoint `latest` in `root` names, or the newest intact one beside it.
@@ -143,12 +176,11 @@ fn newest_intact(root: &Path, asked: &Path, flag: &str) -> Result<Located> {
             faults.push((name, why));
             continue;
         }
-        let mut notes = Vec::new();
-        if let Some(why) = first_fault_of_latest(root, &latest, &faults) {
-            notes.push(format!("{why}: using {}, the newest intact checkpoint", dir.display()));
-        }
-        notes.extend(undigested_note(&dir, &undigested));
-        return Ok(Located { dir, notes });
+        let fallback = first_fault_of_latest(root, &latest, &faults)
+            .map(|why| format!("{why}: using {}, the newest intact checkpoint", dir.display()));
+        let skipped = faults.iter().map(|(n, _)| root.join(n)).filter(|d| d.is_dir()).collect();
+        let undigested = undigested_note(&dir, &undigested);
+        return Ok(Located { dir, fallback, undigested, skipped });
     }
     let what = first_fault_of_latest(root, &latest, &faults).unwrap_or_else(|| format!("{} is empty", root.display()));
     let others = faults.len().saturating_sub(latest.is_some() as usize);

@@ -16,7 +16,7 @@ pub mod tensors;
 
 use crate::nn::params::{ParamLayout, TensorInfo};
 use anyhow::{Context, Result, bail};
-pub use find::{Corrupt, Located, locate, run_dir_of};
+pub use find::{Corrupt, Located, locate, run_dir_of, set_aside};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;

@@ -34,7 +34,7 @@ const OTHER_NOISE: u64 = 0x73616d70;
 
 pub fn run(args: SampleArgs) -> Result<()> {
     let found = checkpoint::locate(&args.checkpoint, "--checkpoint")?;
-    for note in &found.notes {
+    for note in found.notes() {
         eprintln!("warning: {note}");
     }
     let dir = found.dir;

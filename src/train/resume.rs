@@ -66,7 +66,23 @@ pub fn settle(
 /// and its progress.
 fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
     let found = checkpoint::locate(path, "--resume")?;
-    for note in &found.notes {
+    let aside: Vec<String> = found
+        .skipped
+        .iter()
+        .map(|d| checkpoint::set_aside(d).map(|a| a.display().to_string()))
+        .collect::<Result<_>>()?;
+    if let Some(fallback) = &found.fallback {
+        let aside = match aside.is_empty() {
+            true => String::new(),
+            false => format!(
+                " ({} set aside as {}, out of the checkpoints kept)",
+                if aside.len() == 1 { "it is" } else { "they are" },
+                aside.join(", ")
+            ),
+        };
+        eprintln!("warning: {fallback}{aside}");
+    }
+    if let Some(note) = &found.undigested {
         eprintln!("warning: {note}");
     }
     let Some(run) = checkpoint::run_dir_of(&found.dir) else {
