@@ -261,3 +261,36 @@ fn config_rejects_tuning_file_with_a_fixed_algorithm() {
     assert_eq!(hs[0].algorithm_for(4), Algorithm::Ring);
     std::fs::remove_file(&dir).ok();
 }
+
+/// A comm thread started with one configuration takes up another (a resumed run learns its
+/// allreduce from its checkpoint only once the ranks can talk): the new table, fragments and
+/// wire apply to the next bucket on every rank.
+#[test]
+fn a_reconfigured_comm_thread_uses_the_new_table_fragments_and_wire() {
+    let p = 2;
+    let handles = start_local_group(p, config(0, Duration::from_secs(30))).unwrap();
+    let results = on_ranks(handles, |r, mut comm| {
+        let before = comm.algorithm_for(4000);
+        let cfg = CommConfig {
+            policy: Policy::Fixed(Algorithm::Ring),
+            fragment_bytes: 400,
+            wire: dcgan_train::comm::Wire::Bf16,
+            ..config(0, Duration::from_secs(30))
+        };
+        comm.reconfigure(&cfg).unwrap();
+        // 1 + 2^-12 is not a bf16 value: the bf16 wire rounds it before it travels.
+        let data = vec![1.0 + (r as f32) / 4096.0; 1000];
+        let done = comm.wait(comm.submit(BucketRequest::new(0, "b", data))).unwrap();
+        let out = (before, comm.algorithm_for(4000), comm.fragments_of(1000).len(), comm.selection_description());
+        let mut bucket = done.data;
+        let first = bucket.as_mut_slice()[0];
+        comm.shutdown().unwrap();
+        (out, done.algorithm, first)
+    });
+    for ((before, after, fragments, described), used, first) in results {
+        assert_eq!((before, after, used), (Algorithm::Vhd, Algorithm::Ring, Algorithm::Ring));
+        assert_eq!(fragments, 10, "400-byte fragments of 1000 floats");
+        assert!(described.starts_with("--allreduce ring"), "{described}");
+        assert_eq!(first, 1.0, "the value travelled as bf16 (exact f32 would give 1 + 2^-13)");
+    }
+}

@@ -1,5 +1,5 @@
-//! Checkpoints: round trip, the safetensors header PyTorch will see, and the errors for
-//! foreign, broken and mismatched files.
+//! Checkpoints: round trip, the safetensors header PyTorch will see, the errors for foreign,
+//! broken and mismatched files, and the digests that find a flipped byte in a tensor.
 
 mod common;
 
@@ -38,6 +38,14 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
         rank_states: (1..3)
             .map(|r| [common::random(g.state_len(), 1.0, 10 + r), common::random(d.state_len(), 1.0, 20 + r)])
             .collect(),
+    }
+}
+
+/// Why loading the checkpoint in `dir` fails (it must fail).
+fn load_error(dir: &std::path::Path, layouts: (&ParamLayout, &ParamLayout)) -> String {
+    match checkpoint::load(dir, layouts) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => format!("{e:#}"),
     }
 }
 
@@ -217,4 +225,201 @@ fn foreign_truncated_and_mismatched_checkpoints_are_refused_with_a_reason() {
     // Not a checkpoint at all.
     let err = checkpoint::resolve(&dir.path().join("nowhere")).unwrap_err().to_string();
     assert!(err.contains("does not exist"), "{err}");
+}
+
+/// Every tensor's digest is written with it, and an unchanged checkpoint verifies. One byte
+/// flipped in a tensor's data (not the header: safetensors checks that itself) is refused
+/// naming the file and the tensor, where it once loaded silently; a run directory whose only
+/// checkpoint is corrupt has no intact one.
+#[test]
+fn a_flipped_byte_in_a_tensor_is_refused_naming_the_file_and_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let ck = sample_checkpoint(&g, &d);
+    let saved = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
+    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+        let path = saved.join(file);
+        let meta = common::safetensors_metadata(&path);
+        let digests: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(meta["digests"].as_str().expect("a digests entry")).unwrap();
+        for name in common::read_safetensors(&path).keys() {
+            assert!(digests.contains_key(name), "{file}: no digest of {name}");
+        }
+    }
+    assert_eq!(checkpoint::load(&saved, (&g, &d)).unwrap(), ck, "an unchanged checkpoint verifies");
+
+    common::flip_tensor_byte(&saved.join("G.safetensors"), "main.3.weight");
+    let err = load_error(&saved, (&g, &d));
+    assert!(err.contains("G.safetensors is corrupt: tensor main.3.weight does not match its digest"), "{err}");
+    assert!(err.contains("no older checkpoint beside it is intact"), "{err}");
+    let err = format!("{:#}", checkpoint::resolve(dir.path()).unwrap_err());
+    assert!(err.contains("no intact checkpoint") && err.contains("G.safetensors is corrupt"), "{err}");
+    assert!(err.contains("main.3.weight"), "{err}");
+}
+
+/// The metadata (the training progress, from which a resume takes the run's options) has a
+/// digest too: a changed digit there is refused like a changed weight.
+#[test]
+fn changed_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
+    let opt = saved.join("optimizer.safetensors");
+    common::rewrite_metadata(&opt, |m| {
+        let p = m["progress"].as_str().unwrap().replace("\"step\":123", "\"step\":723");
+        m.insert("progress".into(), p.into());
+    });
+    let err = load_error(&saved, (&g, &d));
+    assert!(err.contains("optimizer.safetensors is corrupt: its metadata does not match its digest"), "{err}");
+}
+
+/// `latest` naming a corrupt checkpoint: the newest intact one beside it is used, and a
+/// note says which and why; the corrupt one named directly is refused naming the older one.
+#[test]
+fn a_corrupt_latest_falls_back_to_the_newest_intact_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let mut ck = sample_checkpoint(&g, &d);
+    let older = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(3)).unwrap();
+    ck.progress.step = 200;
+    let newer = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(3)).unwrap();
+    common::flip_tensor_byte(&newer.join("D.safetensors"), "main.2.weight");
+    assert_eq!(checkpoint::resolve(dir.path()).unwrap(), older);
+    let found = checkpoint::locate(dir.path(), "--resume").unwrap();
+    assert_eq!(found.skipped, std::slice::from_ref(&newer));
+    let notes = found.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = &notes[0];
+    for part in ["latest names step-00000200", "D.safetensors is corrupt", "main.2.weight", "using", "step-00000123"] {
+        assert!(note.contains(part), "'{part}' missing from: {note}");
+    }
+    let err = load_error(&newer, (&g, &d));
+    assert!(err.contains(&format!("use the older checkpoint {}, which is intact", older.display())), "{err}");
+    // A latest naming nothing, or no latest at all, falls back alike.
+    std::fs::remove_dir_all(&newer).unwrap();
+    let found = checkpoint::locate(dir.path(), "--resume").unwrap();
+    assert_eq!(found.dir, older);
+    assert!(found.notes()[0].contains("names step-00000200, which does not exist"), "{:?}", found.notes());
+    std::fs::remove_file(dir.path().join("checkpoints").join("latest")).unwrap();
+    let found = checkpoint::locate(dir.path(), "--resume").unwrap();
+    assert_eq!(found.dir, older);
+    assert!(found.notes()[0].contains("latest is missing"), "{:?}", found.notes());
+}
+
+/// A checkpoint written before digests existed loads as before, with a note naming its files
+/// that have none.
+#[test]
+fn a_checkpoint_without_digests_loads_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let ck = sample_checkpoint(&g, &d);
+    let saved = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
+    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+        common::rewrite_metadata(&saved.join(file), |m| drop(m.remove("digests")));
+    }
+    assert_eq!(checkpoint::load(&saved, (&g, &d)).unwrap(), ck);
+    let found = checkpoint::locate(dir.path(), "--resume").unwrap();
+    let notes = found.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = &notes[0];
+    assert!(note.contains("has no digests in G.safetensors, D.safetensors, optimizer.safetensors"), "{note}");
+}
+
+/// The binary, alone (one rank, no mpiexec): its exit status and standard error.
+fn dcgan(args: &[&str]) -> (bool, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dcgan-train")).args(args).output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+/// A real run of two steps in `dir`: one checkpoint, step-00000002.
+fn short_run(dir: &std::path::Path) -> std::path::PathBuf {
+    let run = dir.join("run");
+    let out = run.to_str().unwrap();
+    let (ok, err) =
+        dcgan(&["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--out", out]);
+    assert!(ok, "{err}");
+    run
+}
+
+/// The one error line of a failed command (and that there is exactly one).
+fn error_line(err: &str) -> &str {
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {err}");
+    lines[0]
+}
+
+/// The case that once passed with exit 0: one byte flipped in a weight of a real run's
+/// G.safetensors. `--resume` and `sample` both refuse, naming the file and the tensor, and
+/// `sample` writes no image.
+#[test]
+fn resume_and_sample_refuse_a_flipped_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = short_run(tmp.path());
+    let ck = run.join("checkpoints").join("step-00000002");
+    common::flip_tensor_byte(&ck.join("G.safetensors"), "main.3.weight");
+    let png = tmp.path().join("s.png");
+    for (args, flag) in [
+        // The run's options repeated: it once resumed from the flipped weight with exit 0.
+        (
+            vec!["--data", "synthetic:64", "--batch-size", "8", "--resume", run.to_str().unwrap(), "--max-steps", "4"],
+            "--resume",
+        ),
+        (vec!["sample", "--checkpoint", run.to_str().unwrap(), "--out", png.to_str().unwrap()], "--checkpoint"),
+    ] {
+        let (ok, err) = dcgan(&args);
+        assert!(!ok, "{args:?} went on with a corrupt checkpoint: {err}");
+        let line = error_line(&err);
+        assert!(line.contains(&format!("{flag} {}: no intact checkpoint", run.display())), "{line}");
+        assert!(line.contains("G.safetensors is corrupt (tensor main.3.weight does not match its digest)"), "{line}");
+        assert!(line.contains("start the run again"), "{line}");
+    }
+    assert!(!png.exists(), "sample wrote an image from a corrupt generator");
+    // Named directly, the checkpoint is refused with what to do instead.
+    let (ok, err) = dcgan(&["sample", "--checkpoint", ck.to_str().unwrap(), "--out", png.to_str().unwrap()]);
+    assert!(!ok);
+    let line = error_line(&err);
+    assert!(
+        line.contains(&format!("{} is corrupt: tensor main.3.weight", ck.join("G.safetensors").display())),
+        "{line}"
+    );
+    assert!(line.contains("no older checkpoint beside it is intact"), "{line}");
+    // The rest of the run is untouched.
+    assert!(run.join("summary.json").exists());
+}
+
+/// A checkpoint written before checkpoints carried digests still resumes and samples, with
+/// one warning line naming its files; what the resumed run writes has digests.
+#[test]
+fn a_checkpoint_without_digests_resumes_and_samples_with_one_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = short_run(tmp.path());
+    let ck = run.join("checkpoints").join("step-00000002");
+    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+        common::rewrite_metadata(&ck.join(file), |m| drop(m.remove("digests")));
+    }
+    let png = tmp.path().join("s.png");
+    let want =
+        format!("warning: {} has no digests in G.safetensors, D.safetensors, optimizer.safetensors", ck.display());
+    for args in [
+        vec!["sample", "--checkpoint", run.to_str().unwrap(), "--out", png.to_str().unwrap()],
+        vec![
+            "--data",
+            "synthetic:64",
+            "--batch-size",
+            "8",
+            "--resume",
+            run.to_str().unwrap(),
+            "--max-steps",
+            "3",
+            "--no-progress",
+        ],
+    ] {
+        let (ok, err) = dcgan(&args);
+        assert!(ok, "{args:?}: {err}");
+        let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{args:?}: one warning line, got: {err}");
+        assert!(warnings[0].starts_with(&want), "{args:?}: {}", warnings[0]);
+    }
+    let newest = run.join("checkpoints").join("step-00000003");
+    assert!(common::safetensors_metadata(&newest.join("G.safetensors")).contains_key("digests"));
 }

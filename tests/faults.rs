@@ -17,9 +17,19 @@ fn ok(o: std::process::Output) {
     assert!(o.status.success(), "the run failed:\n{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// How the interrupted half of a run goes on.
+#[derive(Debug, Clone, Copy)]
+enum GoOn {
+    /// Ended by --max-steps 7, resumed repeating every option with a longer --max-steps.
+    Repeating,
+    /// Stopped after step 7 as by a signal (the test hook), resumed by the command its stop
+    /// message prints, pasted as it is: no option repeated.
+    Pasted,
+}
+
 /// Interrupt after 7 of 16 steps (mid-epoch, between periodic checkpoints), resume, and
 /// compare with an uninterrupted run: every tensor bitwise, every step's metrics.
-fn resume_matches_uninterrupted(ranks: usize, extra: &[&str]) {
+fn resume_matches_uninterrupted(ranks: usize, extra: &[&str], go_on: GoOn) {
     let tmp = tempfile::tempdir().unwrap();
     let base =
         ["--data", "synthetic:256", "--batch-size", "8", "--epochs", "2", "--checkpoint-every", "5", "--no-progress"];
@@ -33,30 +43,64 @@ fn resume_matches_uninterrupted(ranks: usize, extra: &[&str]) {
     let parts = tmp.path().join("parts");
     let mut first = base.to_vec();
     first.extend(extra);
-    first.extend(["--max-steps", "7", "--out", path(&parts)]);
-    ok(mpirun(ranks, &first, 600));
-    let mut second = base.to_vec();
-    second.extend(extra);
-    second.extend(["--max-steps", "20", "--resume", path(&parts)]);
-    ok(mpirun(ranks, &second, 600));
+    match go_on {
+        GoOn::Repeating => {
+            first.extend(["--max-steps", "7", "--out", path(&parts)]);
+            ok(mpirun(ranks, &first, 600));
+            let mut second = base.to_vec();
+            second.extend(extra);
+            second.extend(["--max-steps", "20", "--resume", path(&parts)]);
+            ok(mpirun(ranks, &second, 600));
+        }
+        GoOn::Pasted => {
+            first.extend(["--max-steps", "20", "--out", path(&parts)]);
+            let command = stop_at(ranks, &first, 7, &parts);
+            let mut pasted = Command::new("sh");
+            pasted.args(["-c", &command]);
+            // What the tests' mpiexec lines say with flags, for the pasted one.
+            pasted.env("OMPI_MCA_rmaps_base_oversubscribe", "1").env("OMPI_MCA_hwloc_base_binding_policy", "none");
+            ok(run_limited(pasted, 600));
+        }
+    }
 
-    assert_eq!(
-        final_weights(&whole),
-        final_weights(&parts),
-        "{ranks} rank(s) {extra:?}: weights differ after resuming"
-    );
+    let case = format!("{ranks} rank(s) {extra:?} {go_on:?}");
+    assert_eq!(final_weights(&whole), final_weights(&parts), "{case}: weights differ after resuming");
     let (a, b) = (step_records(&whole), step_records(&parts));
     assert_eq!(a.len(), 20.min(2 * per_epoch));
-    assert_eq!(a, b, "{ranks} rank(s) {extra:?}: metrics differ after resuming");
+    assert_eq!(a, b, "{case}: metrics differ after resuming");
+}
+
+/// Run `args` under `mpiexec -n ranks`, stopped after step `step` as by a signal; the command
+/// its stop message says to continue with, which metrics.jsonl in `run` records too.
+fn stop_at(ranks: usize, args: &[&str], step: u64, run: &Path) -> String {
+    let mut cmd = Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    cmd.args(args).env("DCGAN_TEST_STOP_AT_STEP", step.to_string());
+    let o = run_limited(cmd, 600);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a stopped run exits non-zero: {err}");
+    let line =
+        err.lines().find(|l| l.contains("stopped by a signal")).unwrap_or_else(|| panic!("no stop message: {err}"));
+    let command = line.split_once("continue with ").unwrap_or_else(|| panic!("no command in: {line}")).1.to_string();
+    let launcher = if ranks > 1 { format!("mpiexec -n {ranks} ") } else { String::new() };
+    let want = format!("{launcher}{} --resume {}", env!("CARGO_BIN_EXE_dcgan-train"), run.display());
+    assert_eq!(command, want, "{line}");
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let stopped = metrics.lines().find(|l| l.contains(r#""type":"stopped""#)).expect("a stopped record");
+    let rec: dcgan_train::record::StoppedRecord = serde_json::from_str(stopped).unwrap();
+    assert_eq!(rec.resume, command, "metrics.jsonl records the command printed");
+    command
 }
 
 #[test]
 fn resumed_runs_equal_uninterrupted_runs_bitwise() {
-    resume_matches_uninterrupted(1, &[]);
+    resume_matches_uninterrupted(1, &[], GoOn::Repeating);
     // Two ranks keep their own batch-norm running statistics between epoch ends; the
-    // checkpoint holds every rank's, so this resume is exact too.
-    resume_matches_uninterrupted(2, &[]);
-    resume_matches_uninterrupted(2, &["--sync-bn"]);
+    // checkpoint holds every rank's, so this resume is exact too. Started with options beyond
+    // the defaults, and continued by its stop message alone: the run keeps them, those of
+    // the comm thread (started before the checkpoint is read) among them.
+    resume_matches_uninterrupted(2, &["--seed", "3", "--lr", "0.0005", "--wire", "bf16"], GoOn::Pasted);
+    resume_matches_uninterrupted(2, &["--sync-bn"], GoOn::Repeating);
 }
 
 /// A run that ends where an epoch ends writes that step's checkpoint once (the epoch's),
@@ -145,9 +189,9 @@ fn resuming_with_another_rank_count_is_refused() {
     let o = mpirun(1, &args, 120);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--lr") && err.contains("resume with the options it was started with"), "{err}");
-    // ... and which they were, ready to paste.
-    assert!(err.contains("(--batch-size 8 --data synthetic:64)"), "{err}");
+    assert!(err.contains("--lr 0.001 (the run has 0.0002) cannot change on resume"), "{err}");
+    // The options repeated with the run's values are not named.
+    assert!(!err.contains("--batch-size") && !err.contains("--data"), "{err}");
 }
 
 /// An mpiexec job in the background.

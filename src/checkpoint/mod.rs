@@ -6,11 +6,17 @@
 //! `<run>/checkpoints/latest` naming the newest complete one. A new checkpoint is written to
 //! a temporary directory, fsynced and renamed; only then does `latest` move (tmp + fsync +
 //! rename) and the previous checkpoint get removed.
+//!
+//! Every file carries its tensors' digests (`digest.rs`), checked whenever a file is read;
+//! `find.rs` picks the checkpoint a path names and falls back past a broken `latest`.
 
+pub mod digest;
+pub mod find;
 pub mod tensors;
 
 use crate::nn::params::{ParamLayout, TensorInfo};
 use anyhow::{Context, Result, bail};
+pub use find::{Corrupt, Located, locate, run_dir_of, set_aside};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -187,46 +193,24 @@ fn fresh_name(root: &Path, step: u64) -> String {
         .expect("an unused name")
 }
 
-/// The checkpoint directory `path` refers to: a checkpoint itself, or a run directory or its
-/// `checkpoints/` folder (then the one `latest` names).
+/// The checkpoint directory `path` refers to: a checkpoint itself (or one of its files), or a
+/// run directory or its `checkpoints/` folder (then the one `latest` names, or the newest
+/// intact one beside it). Every file of it that is there has passed its digests.
 pub fn resolve(path: &Path) -> Result<PathBuf> {
-    if path.join("G.safetensors").is_file() {
-        return Ok(path.to_path_buf());
-    }
-    // One of a checkpoint's files (G.safetensors, say) names its checkpoint.
-    if path.is_file()
-        && let Some(dir) = path.parent().filter(|d| d.join("G.safetensors").is_file())
-    {
-        return Ok(dir.to_path_buf());
-    }
-    for root in [path.join("checkpoints"), path.to_path_buf()] {
-        if let Ok(latest) = std::fs::read_to_string(root.join("latest")) {
-            let dir = root.join(latest.trim());
-            if dir.join("G.safetensors").is_file() {
-                return Ok(dir);
-            }
-            bail!(
-                "{} names {}, which holds no G.safetensors: the checkpoint is incomplete",
-                root.join("latest").display(),
-                dir.display()
-            );
-        }
-    }
-    if !path.exists() {
-        bail!(
-            "checkpoint {} does not exist: pass a run directory (with checkpoints/) or a checkpoint directory",
-            path.display()
-        );
-    }
-    bail!(
-        "{} holds no checkpoint (no G.safetensors, no checkpoints/latest): pass a run directory this program wrote",
-        path.display()
-    )
+    Ok(locate(path, "checkpoint")?.dir)
 }
 
+/// The bytes of a checkpoint file, checked against its digests; a corrupt one is refused
+/// naming the file, the tensor and what to use instead.
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path)
-        .with_context(|| format!("cannot read {}: the checkpoint is incomplete or unreadable", path.display()))
+    match find::read_checked(path) {
+        Ok((bytes, _)) => Ok(bytes),
+        Err(e) if e.downcast_ref::<Corrupt>().is_some() => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            bail!("{e}: {}", find::instead_of(dir))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The image size a checkpoint's generator was trained for.

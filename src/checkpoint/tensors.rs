@@ -30,11 +30,12 @@ fn bn_prefixes(layout: &ParamLayout) -> Vec<String> {
     layout.buffers.iter().filter_map(|b| b.name.strip_suffix(".running_mean").map(str::to_string)).collect()
 }
 
-/// Encode named f32 tensors `(info, data)` plus i64 scalars, with metadata.
+/// Encode named f32 tensors `(info, data)` plus i64 scalars, with metadata and the digests of
+/// both.
 pub fn encode(
     f32s: &[(&TensorInfo, &[f32])],
     i64s: &[(String, i64)],
-    metadata: HashMap<String, String>,
+    mut metadata: HashMap<String, String>,
 ) -> Result<Vec<u8>> {
     let mut owned: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
     for (info, data) in f32s {
@@ -50,6 +51,7 @@ pub fn encode(
     for (name, v) in i64s {
         owned.insert(name.clone(), (Dtype::I64, vec![], v.to_le_bytes().to_vec()));
     }
+    super::digest::insert(&mut metadata, owned.iter().map(|(k, (_, _, bytes))| (k.as_str(), bytes.as_slice())));
     let views: Vec<(String, TensorView<'_>)> = owned
         .iter()
         .map(|(k, (dt, shape, bytes))| Ok((k.clone(), TensorView::new(*dt, shape.clone(), bytes)?)))

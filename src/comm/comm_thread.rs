@@ -67,6 +67,10 @@ impl CommThread {
                     let _ = done.send(r);
                 }
                 Command::Abort { code } => self.t.abort(code),
+                Command::Configure { cfg, done } => {
+                    let r = self.configure(cfg);
+                    let _ = done.send(r);
+                }
                 Command::Shutdown { done } => {
                     drop(self.t); // MPI_Finalize
                     let _ = done.send(());
@@ -74,6 +78,18 @@ impl CommThread {
                 }
             }
         }
+    }
+
+    /// Agree on `cfg`'s table with every rank (each host reads its own tuning file), then use
+    /// it with `cfg`'s fragments and wire.
+    fn configure(&mut self, cfg: crate::comm::CommConfig) -> anyhow::Result<SelectionTable> {
+        self.begin("agreeing on the allreduce table")?;
+        let table = cfg.policy.table_on(self.t.size(), self.t.hosts());
+        let table = collectives::agree(&mut *self.t, table, crate::comm::transport::TAG_SETUP);
+        self.end();
+        let table = table?;
+        (self.table, self.fragment_bytes, self.wire) = (table.clone(), cfg.fragment_bytes, cfg.wire);
+        Ok(table)
     }
 
     fn begin(&mut self, label: &str) -> anyhow::Result<()> {

@@ -123,10 +123,25 @@ pub(crate) enum HelperOut {
 }
 
 pub(crate) enum Command {
-    Bucket { req: BucketRequest, done: Sender<anyhow::Result<BucketDone>> },
-    Helper { op: HelperOp, done: Sender<anyhow::Result<HelperOut>> },
-    Abort { code: i32 },
-    Shutdown { done: Sender<()> },
+    Bucket {
+        req: BucketRequest,
+        done: Sender<anyhow::Result<BucketDone>>,
+    },
+    Helper {
+        op: HelperOp,
+        done: Sender<anyhow::Result<HelperOut>>,
+    },
+    Abort {
+        code: i32,
+    },
+    /// Agree on a new algorithm table, fragment size and wire (collective).
+    Configure {
+        cfg: super::CommConfig,
+        done: Sender<anyhow::Result<SelectionTable>>,
+    },
+    Shutdown {
+        done: Sender<()>,
+    },
 }
 
 /// The elements of each fragment of an `n`-element bucket: equal parts of at most
@@ -265,6 +280,21 @@ impl CommHandle {
     /// `auto: rd below 8KiB, vhd (...) above [0B-8191B: rd, 8KiB-: vhd]`.
     pub fn selection_description(&self) -> String {
         format!("{} [{}]", self.policy_text, self.table.describe())
+    }
+
+    /// Take up the algorithm policy, fragment size and wire of `cfg` (its stall timeout and
+    /// abort setting stay as started), agreeing on the new table with every rank: for a run
+    /// that learns its options from a checkpoint only after the ranks can talk. Collective:
+    /// every rank calls it, before any bucket is submitted.
+    pub fn reconfigure(&mut self, cfg: &super::CommConfig) -> anyhow::Result<()> {
+        let (done, rx) = channel();
+        self.tx
+            .send(Command::Configure { cfg: cfg.clone(), done })
+            .map_err(|_| anyhow!("rank {}: the comm thread has stopped", self.world.rank))?;
+        self.table = self.await_reply(&rx)?;
+        self.policy_text = cfg.policy.describe();
+        self.fragment_bytes = cfg.fragment_bytes;
+        Ok(())
     }
 
     /// Finish queued work, finalize MPI and join the comm thread.

@@ -15,7 +15,7 @@ pub mod trace_report;
 pub mod train;
 pub mod tune_allreduce;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -56,11 +56,21 @@ pub enum Command {
     TraceReport(trace_report::TraceReportArgs),
 }
 
-/// Run the command the line names.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Parse this process's command line and run the command it names.
+pub fn run_command_line() -> anyhow::Result<()> {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    run(cli, &matches)
+}
+
+/// Run the command the line names; `matches` tell which options it gave explicitly.
+pub fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
     match cli.command {
-        None => train::run(cli.train),
-        Some(Command::Train(args)) => train::run(args),
+        None => train::run(cli.train, &train::given_options(matches)),
+        Some(Command::Train(args)) => {
+            let given = matches.subcommand_matches("train").map(train::given_options).unwrap_or_default();
+            train::run(args, &given)
+        }
         Some(Command::BenchStep(args)) => bench_step::run(args),
         Some(Command::BenchAllreduce(args)) => bench_allreduce::run(args),
         Some(Command::TuneAllreduce(args)) => tune_allreduce::run(args),

@@ -52,7 +52,11 @@ pub fn run(args: SampleArgs) -> Result<()> {
     if !args.force {
         ensure_replaceable(&args.out)?;
     }
-    let dir = checkpoint::resolve(&args.checkpoint)?;
+    let found = checkpoint::locate(&args.checkpoint, "--checkpoint")?;
+    for note in found.notes() {
+        eprintln!("warning: {note}");
+    }
+    let dir = found.dir;
     let size = checkpoint::image_size_of(&dir)?;
     let specs = match size {
         28 => &GENERATOR_28[..],

@@ -6,6 +6,7 @@ use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes,
 use crate::device::DeviceChoice;
 use crate::record::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions};
 use clap::Args;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// Options shared by training and the step benchmark.
@@ -195,14 +196,29 @@ impl From<TrainArgs> for TrainOptions {
     }
 }
 
-pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    crate::train::run::run(&args.into())
+/// `given`: the options the command line gave explicitly, which a resume applies.
+pub fn run(args: TrainArgs, given: &BTreeSet<String>) -> anyhow::Result<()> {
+    crate::train::run::run(&args.into(), given)
+}
+
+/// The options `matches` got from the command line itself (not a default), by field name:
+/// a resume takes every other training option from the run.
+pub fn given_options(matches: &clap::ArgMatches) -> BTreeSet<String> {
+    // The matches also hold the argument groups (one per flattened struct): only flags count.
+    let cmd = <super::Cli as clap::CommandFactory>::command();
+    let flags: BTreeSet<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+    matches
+        .ids()
+        .filter(|id| flags.contains(id.as_str()))
+        .filter(|id| matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.to_string())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::config::{RESUMABLE, first_difference, flags_beyond_defaults, training_config};
+    use crate::train::config::{RESUMABLE, first_difference, training_config};
     use clap::Parser;
 
     fn options(line: &[&str]) -> TrainOptions {
@@ -214,6 +230,43 @@ mod tests {
     #[test]
     fn the_flags_defaults_are_the_options_defaults() {
         assert_eq!(options(&[]), TrainOptions::default());
+    }
+
+    /// The options a resume applies: those the line gives, told apart from defaults, by the
+    /// names of the options they set.
+    #[test]
+    fn the_options_given_are_told_apart_from_the_defaults() {
+        use clap::CommandFactory;
+        let line = ["--lr", "0.001", "--sync-bn", "--resume", "r", "--stall-timeout", "5s", "--batch-size", "64"];
+        let want: BTreeSet<String> =
+            ["lr", "sync_bn", "resume", "stall_timeout", "batch_size"].iter().map(|s| s.to_string()).collect();
+        let m = super::super::Cli::command().get_matches_from(std::iter::once("dcgan-train").chain(line));
+        assert_eq!(given_options(&m), want);
+        let m = super::super::Cli::command().get_matches_from(["dcgan-train", "train"].into_iter().chain(line));
+        assert_eq!(given_options(m.subcommand_matches("train").unwrap()), want);
+    }
+
+    /// Every flag of a run sets the option of its own name, so that what a resume is given is
+    /// known to be a training option or one a resume may change.
+    #[test]
+    fn every_flag_is_an_option_of_the_same_name() {
+        use clap::CommandFactory;
+        fn keys(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+            if let serde_json::Value::Object(m) = v {
+                for (k, v) in m {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+        }
+        let mut options = BTreeSet::new();
+        keys(&serde_json::to_value(TrainOptions::default()).unwrap(), &mut options);
+        let cmd = super::super::Cli::command();
+        let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
+        for id in ids.iter().filter(|id| !["help", "version"].contains(&id.as_str())) {
+            assert!(options.contains(id), "--{id} sets no option named {id}");
+        }
+        assert!(ids.len() > 30, "{ids:?}");
     }
 
     #[test]
@@ -241,18 +294,6 @@ mod tests {
         // Where progress goes changes nothing a resume compares.
         let a = training_config(&options(&["--progress", "bar"]));
         assert_eq!(first_difference(&a, &training_config(&options(&["--no-progress"])), &RESUMABLE), None);
-    }
-
-    #[test]
-    fn the_flags_to_resume_with_give_back_the_same_options() {
-        let line =
-            ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "12", "--sync-bn", "--wire", "bf16"];
-        let config = training_config(&options(&line));
-        let flags = flags_beyond_defaults(&config);
-        assert_eq!(flags, "--batch-size 16 --data synthetic:256 --sync-bn --wire bf16", "{config}");
-        let again: Vec<&str> = flags.split(' ').collect();
-        assert_eq!(first_difference(&training_config(&options(&again)), &config, &RESUMABLE), None);
-        assert_eq!(flags_beyond_defaults(&training_config(&options(&[]))), "");
     }
 
     #[test]

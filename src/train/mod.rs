@@ -10,6 +10,7 @@ pub mod memory_plan;
 pub mod noise;
 pub mod outputs;
 pub mod preflight;
+pub mod resume;
 pub mod run;
 pub mod signals;
 pub mod step;

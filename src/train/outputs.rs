@@ -95,7 +95,8 @@ impl Outputs {
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
     /// completed epochs: records the interrupted run wrote after that point are dropped (the
-    /// resumed run writes them again, with the same values).
+    /// resumed run writes them again, with the same values), also where the checkpoint is an
+    /// older one than the run's last (a stop after it is no longer the run's).
     pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep) -> Result<Outputs> {
         let lock = lock(dir)?;
         let path = dir.join("metrics.jsonl");
@@ -105,6 +106,7 @@ impl Outputs {
             .filter(|l| match serde_json::from_str::<serde_json::Value>(l) {
                 Ok(v) if v["type"] == "step" => v["step"].as_u64().is_some_and(|s| s <= step),
                 Ok(v) if v["type"] == "epoch" => v["epoch"].as_u64().is_some_and(|e| e < epoch),
+                Ok(v) if v["type"] == "stopped" => v["step"].as_u64().is_some_and(|s| s <= step),
                 Ok(_) => true,
                 Err(_) => false,
             })

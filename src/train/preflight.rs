@@ -1,9 +1,8 @@
-//! What every rank settles before training starts: the same options as rank 0, the same
-//! data, and (with `--resume`) a checkpoint this job can continue.
+//! What every rank settles before training starts: the same options as rank 0 and the same
+//! data (`resume.rs` settles the options of a resumed run before these).
 
-use super::config::{RESUMABLE, first_difference, flags_beyond_defaults, training_config};
+use super::config::{first_difference, training_config};
 use super::job::Job;
-use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
 use crate::record::TrainOptions;
 use anyhow::{Result, bail};
@@ -63,53 +62,4 @@ pub fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// On rank 0: the checkpoint to resume from, checked against this job.
-pub fn load_resume(
-    args: &TrainOptions,
-    job: &Job,
-    layouts: (&crate::nn::params::ParamLayout, &crate::nn::params::ParamLayout),
-) -> Result<Checkpoint> {
-    let dir = args.checkpoints.resume.as_ref().expect("called with --resume");
-    // The run goes on writing in DIR: a checkpoint (or one of its files) is not a run.
-    if dir.is_file() || dir.join("G.safetensors").is_file() {
-        bail!(
-            "--resume {}: pass the run's directory (the one holding checkpoints/ and metrics.jsonl), not a checkpoint",
-            dir.display()
-        );
-    }
-    // The progress first: a run started with other options (another --image-size, say) is
-    // told which, rather than that its tensors do not fit.
-    let ck_dir = checkpoint::resolve(dir)?;
-    let p = &checkpoint::load_progress(&ck_dir)?;
-    if p.ranks != job.world.size {
-        bail!(
-            "the checkpoint in {} was written by {} ranks and this job has {}: resume with mpiexec -n {} (the data order depends on the rank count)",
-            dir.display(),
-            p.ranks,
-            job.world.size,
-            p.ranks
-        );
-    }
-    if let Some(diff) = first_difference(&training_config(args), &p.config, &RESUMABLE) {
-        let flags = flags_beyond_defaults(&p.config);
-        let flags = if flags.is_empty() { "none beyond the defaults".to_string() } else { flags };
-        bail!(
-            "--resume {}: the run was started with other options ({diff}, now vs then): resume with the options it was started with ({flags})",
-            dir.display()
-        );
-    }
-    // Nothing left to run would still rewrite the run's summary, with no steps in it.
-    if p.step >= args.max_steps.unwrap_or(u64::MAX) || p.epoch >= args.epoch_limit().unwrap_or(u64::MAX) {
-        bail!(
-            "--resume {}: the run has already done {} steps and {} of its epochs, and --max-steps {} with --epochs {} leaves none to run: raise --max-steps or --epochs to train further (the run is kept as it is)",
-            dir.display(),
-            p.step,
-            p.epoch,
-            args.max_steps.map_or("(none)".to_string(), |m| m.to_string()),
-            args.epoch_limit().map_or("(none)".to_string(), |e| e.to_string())
-        );
-    }
-    checkpoint::load(&ck_dir, layouts)
 }

@@ -155,3 +155,46 @@ pub fn step_records(run: &std::path::Path) -> Vec<StepRecord> {
 pub fn read_summary(run: &std::path::Path) -> Summary {
     Summary::read(&run.join("summary.json"), "the run's").unwrap()
 }
+
+/// A safetensors file's header (the JSON) and where its data starts.
+fn safetensors_header(bytes: &[u8]) -> (serde_json::Map<String, serde_json::Value>, usize) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    (header.as_object().unwrap().clone(), 8 + n)
+}
+
+/// Flip one byte in the middle of tensor `name`'s data in the safetensors file `path` (the
+/// header stays as it was): what a bad sector or a bit flip in memory does.
+pub fn flip_tensor_byte(path: &std::path::Path, name: &str) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let (header, data) = safetensors_header(&bytes);
+    let offsets = &header[name]["data_offsets"];
+    let (s, e) = (offsets[0].as_u64().unwrap() as usize, offsets[1].as_u64().unwrap() as usize);
+    // The high byte of a float: its sign and exponent, so the value changes a lot.
+    let at = data + s + ((e - s) / 8) * 4 + 3;
+    bytes[at] ^= 0x40;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The `__metadata__` of a safetensors file.
+pub fn safetensors_metadata(path: &std::path::Path) -> serde_json::Map<String, serde_json::Value> {
+    let (header, _) = safetensors_header(&std::fs::read(path).unwrap());
+    header["__metadata__"].as_object().unwrap().clone()
+}
+
+/// Rewrite the `__metadata__` of a safetensors file with `change` (the tensors stay as they
+/// are): e.g. a checkpoint as written before it carried digests.
+pub fn rewrite_metadata(path: &std::path::Path, change: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let bytes = std::fs::read(path).unwrap();
+    let (mut header, data) = safetensors_header(&bytes);
+    let mut meta = header["__metadata__"].as_object().unwrap().clone();
+    change(&mut meta);
+    header.insert("__metadata__".into(), meta.into());
+    let mut text = serde_json::to_vec(&header).unwrap();
+    // Padded with spaces to 8 bytes, as safetensors writes it.
+    text.resize(text.len().next_multiple_of(8), b' ');
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text);
+    out.extend(&bytes[data..]);
+    std::fs::write(path, out).unwrap();
+}

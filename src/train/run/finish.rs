@@ -66,7 +66,7 @@ impl<B: Backend> Run<'_, B> {
         let Some(out) = self.outputs.as_mut() else {
             return Err(PeerFailed.into());
         };
-        let resume = resume_command(&out.dir, ranks);
+        let resume = crate::train::resume::resume_command(ranks, &out.dir);
         // Also in the run itself: mpiexec may stop relaying output while the job ends.
         let rec = StoppedRecord { kind: LineType::Stopped, step, checkpoint: ck.to_string(), resume: resume.clone() };
         self.job.or_fail(out.stopped(&rec));
@@ -82,7 +82,7 @@ impl<B: Backend> Run<'_, B> {
         let last = crate::checkpoint::resolve(&out.dir).ok();
         let ck = last.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
         let then = match last {
-            Some(_) => format!("continue with {}", resume_command(&out.dir, ranks)),
+            Some(_) => format!("continue with {}", crate::train::resume::resume_command(ranks, &out.dir)),
             None => format!("no checkpoint was written yet: start again with --out {}", out.dir.display()),
         };
         let rec =
@@ -98,10 +98,4 @@ impl<B: Backend> Run<'_, B> {
         }
         e
     }
-}
-
-/// How to continue the run in `dir` of `ranks` ranks.
-fn resume_command(dir: &std::path::Path, ranks: usize) -> String {
-    let under = if ranks > 1 { format!(", under mpiexec -n {ranks}") } else { String::new() };
-    format!("dcgan-train --resume {} (with the same options but --out{under})", dir.display())
 }

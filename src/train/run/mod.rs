@@ -11,6 +11,7 @@ use super::config::Settings;
 use super::ddp::sync;
 use super::job::Job;
 use super::outputs::Outputs;
+use super::resume::{self, ResumeFrom};
 use super::signals::StopFlag;
 use super::step::GanTrainer;
 use super::summary::RunFacts;
@@ -22,16 +23,17 @@ use crate::data::{Dataset, Shard};
 use crate::device::OnBackend;
 use crate::record::{StepMetrics, TrainOptions};
 use anyhow::{Result, anyhow};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Train as `args` say, on every rank of the job.
-pub fn run(args: &TrainOptions) -> Result<()> {
+/// Train as `args` say, on every rank of the job. `given`: the options the command line gave
+/// explicitly (by field name), which a resume applies over the run's own.
+pub fn run(args: &TrainOptions, given: &BTreeSet<String>) -> Result<()> {
     crate::report::trace::init_clock();
-    let comm = Rc::new(crate::comm::start(CommConfig::from_options(&args.comm)?)?);
-    let job = Job::new(comm.clone());
-    let mut result = train(&job, args);
+    let mut job = Job::new(Rc::new(crate::comm::start(CommConfig::from_options(&args.comm)?)?));
+    let mut result = resume::settle(&mut job, args, given).and_then(|(args, from)| train(&job, &args, from.as_ref()));
     // Every error that reaches here, every rank has (errors of one rank alone end the job
     // inside `train`): the ranks that failed themselves say why, then all wait for each
     // other, so that no rank's exit ends the job before those lines are out.
@@ -44,31 +46,32 @@ pub fn run(args: &TrainOptions) -> Result<()> {
         }
         let _ = job.comm.barrier();
     }
-    drop(job);
-    let comm = Rc::try_unwrap(comm).map_err(|_| anyhow!("internal error: the comm handle is still in use"))?;
+    let comm = Rc::try_unwrap(job.comm).map_err(|_| anyhow!("internal error: the comm handle is still in use"))?;
     let shutdown = comm.shutdown();
     result?;
     shutdown
 }
 
-/// Pick this rank's backend (every rank must manage), then train on it.
-fn train(job: &Job, args: &TrainOptions) -> Result<()> {
+/// Pick this rank's backend (every rank must manage), then train on it; `from`: rank 0's
+/// checkpoint to resume from.
+fn train(job: &Job, args: &TrainOptions, from: Option<&ResumeFrom>) -> Result<()> {
     let (device, notice) = job.agree(crate::device::select(args.model.device, job.world.local_rank))?;
     if let Some(n) = notice.filter(|_| job.is_root()) {
         eprintln!("{n}");
     }
-    device.run(TrainOn { job, args })
+    device.run(TrainOn { job, args, from })
 }
 
 struct TrainOn<'a> {
     job: &'a Job,
     args: &'a TrainOptions,
+    from: Option<&'a ResumeFrom>,
 }
 
 impl OnBackend for TrainOn<'_> {
     type Out = Result<()>;
     fn run<B: Backend>(self, be: B) -> Result<()> {
-        Run::prepare(self.job, self.args, be)?.train()
+        Run::prepare(self.job, self.args, self.from, be)?.train()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::{Faults, LastCheckpoint, Run};
 use crate::backend::Backend;
-use crate::checkpoint::{Checkpoint, Keep, Progress};
+use crate::checkpoint::{self, Checkpoint, Keep, Progress};
 use crate::comm::cpu_clock::RunDelayClock;
 use crate::data::{DataSource, Dataset, Shard};
 use crate::fault_hooks;
@@ -20,7 +20,8 @@ use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
 use crate::train::noise::fixed_noise;
 use crate::train::outputs::{Outputs, default_dir};
-use crate::train::preflight::{load_resume, same_data_everywhere, same_options_everywhere};
+use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
+use crate::train::resume::ResumeFrom;
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
 use crate::train::summary::RunFacts;
@@ -42,7 +43,7 @@ struct Agreed {
 
 impl<'a, B: Backend> Run<'a, B> {
     /// Settle, build and restore; every rank returns together, with an error or ready to train.
-    pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, be: B) -> Result<Self> {
+    pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, from: Option<&ResumeFrom>, be: B) -> Result<Self> {
         let started = Instant::now();
         let agreed = agree_on_setup(job, args)?;
         let (world, batch) = (&job.world, agreed.settings.per_rank_batch);
@@ -53,7 +54,7 @@ impl<'a, B: Backend> Run<'a, B> {
             None => Ok(None),
         })?;
         let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
-        let Built { trainer, outputs, ck } = build(job, args, &agreed.settings, be)?;
+        let Built { trainer, outputs, ck } = build(job, args, from, &agreed.settings, be)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let mut run = Run {
             job,
@@ -96,6 +97,8 @@ impl<'a, B: Backend> Run<'a, B> {
             sync::restore(&t.be, &mut t.model.g.store, &ck.g, &ck.g_adam);
             sync::restore(&t.be, &mut t.model.d.store, &ck.d, &ck.d_adam);
             self.progress = ck.progress.clone();
+            // What the resume changed (a longer --max-steps, say) is the run's from now on.
+            self.progress.config = training_config(self.args);
         }
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
@@ -179,7 +182,13 @@ struct Built<B: Backend> {
 }
 
 /// The trainer on `be`, rank 0's outputs, and the checkpoint to resume from (rank 0).
-fn build<B: Backend>(job: &Job, args: &TrainOptions, settings: &Settings, be: B) -> Result<Built<B>> {
+fn build<B: Backend>(
+    job: &Job,
+    args: &TrainOptions,
+    from: Option<&ResumeFrom>,
+    settings: &Settings,
+    be: B,
+) -> Result<Built<B>> {
     let (world, root, m, p) = (&job.world, job.is_root(), &args.model, &args.parallel);
     let batch = settings.per_rank_batch;
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
@@ -191,14 +200,12 @@ fn build<B: Backend>(job: &Job, args: &TrainOptions, settings: &Settings, be: B)
     let mut model = job.agree(built)?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
-    let resume = args.checkpoints.resume.as_ref();
-    let ck = job.agree(if root && resume.is_some() { load_resume(args, job, layouts).map(Some) } else { Ok(None) })?;
-    // A resume that does not say keeps what the run kept, not the default's one.
-    let run_kept = ck.as_ref().and_then(|c| c.progress.config["keep_checkpoints"].as_u64());
-    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.or(run_kept.map(|k| k as usize)).unwrap_or(1));
-    let outputs = job.agree(match (root, &ck, resume) {
+    let ck = job.agree(from.map(|f| checkpoint::load(&f.checkpoint, layouts)).transpose())?;
+    // On a resume, the run's own unless the command line gave it (`resume.rs`).
+    let keep = Keep::from_option(args.checkpoints.keep_checkpoints.unwrap_or(1));
+    let outputs = job.agree(match (root, &ck, from) {
         (false, _, _) => Ok(None),
-        (true, Some(ck), Some(dir)) => Outputs::resume(dir, ck.progress.step, ck.progress.epoch, keep).map(Some),
+        (true, Some(ck), Some(f)) => Outputs::resume(&f.run, ck.progress.step, ck.progress.epoch, keep).map(Some),
         _ => args.out.clone().map_or_else(default_dir, Ok).and_then(|dir| Outputs::create(&dir, keep)).map(Some),
     })?;
 

@@ -1,0 +1,198 @@
+//! Resuming from the run alone: `--resume RUN` takes every training option from the run's
+//! checkpoint, applies the options a resume may change, refuses the others naming them, takes
+//! a run directory or one of its checkpoints, and passes a broken `latest` for the newest
+//! intact checkpoint. One rank; the multi-rank and bitwise cases are in `faults.rs`.
+
+mod common;
+
+use common::{final_weights, step_records};
+use std::path::Path;
+use std::process::Command;
+
+/// The binary alone, with `env` set: its exit status and standard error.
+fn dcgan_with(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgan-train"));
+    cmd.args(args).envs(env.iter().copied());
+    let o = cmd.output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+fn dcgan(args: &[&str]) -> (bool, String) {
+    dcgan_with(args, &[])
+}
+
+/// A run's options beyond the defaults: what `--resume RUN` alone must carry on with.
+const RUN: [&str; 8] = ["--data", "synthetic:64", "--batch-size", "8", "--seed", "3", "--lr", "0.0005"];
+
+/// A run of `RUN` with `extra` into `out`, which must succeed.
+fn train(out: &Path, extra: &[&str]) {
+    let mut args = RUN.to_vec();
+    args.extend(extra);
+    args.extend(["--no-progress", "--out", out.to_str().unwrap()]);
+    let (ok, err) = dcgan(&args);
+    assert!(ok, "{args:?}: {err}");
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The lines of `err` that start with `prefix` ("error:", "warning:").
+fn lines<'a>(err: &'a str, prefix: &str) -> Vec<&'a str> {
+    err.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+/// `--resume RUN --max-steps N`: the run goes on with its own batch size, data, seed and
+/// learning rate (it once refused, as the defaults differed from them), and the new length
+/// is the run's from then on.
+#[test]
+fn a_resume_takes_the_runs_options_and_applies_max_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    train(&whole, &["--max-steps", "5"]);
+    train(&run, &["--max-steps", "2"]);
+    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "5", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole), "the resume trained with other options than the run's");
+    assert_eq!(step_records(&run), step_records(&whole));
+    // The run now ends at step 5: a resume without --max-steps has nothing left to run.
+    let (ok, err) = dcgan(&["--resume", p(&run)]);
+    assert!(!ok);
+    assert!(lines(&err, "error:")[0].contains("already done 5 steps") && err.contains("--max-steps 5"), "{err}");
+}
+
+/// Training options given with another value than the run's are refused in one line naming
+/// each of them (with the run's value), before anything is written; given with the run's own
+/// value they change nothing.
+#[test]
+fn training_options_that_differ_are_refused_naming_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(&run, &["--max-steps", "2"]);
+    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+    let line =
+        ["--resume", p(&run), "--max-steps", "4", "--batch-size", "16", "--seed", "3", "--lr", "0.001", "--sync-bn"];
+    let (ok, err) = dcgan(&line);
+    assert!(!ok);
+    let errors = lines(&err, "error:");
+    assert_eq!(errors.len(), 1, "{err}");
+    assert_eq!(
+        errors[0],
+        format!(
+            "error: --resume {}: --batch-size 16 (the run has 8), --lr 0.001 (the run has 0.0005), --sync-bn (the run has it off) \
+             cannot change on resume (they change what training computes): leave them out to go on with the run's own, or start a \
+             new run with --out",
+            run.display()
+        )
+    );
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+    // The same values as the run's: a resume like any other.
+    let mut same = RUN.to_vec();
+    same.extend(["--resume", p(&run), "--max-steps", "3", "--no-progress"]);
+    let (ok, err) = dcgan(&same);
+    assert!(ok, "{err}");
+    assert_eq!(step_records(&run).len(), 3);
+}
+
+/// `latest` naming a checkpoint with a corrupt tensor: the resume goes on from the newest
+/// intact checkpoint (a warning line says which and why), sets the broken one aside, and ends
+/// where the uninterrupted run does, bit for bit.
+#[test]
+fn a_broken_latest_falls_back_to_the_older_intact_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    train(&whole, &["--max-steps", "6"]);
+    train(&run, &["--max-steps", "4", "--checkpoint-every", "2", "--keep-checkpoints", "2"]);
+    let root = run.join("checkpoints");
+    common::flip_tensor_byte(&root.join("step-00000004").join("G.safetensors"), "main.0.weight");
+    // The run's options repeated (allowed: they change nothing), so that only the fallback
+    // is new here.
+    let mut args = RUN.to_vec();
+    args.extend(["--resume", p(&run), "--max-steps", "6", "--no-progress"]);
+    let (ok, err) = dcgan(&args);
+    assert!(ok, "{err}");
+    let warnings = lines(&err, "warning:");
+    assert_eq!(
+        warnings,
+        [format!(
+            "warning: {}/latest names step-00000004, whose G.safetensors is corrupt (tensor main.0.weight does not match its \
+             digest): using {}/step-00000002, the newest intact checkpoint (it is set aside as {}/step-00000004.broken, out of \
+             the checkpoints kept)",
+            root.display(),
+            root.display(),
+            root.display()
+        )],
+        "{err}"
+    );
+    // The two kept are intact ones; the broken one is kept aside, not counted among them.
+    assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000004.broken", "step-00000006"]);
+    assert_eq!(final_weights(&run), final_weights(&whole), "the resume did not go on from step 2");
+    assert_eq!(step_records(&run), step_records(&whole), "steps 3 and 4 are the resumed run's, once each");
+}
+
+/// A checkpoint directory resumes from that checkpoint, with the outputs in its run: the
+/// records after it (steps, and the stop that came later) give way to the resumed run's, and
+/// the run ends as the uninterrupted one does. The run's `checkpoints/` folder resumes too.
+#[test]
+fn a_checkpoint_directory_resumes_with_the_outputs_in_its_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    train(&whole, &["--max-steps", "8"]);
+    let mut args = RUN.to_vec();
+    args.extend([
+        "--max-steps",
+        "8",
+        "--checkpoint-every",
+        "2",
+        "--keep-checkpoints",
+        "0",
+        "--no-progress",
+        "--out",
+        p(&run),
+    ]);
+    let (ok, err) = dcgan_with(&args, &[("DCGAN_TEST_STOP_AT_STEP", "5")]);
+    assert!(!ok && err.contains("stopped by a signal after step 5"), "{err}");
+    let step2 = run.join("checkpoints").join("step-00000002");
+    let (ok, err) = dcgan(&["--resume", p(&step2), "--no-progress"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("resuming at step 2"), "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole));
+    assert_eq!(step_records(&run), step_records(&whole));
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert!(!text.contains(r#""type":"stopped""#), "the stop after step 5 is no longer the run's: {text}");
+    assert!(run.join("summary.json").exists());
+
+    let (ok, err) = dcgan(&["--resume", p(&run.join("checkpoints")), "--max-steps", "9", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("resuming at step 8"), "{err}");
+    assert_eq!(step_records(&run).len(), 9);
+}
+
+/// What `--resume` accepts is what its errors offer.
+#[test]
+fn resume_errors_offer_what_it_accepts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nowhere");
+    let (ok, err) = dcgan(&["--resume", p(&missing)]);
+    assert!(!ok);
+    assert_eq!(
+        lines(&err, "error:"),
+        [format!(
+            "error: --resume {} does not exist: pass a run directory (the --out of an earlier run) or one of its checkpoints \
+             (RUN/checkpoints/step-N)",
+            missing.display()
+        )]
+    );
+    // A checkpoint copied out of its run has no run to go on writing in.
+    let run = tmp.path().join("run");
+    train(&run, &["--max-steps", "1"]);
+    let alone = tmp.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    for f in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+        std::fs::copy(run.join("checkpoints").join("step-00000001").join(f), alone.join(f)).unwrap();
+    }
+    let (ok, err) = dcgan(&["--resume", p(&alone), "--max-steps", "2"]);
+    assert!(!ok);
+    let errors = lines(&err, "error:");
+    assert!(errors.len() == 1 && errors[0].contains("is not inside a run directory"), "{err}");
+}
