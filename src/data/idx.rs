@@ -1,7 +1,8 @@
-//! IDX image files (the MNIST / Fashion-MNIST format), raw or gzip-compressed.
+//! IDX files (the MNIST / Fashion-MNIST format), raw or gzip-compressed: images and labels.
 //!
-//! Layout (big-endian): magic `00 00 08 03` (unsigned bytes, 3 dimensions), then the
+//! Images (big-endian): magic `00 00 08 03` (unsigned bytes, 3 dimensions), then the
 //! dimensions count, rows, cols as u32, then count*rows*cols pixel bytes, nothing else.
+//! Labels: magic `00 00 08 01` (1 dimension), the count as u32, then one byte per label.
 
 use anyhow::{Context, Result, bail};
 use flate2::read::MultiGzDecoder;
@@ -10,6 +11,9 @@ use std::path::Path;
 
 /// The IDX magic for u8 data with 3 dimensions: 0x00 0x00, type 0x08, rank 3.
 const IMAGE_MAGIC: u32 = 0x0000_0803;
+/// The same with 1 dimension: a labels file.
+const LABEL_MAGIC: u32 = 0x0000_0801;
+const LABEL_HEADER_BYTES: usize = 8;
 const HEADER_BYTES: usize = 16;
 /// gzip streams start with these two bytes (RFC 1952), whatever the file is called.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -17,17 +21,38 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// Reads an IDX image file. Returns (pixels [count, height, width], count, height, width).
 /// Compressed or not is decided by the first two bytes, not by the name.
 pub fn read_idx_images(path: &Path) -> Result<(Vec<u8>, usize, usize, usize)> {
+    parse_idx_images(&read_maybe_gz(path)?).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Reads an IDX labels file: one class byte per image.
+pub fn read_idx_labels(path: &Path) -> Result<Vec<u8>> {
+    parse_idx_labels(&read_maybe_gz(path)?).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The bytes of `path`, decompressed when they start as gzip does.
+fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let bytes = if raw.starts_with(&GZIP_MAGIC) {
-        let mut out = Vec::with_capacity(raw.len() * 2);
-        MultiGzDecoder::new(raw.as_slice())
-            .read_to_end(&mut out)
-            .with_context(|| format!("{}: corrupt gzip data (truncated or damaged download?)", path.display()))?;
-        out
-    } else {
-        raw
-    };
-    parse_idx_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    if !raw.starts_with(&GZIP_MAGIC) {
+        return Ok(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len() * 2);
+    MultiGzDecoder::new(raw.as_slice())
+        .read_to_end(&mut out)
+        .with_context(|| format!("{}: corrupt gzip data (truncated or damaged download?)", path.display()))?;
+    Ok(out)
+}
+
+/// Parses the bytes of an (uncompressed) IDX labels file.
+pub fn parse_idx_labels(bytes: &[u8]) -> Result<Vec<u8>> {
+    if bytes.len() < LABEL_HEADER_BYTES || be_u32(bytes, 0) != LABEL_MAGIC {
+        bail!("not an IDX labels file: expected magic 0x{LABEL_MAGIC:08x} (unsigned bytes, 1 dimension) and a count");
+    }
+    let count = be_u32(bytes, 4) as usize;
+    let found = bytes.len() - LABEL_HEADER_BYTES;
+    if found != count {
+        bail!("the header says {count} labels but the file has {found}");
+    }
+    Ok(bytes[LABEL_HEADER_BYTES..].to_vec())
 }
 
 /// Parses the bytes of an (uncompressed) IDX image file.
@@ -86,9 +111,8 @@ fn be_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
-/// Builds the bytes of an IDX image file (for tests).
-#[cfg(test)]
-pub(crate) fn encode_idx_images(pixels: &[u8], count: usize, height: usize, width: usize) -> Vec<u8> {
+/// The bytes of an IDX image file of `count` images [count, height, width].
+pub fn encode_idx_images(pixels: &[u8], count: usize, height: usize, width: usize) -> Vec<u8> {
     assert_eq!(pixels.len(), count * height * width, "pixels must be [count, h, w]");
     let mut out = Vec::with_capacity(HEADER_BYTES + pixels.len());
     out.extend_from_slice(&IMAGE_MAGIC.to_be_bytes());
@@ -96,6 +120,15 @@ pub(crate) fn encode_idx_images(pixels: &[u8], count: usize, height: usize, widt
         out.extend_from_slice(&u32::try_from(d).expect("IDX dimensions are u32").to_be_bytes());
     }
     out.extend_from_slice(pixels);
+    out
+}
+
+/// The bytes of an IDX labels file.
+pub fn encode_idx_labels(labels: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LABEL_HEADER_BYTES + labels.len());
+    out.extend_from_slice(&LABEL_MAGIC.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(labels.len()).expect("IDX counts are u32").to_be_bytes());
+    out.extend_from_slice(labels);
     out
 }
 
@@ -220,5 +253,16 @@ mod tests {
     fn missing_file_names_the_path() {
         let msg = format!("{:#}", read_idx_images(Path::new("/nonexistent/x-idx3")).unwrap_err());
         assert!(msg.contains("/nonexistent/x-idx3"), "{msg}");
+    }
+
+    #[test]
+    fn labels_round_trip_and_images_are_not_labels() {
+        let labels = [3u8, 0, 9, 9, 1];
+        assert_eq!(parse_idx_labels(&encode_idx_labels(&labels)).unwrap(), labels);
+        let mut short = encode_idx_labels(&labels);
+        short.pop();
+        assert!(parse_idx_labels(&short).unwrap_err().to_string().contains("says 5 labels but the file has 4"));
+        let images = encode_idx_images(&[0; 8], 2, 2, 2);
+        assert!(parse_idx_labels(&images).unwrap_err().to_string().contains("not an IDX labels file"));
     }
 }

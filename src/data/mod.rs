@@ -2,6 +2,7 @@
 //! a batch tensor in [-1, 1] at the model's image size.
 
 pub mod idx;
+pub mod labelled;
 pub mod resize;
 pub mod shard;
 pub mod synthetic;
@@ -13,10 +14,6 @@ use std::path::{Path, PathBuf};
 
 /// Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST.
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
-/// Training-image file names tried in a data directory, in order (the official names, then
-/// the dotted spelling some mirrors use).
-const IMAGE_FILES: [&str; 4] =
-    ["train-images-idx3-ubyte", "train-images-idx3-ubyte.gz", "train-images.idx3-ubyte", "train-images.idx3-ubyte.gz"];
 /// Enough for any test or demo; bigger would only be a way to run out of memory.
 const MAX_SYNTHETIC: usize = 10_000_000;
 
@@ -170,10 +167,7 @@ fn find_images(dir: &Path) -> std::result::Result<PathBuf, String> {
     if !dir.is_dir() {
         return Err(format!("data directory {} does not exist", dir.display()));
     }
-    IMAGE_FILES
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|p| p.is_file())
+    labelled::find_idx(dir, "train", "images", 3)
         .ok_or_else(|| format!("no train-images-idx3-ubyte[.gz] in {}", dir.display()))
 }
 
