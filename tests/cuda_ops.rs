@@ -104,6 +104,82 @@ fn bce_with_logits_matches_the_cpu() {
     }
 }
 
+/// Logits `[classes, batch]` a few units apart and labels `[batch]` where every third sample
+/// has its label and one other class tied for its largest logit (the lowest class wins, so
+/// half of those count as right), and one sample has a logit whose exp overflows f32.
+fn classified(rng: &mut rand_chacha::ChaCha8Rng, batch: usize, classes: usize) -> (Vec<f32>, Vec<f32>) {
+    use rand::Rng;
+    let mut logits = random(rng, classes * batch, 4.0);
+    let labels: Vec<f32> = (0..batch).map(|_| rng.random_range(0..classes) as f32).collect();
+    for i in (0..batch).step_by(3) {
+        let (label, other) = (labels[i] as usize, (labels[i] as usize + 1 + i % (classes - 1)) % classes);
+        logits[label * batch + i] = 5.0;
+        logits[other * batch + i] = 5.0;
+    }
+    logits[(classes - 1) * batch + batch - 1] = 95.0;
+    (logits, labels)
+}
+
+#[test]
+fn softmax_xent_matches_the_cpu() {
+    for cu in engines("softmax_xent") {
+        let mut rng = rng(8);
+        for classes in [2, 10] {
+            for batch in [1, 7, 64, 300] {
+                let what = format!("softmax_xent {batch}x{classes}");
+                let (logits, labels) = classified(&mut rng, batch, classes);
+                let (bl, rl) = padded(&cu, &logits, 2);
+                let (blab, rlab) = padded(&cu, &labels, 3);
+                let (mut bd, rd) = padded(&cu, &vec![0.0; classes * batch], 1);
+                let (mut bo, ro) = padded(&cu, &[0.0, 0.0], 4);
+                cu.softmax_xent(
+                    View::range(&bl, rl),
+                    View::range(&blab, rlab),
+                    classes,
+                    ViewMut::range(&mut bd, rd.clone()),
+                    ViewMut::range(&mut bo, ro.clone()),
+                );
+                let (mut cd, mut co) = (vec![0.0; classes * batch], vec![0.0; 2]);
+                Cpu.softmax_xent(
+                    View::whole(&logits),
+                    View::whole(&labels),
+                    classes,
+                    ViewMut::whole(&mut cd),
+                    ViewMut::whole(&mut co),
+                );
+                assert_close(&format!("{what} dlogits"), &unpad(&cu, &bd, rd), &cd, TOL);
+                let out = unpad(&cu, &bo, ro);
+                assert_close(&format!("{what} loss"), &out[..1], &co[..1], TOL);
+                // The same samples count as right: the same bits.
+                assert_eq!(out[1], co[1], "{what} accuracy");
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_xent_refuses_a_label_outside_the_classes() {
+    for cu in engines("softmax_xent labels") {
+        let logits = up(&cu, &[0.5; 3 * 4]);
+        for bad in [-1.0, 3.0, 0.5] {
+            let labels = up(&cu, &[0.0, 2.0, bad, 1.0]);
+            let (mut d, mut out) = (cu.alloc(3 * 4).unwrap(), cu.alloc(2).unwrap());
+            let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cu.softmax_xent(
+                    View::whole(&logits),
+                    View::whole(&labels),
+                    3,
+                    ViewMut::whole(&mut d),
+                    ViewMut::whole(&mut out),
+                );
+            }))
+            .expect_err("a bad label must panic");
+            let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("sample 2 has label") && msg.contains("not a class index in 0..3"), "{msg}");
+        }
+    }
+}
+
 #[test]
 fn adam_matches_the_cpu_over_several_steps() {
     for cu in engines("adam") {

@@ -231,6 +231,78 @@ fn bce_with_logits_loss_gradient_and_probability() {
     }
 }
 
+/// `batch` labels in 0..classes from `seed`, as the f32 the op takes and as indices.
+fn class_labels(batch: usize, classes: usize, seed: u64) -> (Vec<f32>, Vec<usize>) {
+    let idx: Vec<usize> = random(batch, 1.0, seed)
+        .iter()
+        .map(|v| (((v + 1.0) / 2.0 * classes as f32) as usize).min(classes - 1))
+        .collect();
+    (idx.iter().map(|&c| c as f32).collect(), idx)
+}
+
+#[test]
+fn softmax_xent_loss_gradient_and_accuracy() {
+    let be = Cpu;
+    for (k, (batch, classes)) in [(1, 2), (5, 3), (7, 10), (16, 10), (4, 1)].into_iter().enumerate() {
+        // logits [classes, batch], spread over a few units.
+        let mut logits = random(classes * batch, 3.0, 200 + k as u64);
+        let (mut labels, mut idx) = class_labels(batch, classes, 210 + k as u64);
+        // Sample 0: its first and last class tie for the largest logit, and its label is the
+        // last, so it counts as wrong only if the lowest class wins the tie.
+        logits[0] = 4.0;
+        logits[(classes - 1) * batch] = 4.0;
+        (labels[0], idx[0]) = ((classes - 1) as f32, classes - 1);
+        // [classes, batch] and [2]
+        let (mut d, mut out) = (vec![0.0; classes * batch], vec![0.0; 2]);
+        be.softmax_xent(v(&logits), v(&labels), classes, vm(&mut d), vm(&mut out));
+
+        let ld = to_f64(&logits);
+        let (loss, accuracy) = r::softmax_xent(&ld, &idx, classes);
+        assert!((out[0] as f64 - loss).abs() < 1e-5 * loss.max(1.0), "loss {} vs {loss}, {batch}x{classes}", out[0]);
+        assert_eq!(out[1], accuracy as f32, "accuracy, {batch}x{classes}");
+        let fd: Vec<f64> = (0..ld.len())
+            .map(|j| r::central_difference(&mut |x| r::softmax_xent(x, &idx, classes).0, &ld, j, H))
+            .collect();
+        assert!(rel_err(&d, &fd, 1e-9) < 1e-4, "dlogits, {batch}x{classes}");
+    }
+}
+
+#[test]
+fn softmax_xent_holds_where_exp_of_a_logit_overflows_f32() {
+    // exp(90) is past f32's range: only the shift by each sample's largest logit keeps it finite.
+    let be = Cpu;
+    let (batch, classes) = (3, 4);
+    let mut logits = random(classes * batch, 2.0, 220);
+    logits[0] = 90.0; // sample 0, class 0
+    logits[batch + 1] = -90.0; // sample 1, class 1
+    logits[2 * batch + 2] = 88.0; // sample 2, class 2
+    let (labels, idx) = class_labels(batch, classes, 221);
+    let (mut d, mut out) = (vec![0.0; classes * batch], vec![0.0; 2]);
+    be.softmax_xent(v(&logits), v(&labels), classes, vm(&mut d), vm(&mut out));
+    let ld = to_f64(&logits);
+    let (loss, accuracy) = r::softmax_xent(&ld, &idx, classes);
+    assert!((out[0] as f64 - loss).abs() < 1e-5 * loss.max(1.0), "loss {} vs {loss}", out[0]);
+    assert_eq!(out[1], accuracy as f32);
+    let fd: Vec<f64> =
+        (0..ld.len()).map(|j| r::central_difference(&mut |x| r::softmax_xent(x, &idx, classes).0, &ld, j, H)).collect();
+    assert!(rel_err(&d, &fd, 1e-9) < 1e-4, "dlogits");
+}
+
+#[test]
+fn softmax_xent_refuses_a_label_outside_the_classes() {
+    let logits = random(3 * 2, 1.0, 230);
+    for bad in [-1.0f32, 3.0, 1.5, f32::NAN] {
+        let (logits, labels) = (logits.clone(), vec![0.0, bad]);
+        let (mut d, mut out) = (vec![0.0; 6], vec![0.0; 2]);
+        let err = std::panic::catch_unwind(move || {
+            Cpu.softmax_xent(v(&logits), v(&labels), 3, vm(&mut d), vm(&mut out));
+        })
+        .expect_err("a bad label must panic");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("sample 1 has label") && msg.contains("not a class index in 0..3"), "{msg}");
+    }
+}
+
 #[test]
 fn adam_matches_pytorch_formula_over_several_steps() {
     let be = Cpu;

@@ -169,6 +169,16 @@ impl Backend for Cpu {
     fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>) {
         loss::cpu::bce_with_logits(s(logits), target, sm(dlogits), sm(out));
     }
+    fn softmax_xent(
+        &self,
+        logits: View<Self>,
+        labels: View<Self>,
+        classes: usize,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        loss::cpu::softmax_xent(s(logits), s(labels), classes, sm(dlogits), sm(out));
+    }
 
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
         keep_awake();

@@ -228,6 +228,18 @@ pub trait Backend: Sized + 'static {
     /// Mean BCE with logits against a constant target. Writes dlogits = d(mean loss)/dlogits
     /// and out [2] = (loss, mean sigmoid(logits)); both stay on the device.
     fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>);
+    /// Mean softmax cross-entropy of class logits [classes, B] against labels [B] (class
+    /// indices as f32; one outside 0..classes panics). Writes dlogits [classes, B] =
+    /// d(mean loss)/dlogits and out [2] = (loss, accuracy: the share of samples whose first
+    /// largest logit is their label). CUDA reads the labels back to check them, so it waits.
+    fn softmax_xent(
+        &self,
+        logits: View<Self>,
+        labels: View<Self>,
+        classes: usize,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    );
 
     // ---- optimizer (ops/adam) ----
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>);

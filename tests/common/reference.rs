@@ -141,6 +141,25 @@ pub fn bce(logits: &[f64], target: f64) -> f64 {
         / logits.len() as f64
 }
 
+/// Mean softmax cross-entropy of logits [classes, B] (class c of sample i at c*B + i) against
+/// `labels`, written as its definition -log(exp(x_label) / sum_c exp(x_c)) (no shift by the
+/// largest logit: f64 holds exp of the logits tests use), and the accuracy: the share of
+/// samples whose first largest logit is their label.
+pub fn softmax_xent(logits: &[f64], labels: &[usize], classes: usize) -> (f64, f64) {
+    let batch = labels.len();
+    assert_eq!(logits.len(), classes * batch);
+    let (mut loss, mut correct) = (0.0, 0);
+    for (i, &label) in labels.iter().enumerate() {
+        let x: Vec<f64> = (0..classes).map(|c| logits[c * batch + i]).collect();
+        let z: f64 = x.iter().map(|v| v.exp()).sum();
+        loss -= (x[label].exp() / z).ln();
+        // The first class holding the largest value.
+        let best = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        correct += usize::from(x.iter().position(|&v| v == best) == Some(label));
+    }
+    (loss / batch as f64, correct as f64 / batch as f64)
+}
+
 /// A network forward in training mode. `params` is the flat parameter vector in the crate's
 /// layout order (per stage: weight, then gamma, beta).
 pub fn net_forward(

@@ -166,6 +166,16 @@ impl Backend for Cuda {
     fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>) {
         loss::cuda::bce_with_logits(self, logits, target, dlogits, out);
     }
+    fn softmax_xent(
+        &self,
+        logits: View<Self>,
+        labels: View<Self>,
+        classes: usize,
+        dlogits: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        loss::cuda::softmax_xent(self, logits, labels, classes, dlogits, out);
+    }
 
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {
         adam::cuda::step(self, h, param, grad, m, v);
