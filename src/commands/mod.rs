@@ -5,7 +5,9 @@
 
 pub mod bench_allreduce;
 pub mod bench_step;
+pub mod classifier;
 pub mod comm_args;
+pub mod evaluate;
 pub mod info;
 mod parse;
 pub mod ping_pong;
@@ -41,8 +43,13 @@ pub enum Command {
     BenchAllreduce(bench_allreduce::BenchAllreduceArgs),
     /// Measure the algorithms on these ranks and write a rules file for --allreduce-tuning.
     TuneAllreduce(tune_allreduce::TuneAllreduceArgs),
-    /// Render a grid of images from a saved generator.
+    /// Render a grid of images from a saved generator (or write the images themselves).
     Sample(sample::SampleArgs),
+    /// Train the feature network the sample-quality distances are taken with.
+    Classifier(classifier::ClassifierArgs),
+    /// Score a run's generator (or images from a file): Fréchet distance and KID to the test
+    /// split, the classifier's confidence and class spread.
+    Evaluate(evaluate::EvaluateArgs),
     /// Print, per rank, the host, local rank, device and the MPI library (run under mpiexec).
     Info(info::InfoArgs),
     /// Predict step time, eq. (1) speedup and hidden communication at other node counts by
@@ -75,6 +82,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         Some(Command::BenchAllreduce(args)) => bench_allreduce::run(args),
         Some(Command::TuneAllreduce(args)) => tune_allreduce::run(args),
         Some(Command::Sample(args)) => sample::run(args),
+        Some(Command::Classifier(args)) => classifier::run(args),
+        Some(Command::Evaluate(args)) => evaluate::run(args),
         Some(Command::Info(args)) => info::run(args),
         Some(Command::SimulateScaling(args)) => simulate_scaling::run(args),
         Some(Command::PingPong(args)) => ping_pong::run(args),

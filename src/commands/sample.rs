@@ -1,12 +1,15 @@
-//! `dcgan-train sample`: render a grid of generated images from a saved generator.
+//! `dcgan-train sample`: a grid of generated images from a saved generator, as a PNG, or the
+//! images themselves as an IDX file (`--out FILE.idx`, the input data's layout) for other tools
+//! and `evaluate --images`.
 
 use crate::backend::cpu::Cpu;
-use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint;
-use crate::model::dcgan::{GENERATOR_28, GENERATOR_64, NZ, seed_for};
-use crate::model::net::{BackwardOrder, Net, NoObserver};
-use crate::report::png::{write_grid, written_here};
-use crate::train::noise::fixed_noise;
+use crate::data::idx::encode_idx_images;
+use crate::eval::generate::Generator;
+use crate::model::dcgan::{NZ, seed_for};
+use crate::model::noise::fixed_noise;
+use crate::report::png::{to_byte, write_grid, written_here};
+use crate::report::write_atomically;
 use anyhow::{Result, bail};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -19,8 +22,9 @@ pub struct SampleArgs {
     /// Number of images.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub n: u64,
-    /// The PNG to write. An existing file is replaced only if it is a PNG this program wrote
-    /// (or with --force).
+    /// The PNG to write, or with a name ending in .idx the images themselves (uint8, the IDX
+    /// layout of the input data). An existing file is replaced only if it is a PNG this
+    /// program wrote (or with --force).
     #[arg(long, default_value = "samples.png")]
     pub out: PathBuf,
     /// Replace --out even if it is not a PNG this program wrote.
@@ -36,12 +40,18 @@ pub struct SampleArgs {
 /// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
 const OTHER_NOISE: u64 = 0x73616d70;
 
+/// Whether `out` names an IDX file (the raw images, in the input data's layout).
+fn is_idx(out: &Path) -> bool {
+    out.extension().is_some_and(|e| e == "idx" || e == "idx3-ubyte")
+}
+
 /// Refuses an `out` that holds something other than a grid this program wrote: a mistyped
-/// --out must not turn someone's file into a PNG.
+/// --out must not turn someone's file into a PNG (or into images).
 fn ensure_replaceable(out: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(out).is_ok() && !written_here(out) {
+    if std::fs::symlink_metadata(out).is_ok() && (is_idx(out) || !written_here(out)) {
+        let what = if is_idx(out) { "" } else { " and is not a PNG that dcgan-train wrote" };
         bail!(
-            "sample --out {}: the file exists and is not a PNG that dcgan-train wrote: choose another --out, or pass --force to overwrite it",
+            "sample --out {}: the file exists{what}: choose another --out, or pass --force to overwrite it",
             out.display()
         );
     }
@@ -57,18 +67,10 @@ pub fn run(args: SampleArgs) -> Result<()> {
         eprintln!("warning: {note}");
     }
     let dir = found.dir;
-    let size = checkpoint::image_size_of(&dir)?;
-    let specs = match size {
-        28 => &GENERATOR_28[..],
-        64 => &GENERATOR_64[..],
-        s => bail!("{} holds a generator for {s}x{s} images, which this program does not build", dir.display()),
-    };
     let n = args.n as usize;
     let be = Cpu;
-    let mut g = Net::new(&be, "G", specs, n, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
-    let t = checkpoint::load_generator(&dir, &g.store.layout)?;
-    be.upload(&t.values, ViewMut::whole(&mut g.store.value));
-    be.upload(&t.state, ViewMut::whole(&mut g.store.state));
+    let mut g = Generator::load(&be, &dir, n)?;
+    let size = g.image_size;
     // Without --seed: the noise of the run's own sample grids (its first 64 images are the
     // grid the run drew with these weights); --seed picks other noise.
     let (noise, whose) = match args.seed {
@@ -79,18 +81,15 @@ pub fn run(args: SampleArgs) -> Result<()> {
             Err(_) => (fixed_noise(seed_for(0, OTHER_NOISE), n, NZ), "--seed 0 (no run's seed beside it)".into()),
         },
     };
-    let mut z = vec![0.0f32; NZ * n];
-    for i in 0..n {
-        for c in 0..NZ {
-            z[c * n + i] = noise[i * NZ + c];
-        }
+    let images = g.draw(&be, &noise);
+    if is_idx(&args.out) {
+        let pixels: Vec<u8> = images.iter().map(|&v| to_byte(v)).collect();
+        let bytes = encode_idx_images(&pixels, n, size, size);
+        write_atomically(&args.out, |f| Ok(std::io::Write::write_all(f, &bytes)?))?;
+    } else {
+        let cols = (n as f64).sqrt().ceil() as usize;
+        write_grid(&args.out, &images, n, size, size, cols)?;
     }
-    be.upload(&z, ViewMut::whole(g.input_mut()));
-    g.forward(&be, false, None, &mut NoObserver);
-    let mut images = vec![0.0f32; n * size * size];
-    be.download(View::whole(g.output()), &mut images);
-    let cols = (n as f64).sqrt().ceil() as usize;
-    write_grid(&args.out, &images, n, size, size, cols)?;
     eprintln!("{n} samples from {} with {whose} written to {}", dir.display(), args.out.display());
     Ok(())
 }

@@ -4,7 +4,9 @@
 use super::comm_args::CommArgs;
 use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes, positive_f32, positive_f64};
 use crate::device::DeviceChoice;
-use crate::record::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions};
+use crate::record::{
+    CheckpointOptions, EvalOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+};
 use clap::Args;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -75,6 +77,31 @@ pub struct TrainArgs {
     pub checkpoints: CheckpointArgs,
     #[command(flatten)]
     pub comm: CommArgs,
+    #[command(flatten)]
+    pub eval: EvalArgs,
+}
+
+/// Sample quality measured as the run goes (`evaluate`'s figures, after epochs).
+#[derive(Args, Debug, Clone)]
+pub struct EvalArgs {
+    /// Every this many epochs, the Fréchet distance and KID of the generator's images to the
+    /// test split, in metrics.jsonl and summary.json (0 = never). Default: every epoch where
+    /// the data has a test split and its feature network has been trained (`dcgan-train
+    /// classifier`); given, it trains that network first if needed.
+    #[arg(long, value_name = "EPOCHS")]
+    pub eval_every: Option<u64>,
+    /// Images generated for each evaluation (distances are comparable only at the same n).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub eval_n: u64,
+    /// The feature network (default: the data's, where `dcgan-train classifier` writes it).
+    #[arg(long, value_name = "FILE")]
+    pub classifier: Option<PathBuf>,
+}
+
+impl From<EvalArgs> for EvalOptions {
+    fn from(a: EvalArgs) -> EvalOptions {
+        EvalOptions { eval_every: a.eval_every, eval_n: a.eval_n, classifier: a.classifier }
+    }
 }
 
 /// Data parallelism: how the batch is split and how gradients are exchanged.
@@ -192,6 +219,7 @@ impl From<TrainArgs> for TrainOptions {
                 resume: c.resume,
             },
             comm: a.comm.into(),
+            eval: a.eval.into(),
         }
     }
 }

@@ -64,6 +64,14 @@ pub struct EpochRecord {
     pub images_per_s: f64,
     /// The epoch's sample grid.
     pub sample: String,
+    /// Sample quality after the epoch (`--eval-every`): the Fréchet distance and KID to the
+    /// test split, and the seconds the evaluation took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fid: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_seconds: Option<f64>,
 }
 
 /// The line of a run stopped by a signal before its end (`"type": "stopped"`): also in the

@@ -7,5 +7,7 @@ pub mod options;
 pub mod summary;
 
 pub use metrics::{EpochRecord, LineType, StepMetrics, StepRecord, StoppedRecord};
-pub use options::{CheckpointOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions};
+pub use options::{
+    CheckpointOptions, EvalOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+};
 pub use summary::Summary;

@@ -27,6 +27,26 @@ pub struct TrainOptions {
     pub parallel: ParallelOptions,
     pub checkpoints: CheckpointOptions,
     pub comm: CommOptions,
+    pub eval: EvalOptions,
+}
+
+/// Sample quality measured during the run (it does not change what the run trains).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalOptions {
+    /// Every this many epochs (0: never; None: every epoch where the data has a test split and
+    /// its feature network has been trained, never otherwise).
+    pub eval_every: Option<u64>,
+    /// Images generated for each evaluation.
+    pub eval_n: u64,
+    /// The feature network's file (None: the data's, where `classifier` writes it).
+    pub classifier: Option<PathBuf>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions { eval_every: None, eval_n: 10_000, classifier: None }
+    }
 }
 
 /// The model and its optimizer, shared by training and the step benchmark.
@@ -171,6 +191,7 @@ impl Default for TrainOptions {
             parallel: ParallelOptions::default(),
             checkpoints: CheckpointOptions::default(),
             comm: CommOptions::default(),
+            eval: EvalOptions::default(),
         }
     }
 }

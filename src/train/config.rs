@@ -70,8 +70,9 @@ pub fn training_config(args: &TrainOptions) -> Value {
 /// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
 /// A resume takes these from its own command line, given or not: they belong to the session,
 /// not to the run.
-const NOT_COMPARED: [&str; 10] = [
+const NOT_COMPARED: [&str; 11] = [
     "threads",
+    "classifier",
     "no_progress",
     "progress",
     "out",
@@ -86,7 +87,8 @@ const NOT_COMPARED: [&str; 10] = [
 /// Options that may change when resuming (how long to train, how often to save or check):
 /// every rank must agree on them, and a resume keeps the run's unless its command line gives
 /// them.
-pub const RESUMABLE: [&str; 5] = ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints", "check_consistency"];
+pub const RESUMABLE: [&str; 7] =
+    ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints", "check_consistency", "eval_every", "eval_n"];
 
 /// The options a resumed run goes on with: the run's own (`config`, its checkpoint's
 /// `training_config`), except that the command line's apply where a resume may change them:

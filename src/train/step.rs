@@ -15,11 +15,11 @@
 
 use super::ddp::exchange::{Exchange, NetId, Update};
 use super::interrupt::{Interrupt, StepInterrupted};
-use super::noise::step_noise;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
 use crate::model::dcgan::Dcgan;
 use crate::model::net::{Net, Observer, Phase};
+use crate::model::noise::step_noise;
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::nn::stage::Stage;

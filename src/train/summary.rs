@@ -7,7 +7,7 @@ use super::job::Job;
 use super::memory_plan::MemoryEstimate;
 use super::step::GanTrainer;
 use crate::backend::Backend;
-use crate::record::summary::{AlgorithmRange, BucketSummary, CommSummary};
+use crate::record::summary::{AlgorithmRange, BucketSummary, CommSummary, EpochQuality};
 use crate::record::{StepMetrics, Summary, TrainOptions};
 use std::path::Path;
 use std::time::Duration;
@@ -31,6 +31,10 @@ pub struct RunFacts {
     pub baseline: Option<(Summary, String)>,
     /// The memory this rank was estimated to take at its peak, before it was built.
     pub memory: Option<MemoryEstimate>,
+    /// Sample quality after the epochs it was measured (rank 0).
+    pub quality: Vec<EpochQuality>,
+    /// The feature network's file, where quality was measured.
+    pub feature_net: Option<String>,
 }
 
 /// The upper median: a step that was measured, not an average of two.
@@ -154,6 +158,8 @@ pub fn build_summary<B: Backend>(
         wall_seconds: facts.wall_seconds,
         samples: end.final_grid.display().to_string(),
         weak_scaling: None,
+        quality: facts.quality.clone(),
+        feature_net: facts.feature_net.clone(),
     };
     if let Some((baseline, file)) = &facts.baseline {
         s.weak_scaling = Some(s.weak_scaling_against(baseline, file));

@@ -94,6 +94,25 @@ pub struct Summary {
     /// Against `--baseline-summary`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weak_scaling: Option<WeakScaling>,
+    /// Sample quality after the epochs it was measured (`--eval-every`), and the feature
+    /// network it was measured with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quality: Vec<EpochQuality>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_net: Option<String>,
+}
+
+/// The Fréchet distance and KID to the test split after an epoch (0-based).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EpochQuality {
+    pub epoch: u64,
+    pub fid: f64,
+    pub kid: f64,
+    pub kid_std: f64,
+    /// Images generated.
+    pub n: usize,
+    /// The evaluation's wall time.
+    pub seconds: f64,
 }
 
 /// Where the exchange's time went, per step (rank 0's view).

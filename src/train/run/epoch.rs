@@ -7,6 +7,7 @@ use crate::backend::Backend;
 use crate::comm::PeerFailed;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::EpochOrder;
+use crate::record::summary::EpochQuality;
 use crate::record::{EpochRecord, LineType, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::train::ddp::sync;
@@ -111,7 +112,7 @@ impl<B: Backend> Run<'_, B> {
     }
 
     /// The end of a complete epoch: running statistics averaged (unless --sync-bn kept them
-    /// equal), its sample grid and line, and its checkpoint.
+    /// equal), the sample quality when it is due, its sample grid and line, and its checkpoint.
     pub(super) fn end_epoch(&mut self, epoch: u64, mut done: EpochDone) -> Result<()> {
         let (job, t) = (self.job, &mut self.trainer);
         t.finish_pending();
@@ -123,12 +124,42 @@ impl<B: Backend> Run<'_, B> {
         let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
+        let quality = match self.quality.as_mut().filter(|q| q.due(epoch)) {
+            Some(q) => q.evaluate(job, t)?,
+            None => None,
+        };
+        if let Some((s, secs)) = &quality {
+            eprintln!("epoch {}: FID {:.3}, KID {:.5} ({} images, {secs:.1} s)", epoch + 1, s.fid, s.kid.mean, s.n);
+            self.facts.quality.push(EpochQuality {
+                epoch,
+                fid: s.fid,
+                kid: s.kid.mean,
+                kid_std: s.kid.std,
+                n: s.n,
+                seconds: *secs,
+            });
+        }
         if let Some(out) = self.outputs.as_mut() {
             done.bar.finish_epoch(seconds, images_per_s);
             let images = t.sample(&self.grid_noise);
             let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &images, self.args.model.image_size));
             let sample = path.display().to_string();
-            let rec = EpochRecord { kind: LineType::Epoch, epoch, steps: done.steps, seconds, images_per_s, sample };
+            let (fid, kid, eval_seconds) = match &quality {
+                Some((s, secs)) => (Some(s.fid), Some(s.kid.mean), Some(*secs)),
+                None => (None, None, None),
+            };
+            let steps = done.steps;
+            let rec = EpochRecord {
+                kind: LineType::Epoch,
+                epoch,
+                steps,
+                seconds,
+                images_per_s,
+                sample,
+                fid,
+                kid,
+                eval_seconds,
+            };
             job.or_fail(out.epoch(&rec));
         }
         if self.args.checkpoints.checkpoint_every.is_none() {

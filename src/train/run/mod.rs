@@ -11,6 +11,7 @@ use super::config::Settings;
 use super::ddp::sync;
 use super::job::Job;
 use super::outputs::Outputs;
+use super::quality::Quality;
 use super::resume::{self, ResumeFrom};
 use super::signals::StopFlag;
 use super::step::GanTrainer;
@@ -102,6 +103,8 @@ struct Run<'a, B: Backend> {
     /// This thread runs every step: its clock of time spent waiting for a core.
     run_delay: Option<RunDelayClock>,
     faults: Faults,
+    /// Sample quality after epochs (`--eval-every`), on every rank.
+    quality: Option<Quality<B>>,
 }
 
 /// The test hooks this rank obeys (`fault_hooks`), read once.

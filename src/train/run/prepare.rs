@@ -9,6 +9,7 @@ use crate::comm::cpu_clock::RunDelayClock;
 use crate::data::{DataSource, Dataset, Shard};
 use crate::fault_hooks;
 use crate::model::dcgan::Dcgan;
+use crate::model::noise::fixed_noise;
 use crate::record::{Summary, TrainOptions};
 use crate::report::trace::Trace;
 use crate::train::config::{Settings, training_config};
@@ -18,9 +19,9 @@ use crate::train::ddp::sync;
 use crate::train::interrupt::Interrupt;
 use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
-use crate::train::noise::fixed_noise;
 use crate::train::outputs::{Outputs, default_dir};
 use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
+use crate::train::quality::Quality;
 use crate::train::resume::ResumeFrom;
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
@@ -79,6 +80,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 slow_rank: fault_hooks::slow_rank_nap(job.world.rank),
                 stop_at_step: fault_hooks::stop_at_step(),
             },
+            quality: None,
         };
         if job.is_root() {
             // Rank 0 alone drops a long step and aborts the job (see `Run::dropped_step`): the
@@ -86,6 +88,8 @@ impl<'a, B: Backend> Run<'a, B> {
             run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
         }
         run.restore_everywhere(ck.as_ref())?;
+        run.quality = Quality::prepare(job, &run.trainer.be, args)?;
+        run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.announce();
         Ok(run)
     }

@@ -1,0 +1,114 @@
+//! `dcgan-train evaluate`: the sample quality of a run's generator (or of images from
+//! anywhere), as the Fréchet distance and KID to the test split in the feature network's
+//! features, with what the classifier makes of the images and the same figures for real
+//! training images beside them.
+
+use crate::backend::cpu::Cpu;
+use crate::checkpoint;
+use crate::data::{DataSource, Dataset, idx};
+use crate::eval::evaluate::{Evaluation, Reference, images_of, score};
+use crate::eval::feature_net_file::{Splits, obtain};
+use crate::eval::generate::{EVAL_NOISE, Generator};
+use crate::eval::train_classifier::ClassifierTraining;
+use crate::model::dcgan::{NZ, seed_for};
+use crate::model::noise::fixed_noise;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Images the feature network takes at a time.
+const BATCH: usize = 500;
+
+#[derive(Args, Debug, Clone)]
+pub struct EvaluateArgs {
+    /// A run directory (its latest checkpoint) or a checkpoint: its generator's images.
+    #[arg(long, required_unless_present = "images", conflicts_with = "images")]
+    pub checkpoint: Option<PathBuf>,
+    /// Score the images of an IDX file instead (e.g. `sample --out FILE.idx`).
+    #[arg(long, value_name = "FILE.idx")]
+    pub images: Option<PathBuf>,
+    /// Images drawn from the generator (distances are comparable only at the same n).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub n: u64,
+    /// The data whose test split is the reference (default: the run's own data, or
+    /// Fashion-MNIST for --images).
+    #[arg(long)]
+    pub data: Option<String>,
+    /// The feature network (default: the data's, trained first when there is none).
+    #[arg(long, value_name = "FILE")]
+    pub classifier: Option<PathBuf>,
+    /// Seed of the generator's noise.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// The run's own data (its `--data`), read from the checkpoint.
+fn data_of_run(dir: &Path) -> Option<String> {
+    checkpoint::load_progress(dir).ok()?.config.get("data")?.as_str().map(str::to_string)
+}
+
+pub fn run(a: EvaluateArgs) -> Result<()> {
+    let started = Instant::now();
+    crate::backend::threads::setup_threads(None, 1)?;
+    let be = Cpu;
+    let n = a.n as usize;
+    // The images' source, size and data set.
+    let ck = match &a.checkpoint {
+        Some(p) => Some(checkpoint::locate(p, "--checkpoint")?.dir),
+        None => None,
+    };
+    let file = match &a.images {
+        Some(p) => Some(read_images(p)?),
+        None => None,
+    };
+    let side = match (&ck, &file) {
+        (Some(d), _) => checkpoint::image_size_of(d)?,
+        (None, Some(set)) => set.height,
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let data = a.data.clone().or_else(|| ck.as_deref().and_then(data_of_run));
+    let splits = Splits::load(&DataSource::parse(data.as_deref())?)?;
+    let (mut f, path) =
+        obtain(&be, &splits, side, a.classifier.as_deref(), BATCH, Some(ClassifierTraining::default()))?;
+    let reference_images = images_of(&splits.test.set, side, splits.test.set.count);
+    let reference =
+        Reference::of(&be, &mut f, &reference_images, format!("the test split: {}", splits.test.set.description))?;
+    let (images, what) = match (&ck, file) {
+        (Some(dir), _) => {
+            let mut g = Generator::load(&be, dir, BATCH.min(n))?;
+            (
+                g.draw(&be, &fixed_noise(seed_for(a.seed, EVAL_NOISE), n, NZ)),
+                format!("the generator of {}", dir.display()),
+            )
+        }
+        (None, Some(set)) => (images_of(&set, side, set.count), a.images.as_ref().unwrap().display().to_string()),
+        (None, None) => unreachable!(),
+    };
+    let s = score(&be, &mut f, &images, &reference).with_context(|| format!("scoring {what}"))?;
+    let mut e = Evaluation::new(what, s, &reference, path.display().to_string(), f.info.test_accuracy);
+    let real = images_of(&splits.train.set, side, e.n);
+    e.floor = Some(score(&be, &mut f, &real, &reference)?);
+    e.seconds = started.elapsed().as_secs_f64();
+    print!("{e}");
+    if let Some(path) = &a.json {
+        crate::report::write_atomically(path, |f| Ok(serde_json::to_writer_pretty(f, &e)?))
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The images of an IDX file, as a data set.
+fn read_images(path: &Path) -> Result<Dataset> {
+    let (images, count, height, width) = idx::read_idx_images(path)?;
+    if height != width || !height.is_multiple_of(4) {
+        bail!(
+            "--images {}: {height}x{width} images: the feature network takes square ones whose side is a multiple of 4",
+            path.display()
+        );
+    }
+    Ok(Dataset { images, count, height, width, description: path.display().to_string() })
+}

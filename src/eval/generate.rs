@@ -1,0 +1,60 @@
+//! Images from a checkpoint's generator: G in evaluation mode (running statistics), on noise
+//! given sample by sample, a batch at a time.
+
+use crate::backend::{Backend, View, ViewMut};
+use crate::checkpoint;
+use crate::model::dcgan::{NZ, architecture};
+use crate::model::net::{BackwardOrder, Net, NoObserver};
+use anyhow::Result;
+use std::path::Path;
+
+/// The key of the noise images are drawn on for evaluation (`seed_for(seed, EVAL_NOISE)`): apart
+/// from every noise a run trains on, and the same for `evaluate` and `--eval-every`.
+pub const EVAL_NOISE: u64 = 0x6576616c;
+
+/// A generator loaded from a checkpoint.
+pub struct Generator<B: Backend> {
+    net: Net<B>,
+    pub image_size: usize,
+}
+
+impl<B: Backend> Generator<B> {
+    /// G of the checkpoint in `dir` (its digests checked), drawing `batch` images at a time.
+    pub fn load(be: &B, dir: &Path, batch: usize) -> Result<Self> {
+        let image_size = checkpoint::image_size_of(dir)?;
+        let (specs, _) = architecture(image_size).map_err(|_| {
+            anyhow::anyhow!(
+                "{} holds a generator for {image_size}x{image_size} images, which this program does not build",
+                dir.display()
+            )
+        })?;
+        let mut net = Net::new(be, "G", specs, batch, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
+        let t = checkpoint::load_generator(dir, &net.store.layout)?;
+        be.upload(&t.values, ViewMut::whole(&mut net.store.value));
+        be.upload(&t.state, ViewMut::whole(&mut net.store.state));
+        Ok(Generator { net, image_size })
+    }
+
+    /// Images [n, S, S] in [-1, 1] from `noise` [n, NZ] (sample-major).
+    pub fn draw(&mut self, be: &B, noise: &[f32]) -> Vec<f32> {
+        let (b, plane) = (self.net.batch, self.image_size * self.image_size);
+        let n = noise.len() / NZ;
+        let mut images = vec![0.0f32; n * plane];
+        // [NZ, b] noise and [b, S, S] output of one batch (the last padded with zeros).
+        let (mut z, mut out) = (vec![0.0f32; NZ * b], vec![0.0f32; b * plane]);
+        for start in (0..n).step_by(b) {
+            let m = b.min(n - start);
+            z.fill(0.0);
+            for i in 0..m {
+                for c in 0..NZ {
+                    z[c * b + i] = noise[(start + i) * NZ + c];
+                }
+            }
+            be.upload(&z, ViewMut::whole(self.net.input_mut()));
+            self.net.forward(be, false, None, &mut NoObserver);
+            be.download(View::whole(self.net.output()), &mut out);
+            images[start * plane..(start + m) * plane].copy_from_slice(&out[..m * plane]);
+        }
+        images
+    }
+}

@@ -1,0 +1,171 @@
+//! Sample quality with a feature network trained here (on synthetic data, whose classes are
+//! its shapes): real images are close to the test split and noise far from it, a run comes
+//! closer as it trains, measuring during a run changes nothing it trains, the figure a run
+//! records is the one `evaluate` gives its checkpoint (also on 2 ranks), and bad input is one
+//! line.
+
+mod common;
+
+use dcgan_train::data::idx::encode_idx_images;
+use dcgan_train::eval::evaluate::Evaluation;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
+const DATA: &str = "synthetic:2048";
+
+fn bin(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    common::run_limited(cmd, 600)
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The feature network of DATA, trained once for every test here.
+fn feature_net() -> &'static Path {
+    static NET: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, p) = NET.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("net.safetensors");
+        let o = ok(bin(&["classifier", "--data", DATA, "--out", path(&p)]));
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        let accuracy: f64 = err.split("test accuracy ").nth(1).unwrap()[..6].parse().unwrap();
+        assert!(accuracy > 0.9, "a feature network that cannot tell the shapes apart: {err}");
+        (dir, p)
+    });
+    p
+}
+
+fn evaluate(extra: &[&str]) -> Evaluation {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("e.json");
+    let mut args = vec!["evaluate", "--data", DATA, "--classifier", path(feature_net()), "--json", path(&json)];
+    args.extend_from_slice(extra);
+    ok(bin(&args));
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
+#[test]
+fn real_images_are_near_the_test_split_and_noise_is_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let noise = dir.path().join("noise.idx");
+    let pixels: Vec<u8> = (0..1000u32 * 784).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    std::fs::write(&noise, encode_idx_images(&pixels, 1000, 28, 28)).unwrap();
+    let e = evaluate(&["--images", path(&noise)]);
+    let floor = e.floor.clone().expect("the floor is always given");
+    assert_eq!((e.n, floor.n), (1000, 1000));
+    assert!(floor.fid < 0.02 * e.fid, "real images {} against noise {}", floor.fid, e.fid);
+    assert!(floor.kid.mean < 0.02 * e.kid, "real images {:?} against noise {}", floor.kid, e.kid);
+    // Real images spread over every class; noise falls into few, as a collapsed generator's
+    // images would.
+    assert!(floor.classes.class_shares.iter().all(|&s| s > 0.2), "{floor:?}");
+    assert!(e.class_imbalance > 1.5 * floor.classes.class_imbalance, "{floor:?} against {e:?}");
+}
+
+/// A run with --eval-every trains bitwise what a run without it does; its distance falls over
+/// five epochs; `evaluate` of its checkpoint gives the figure its last epoch recorded.
+#[test]
+fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, every: &str| {
+        let out = tmp.path().join(name);
+        let args = ["--data", DATA, "--epochs", "5", "--batch-size", "64", "--no-progress", "--eval-n", "1000"];
+        let mut args = args.to_vec();
+        args.extend(["--eval-every", every, "--classifier", path(feature_net()), "--out", path(&out)]);
+        ok(bin(&args));
+        out
+    };
+    let (with, without) = (run("with", "1"), run("without", "0"));
+    assert_eq!(common::step_records(&with), common::step_records(&without), "the metrics differ");
+    assert_eq!(common::final_weights(&with), common::final_weights(&without), "the weights differ");
+    let q = common::read_summary(&with).quality;
+    assert_eq!(q.iter().map(|e| e.epoch).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert!(q[4].fid < q[0].fid, "{q:?}");
+    assert!(common::read_summary(&without).quality.is_empty());
+    let e = evaluate(&["--checkpoint", path(&with), "--n", "1000"]);
+    assert!((e.fid - q[4].fid).abs() <= 1e-3 * q[4].fid, "evaluate {} against the run's {}", e.fid, q[4].fid);
+}
+
+/// Two ranks each draw half the images; rank 0 scores them in their global order, which is
+/// what `evaluate` draws from the same weights in one process.
+#[test]
+fn two_ranks_record_what_evaluate_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("two");
+    let args = ["--data", DATA, "--epochs", "1", "--batch-size", "32", "--no-progress", "--eval-every", "1"];
+    let mut args = args.to_vec();
+    args.extend(["--eval-n", "600", "--classifier", path(feature_net()), "--out", path(&out)]);
+    ok(common::mpirun(2, &args, 600));
+    let q = common::read_summary(&out).quality;
+    assert_eq!(q.len(), 1);
+    let e = evaluate(&["--checkpoint", path(&out), "--n", "600"]);
+    assert!((e.fid - q[0].fid).abs() <= 1e-3 * q[0].fid, "evaluate {} against the run's {}", e.fid, q[0].fid);
+}
+
+#[test]
+fn sampled_images_score_as_images_from_anywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    ok(bin(&["--data", DATA, "--max-steps", "3", "--no-progress", "--eval-every", "0", "--out", path(&out)]));
+    let idx = tmp.path().join("s.idx");
+    ok(bin(&["sample", "--checkpoint", path(&out), "--n", "300", "--out", path(&idx)]));
+    let (pixels, count, h, w) = dcgan_train::data::idx::read_idx_images(&idx).unwrap();
+    assert_eq!((count, h, w, pixels.len()), (300, 28, 28, 300 * 784));
+    let e = evaluate(&["--images", path(&idx)]);
+    assert_eq!(e.n, 300);
+    // An IDX file in the way is not replaced without --force.
+    let o = bin(&["sample", "--checkpoint", path(&out), "--n", "300", "--out", path(&idx)]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
+}
+
+/// One line naming the problem and the fix, and a non-zero exit.
+fn fails_with(args: &[&str], expected: &str) {
+    let o = bin(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert!(!o.status.success() && lines.len() == 1 && lines[0].contains(expected), "{args:?}: {err}");
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let net = path(feature_net());
+    // Too few images for a covariance of 128 features.
+    let run = tmp.path().join("run");
+    ok(bin(&["--data", DATA, "--max-steps", "2", "--no-progress", "--eval-every", "0", "--out", path(&run)]));
+    fails_with(&["evaluate", "--checkpoint", path(&run), "--n", "100", "--classifier", net], "at least 256");
+    // A checkpoint of another image size than the feature network's.
+    let big = tmp.path().join("big");
+    let args = ["--data", DATA, "--image-size", "64", "--batch-size", "4", "--max-steps", "1", "--no-progress"];
+    ok(bin(&[&args[..], &["--eval-every", "0", "--out", path(&big)]].concat()));
+    fails_with(&["evaluate", "--checkpoint", path(&big), "--classifier", net], "at 28x28, not");
+    // Data without a test split.
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("train-images-idx3-ubyte"), encode_idx_images(&[0; 784 * 4], 4, 28, 28)).unwrap();
+    std::fs::write(data.join("train-labels-idx1-ubyte"), dcgan_train::data::idx::encode_idx_labels(&[0, 1, 2, 1]))
+        .unwrap();
+    fails_with(&["evaluate", "--checkpoint", path(&run), "--data", path(&data)], "t10k-images-idx3-ubyte");
+    // A corrupt feature network.
+    let mut bytes = std::fs::read(net).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let bad = tmp.path().join("bad.safetensors");
+    std::fs::write(&bad, bytes).unwrap();
+    fails_with(&["evaluate", "--checkpoint", path(&run), "--classifier", path(&bad)], "corrupt");
+    // --eval-every with data that has no test split.
+    let args = ["--data", path(&data), "--batch-size", "4", "--max-steps", "1", "--eval-every", "1", "--no-progress"];
+    fails_with(
+        &[&args[..], &["--out", path(&tmp.path().join("r2"))]].concat(),
+        "--eval-every needs the data's test split",
+    );
+}
