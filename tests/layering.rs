@@ -15,6 +15,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "comm",
             "data",
             "device",
+            "eval",
             "fault_hooks",
             "memory",
             "model",
