@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# What the emulated-cluster benchmarks (bench-scaling.sh, bench-two-level.sh) share: source it
-# after defining die, log and REPO (the checkout).
+# What the benchmark scripts (bench-scaling.sh, bench-two-level.sh, bench-quality.sh) share:
+# source it after defining die, log and REPO (the checkout).
 
 BENCH_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -22,4 +22,15 @@ environment_header() {
     echo "machine: $(nproc) cores, $(uname -sr)"
     "$BENCH_LIB/cpu-info.sh"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# mpiexec on this machine alone, as the array MPIEXEC: ranks may outnumber the cores
+# (--oversubscribe), and each rank's threads may use any core (--bind-to none: Open MPI would
+# pin each rank to one). As root, with Open MPI's permission.
+local_mpiexec() {
+    command -v mpiexec >/dev/null || die "mpiexec not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
+    MPIEXEC=(mpiexec --oversubscribe --bind-to none)
+    if [ "$(id -u)" = 0 ]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
 }

@@ -5,6 +5,7 @@ and set against targets and the cost model.
     python3 scripts/reports scaling OUT [--no-plot]
     python3 scripts/reports allreduce-vs-model MODEL.json [--links LINKS.json] [--shaped FILE] [--cores N]
     python3 scripts/reports overlap NAME=SUMMARY.json...
+    python3 scripts/reports quality OUT [--no-plot]
 
 Python's standard library only, but for the plot (matplotlib).
 """
@@ -15,6 +16,7 @@ import sys
 
 import allreduce_vs_model
 import overlap_report
+import quality_report
 import scaling_report
 
 
@@ -39,11 +41,17 @@ def main():
     o.add_argument("summaries", metavar="NAME=SUMMARY.json", nargs="+",
                    help="overlap=, no-overlap= and no-exchange= the three runs' summary.json")
 
+    q = sub.add_parser("quality", help="results.md, results.json and quality.png of a bench-quality.sh folder")
+    q.add_argument("out", metavar="OUT", help="the folder bench-quality.sh wrote")
+    q.add_argument("--no-plot", action="store_true", help="leave out quality.png (no matplotlib needed)")
+
     args = ap.parse_args()
     if args.command == "scaling":
         scaling_report.main(args.out, plot=not args.no_plot)
     elif args.command == "allreduce-vs-model":
         allreduce_vs_model.main(args.model, args.links, args.shaped, args.cores)
+    elif args.command == "quality":
+        quality_report.main(args.out, plot=not args.no_plot)
     else:
         overlap_report.main(args.summaries)
 
