@@ -11,7 +11,7 @@ use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View};
 use dcgan_train::data::{DataSource, Dataset};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, GENERATOR_28};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28};
 use dcgan_train::model::net::StageSpec;
 use dcgan_train::record::StepMetrics;
 use dcgan_train::train::ddp::exchange::{SoloExchange, plan_buckets};
@@ -56,7 +56,8 @@ fn download<B: Backend>(be: &B, buf: &B::Buf) -> Vec<f32> {
 }
 
 fn losses(m: &StepMetrics) -> [f32; 2] {
-    [m.loss_d, m.loss_g]
+    let (d, g) = m.losses.pair();
+    [d, g]
 }
 
 #[test]
@@ -67,7 +68,8 @@ fn generator_and_discriminator_gradients_match_the_cpu() {
         let mut cpu = trainer(Cpu, small, 11);
         let x = images(cpu.batch(), 1);
         let (mc, mg) = (cpu.step(&x, 2e-4, 2e-4, false).unwrap(), gpu.step(&x, 2e-4, 2e-4, false).unwrap());
-        assert!((mc.loss_d - mg.loss_d).abs() < 1e-4 && (mc.loss_g - mg.loss_g).abs() < 1e-4, "{mc:?} vs {mg:?}");
+        let (lc, lg) = (losses(&mc), losses(&mg));
+        assert!((lc[0] - lg[0]).abs() < 1e-4 && (lc[1] - lg[1]).abs() < 1e-4, "{mc:?} vs {mg:?}");
         // The gradients of the step (D's from its update, G's from its backward) per tensor.
         for (name, c_net, g_net) in [("G", &cpu.model.g, &gpu.model.g), ("D", &cpu.model.d, &gpu.model.d)] {
             let (gc, gg) = (download(&cpu.be, &c_net.store.grad), download(&gpu.be, &g_net.store.grad));
@@ -121,11 +123,56 @@ fn twenty_training_steps_follow_the_cpu_losses() {
     }
 }
 
+/// WGAN-GP's step (the critic's passes, the penalty's double backward, the generator step)
+/// on the CUDA backend against the CPU's: the metrics of every step and, after the last, every
+/// weight. n_critic 1, so that every step runs all of it.
+#[test]
+fn wgan_gp_steps_follow_the_cpu() {
+    let set = Dataset::load(&DataSource::Synthetic(4096)).unwrap();
+    for cu in engines("wgan-gp training") {
+        let small = small(&cu);
+        let (mut gpu, mut cpu) = (wgan_trainer(cu, small, 13), wgan_trainer(Cpu, small, 13));
+        for t in 1..=3 {
+            let x = data_batch(&set, cpu.batch(), t);
+            let (mc, mg) = (
+                cpu.step(&x, COMPARED_LR, COMPARED_LR, false).unwrap(),
+                gpu.step(&x, COMPARED_LR, COMPARED_LR, false).unwrap(),
+            );
+            let (rc, rg) = (mc.losses.to_raw(), mg.losses.to_raw());
+            for i in 0..5 {
+                assert!((rc[i] - rg[i]).abs() <= 1e-3 * rc[i].abs().max(1.0), "step {t}: CPU {mc:?} vs CUDA {mg:?}");
+            }
+        }
+        cpu.finish_pending();
+        gpu.finish_pending();
+        for (name, c_net, g_net) in [("G", &cpu.model.g, &gpu.model.g), ("D", &cpu.model.d, &gpu.model.d)] {
+            let (wc, wg) = (download(&cpu.be, &c_net.store.value), download(&gpu.be, &g_net.store.value));
+            assert_close(&format!("{name} weights after 3 steps"), &wg, &wc, 1e-4);
+        }
+    }
+}
+
+/// `trainer`'s model with D as WGAN-GP's critic (no batch norm), taking WGAN-GP steps.
+fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64) -> GanTrainer<B> {
+    let (g, d, batch) = if small {
+        (narrowed(&GENERATOR_28, 8), narrowed(&DISCRIMINATOR_28, 4), 4)
+    } else {
+        (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec(), 64)
+    };
+    let d: Vec<StageSpec> = d.iter().map(|s| StageSpec { batch_norm: false, ..*s }).collect();
+    let model = Dcgan::from_specs(&be, &g, &d, 28, batch, seed).unwrap();
+    let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
+    let cfg = StepConfig { seed, rank: 0, world: 1, overlap_steps: true };
+    let mut t = GanTrainer::new(be, model, exchange, cfg, Timeline::disabled()).unwrap();
+    t.use_wgan_gp(1, 10.0).unwrap();
+    t
+}
+
 #[test]
 fn step_flops_match_bench_torch() {
     // bench-torch.py --flops-only: 17.078 GFLOP at batch 64, 68.31 at 256 (28x28 model).
     for (batch, gflop) in [(64, 17.078), (256, 68.31)] {
-        let model = Dcgan::new(&Cpu, 28, batch, 1).unwrap();
+        let model = Dcgan::new(&Cpu, 28, batch, 1, Discriminator::Dcgan).unwrap();
         let got = 2.0 * dcgan_train::train::bench::step_macs(&model) as f64 / 1e9;
         assert!((got - gflop).abs() < 1e-3, "batch {batch}: {got} GFLOP, bench-torch.py says {gflop}");
     }

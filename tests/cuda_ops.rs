@@ -497,3 +497,79 @@ fn results_are_identical_run_to_run() {
         }
     }
 }
+
+#[test]
+fn the_wgan_gp_terms_match_the_cpu() {
+    for cu in engines("penalty") {
+        let mut rng = rng(9);
+        for (channels, batch, p) in [(1, 1, 5), (1, 7, 784), (3, 5, 17)] {
+            let what = format!("penalty C={channels} B={batch} P={p}");
+            let n = channels * batch * p;
+            // Sample 0 all zeros: the guarded norm.
+            let mut g = random(&mut rng, n, 0.1);
+            for c in 0..channels {
+                g[c * batch * p..c * batch * p + p].fill(0.0);
+            }
+            let (bg, rg) = padded(&cu, &g, 2);
+            let (mut bs, rs) = padded(&cu, &vec![0.0; n], 3);
+            let (mut bn, rn) = padded(&cu, &vec![0.0; batch], 1);
+            let (mut bo, ro) = padded(&cu, &[0.0; 2], 4);
+            let (ms, mn, mo) = (
+                ViewMut::range(&mut bs, rs.clone()),
+                ViewMut::range(&mut bn, rn.clone()),
+                ViewMut::range(&mut bo, ro.clone()),
+            );
+            cu.gradient_penalty(View::range(&bg, rg), channels, 10.0, ms, mn, mo);
+            let (mut cs, mut cn, mut co) = (vec![0.0; n], vec![0.0; batch], vec![0.0; 2]);
+            Cpu.gradient_penalty(
+                View::whole(&g),
+                channels,
+                10.0,
+                ViewMut::whole(&mut cs),
+                ViewMut::whole(&mut cn),
+                ViewMut::whole(&mut co),
+            );
+            assert_close(&format!("{what} seed"), &unpad(&cu, &bs, rs), &cs, TOL);
+            assert_close(&format!("{what} norms"), &unpad(&cu, &bn, rn), &cn, TOL);
+            assert_close(&format!("{what} out"), &unpad(&cu, &bo, ro), &co, TOL);
+
+            let (real, fake) = (random(&mut rng, n, 1.0), random(&mut rng, n, 1.0));
+            let eps: Vec<f32> = random(&mut rng, batch, 0.5).iter().map(|e| e + 0.5).collect();
+            let (br, rr) = padded(&cu, &real, 1);
+            let (bf, rf) = padded(&cu, &fake, 2);
+            let (be, re) = padded(&cu, &eps, 3);
+            let (mut bi, ri) = padded(&cu, &vec![0.0; n], 4);
+            cu.interpolate(
+                View::range(&br, rr),
+                View::range(&bf, rf),
+                channels,
+                View::range(&be, re),
+                ViewMut::range(&mut bi, ri.clone()),
+            );
+            let mut ci = vec![0.0; n];
+            Cpu.interpolate(
+                View::whole(&real),
+                View::whole(&fake),
+                channels,
+                View::whole(&eps),
+                ViewMut::whole(&mut ci),
+            );
+            assert_close(&format!("{what} interpolate"), &unpad(&cu, &bi, ri), &ci, TOL);
+
+            let outputs = random(&mut rng, batch, 3.0);
+            let (bx, rx) = padded(&cu, &outputs, 2);
+            let (mut bd, rd) = padded(&cu, &vec![0.0; batch], 3);
+            let (mut bm, rm) = padded(&cu, &[0.0], 1);
+            cu.critic_mean(
+                View::range(&bx, rx),
+                -1.0,
+                ViewMut::range(&mut bd, rd.clone()),
+                ViewMut::range(&mut bm, rm.clone()),
+            );
+            let (mut cd, mut cm) = (vec![0.0; batch], vec![0.0]);
+            Cpu.critic_mean(View::whole(&outputs), -1.0, ViewMut::whole(&mut cd), ViewMut::whole(&mut cm));
+            assert_close(&format!("{what} critic mean"), &unpad(&cu, &bm, rm), &cm, TOL);
+            assert_eq!(unpad(&cu, &bd, rd), cd, "{what} critic mean gradient");
+        }
+    }
+}

@@ -359,21 +359,8 @@ fn check_network(
     assert!((stats[0] as f64 - loss(&params, &inputd)).abs() < 1e-5, "loss");
 
     let grad = net.store.grad.clone();
-    for t in &net.store.layout.params {
-        // A few coordinates of each tensor, spread over it.
-        let picks: Vec<usize> = (0..4).map(|k| t.range.start + (k * 7919) % t.range.len()).collect();
-        for &j in &picks {
-            let fd = r::central_difference(&mut |p| loss(p, &inputd), &params, j, H);
-            let scale = fd.abs().max(1e-4);
-            assert!(
-                (grad[j] as f64 - fd).abs() / scale < 1e-3,
-                "{} [{}]: analytic {} vs finite difference {fd}",
-                t.name,
-                j - t.range.start,
-                grad[j]
-            );
-        }
-    }
+    // A few coordinates of each tensor, spread over it.
+    r::check_gradient_by_differences(&net.store.layout, &grad, &params, &mut |p| loss(p, &inputd), 4, H);
     let dx = net.d_input().clone();
     for j in (0..input.len()).step_by(input.len() / 6 + 1) {
         let fd = r::central_difference(&mut |x| loss(&params, x), &inputd, j, H);

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{final_weights, step_records};
+use dcgan_train::record::Losses;
 use std::path::Path;
 use std::process::Command;
 
@@ -59,6 +60,31 @@ fn a_resume_takes_the_runs_options_and_applies_max_steps() {
     let (ok, err) = dcgan(&["--resume", p(&run)]);
     assert!(!ok);
     assert!(lines(&err, "error:")[0].contains("already done 5 steps") && err.contains("--max-steps 5"), "{err}");
+}
+
+/// A WGAN-GP run resumed between its generator steps ends where the uninterrupted run does,
+/// bit for bit, and a resume that names the other loss is refused.
+#[test]
+fn a_wgan_gp_run_resumes_bitwise_and_keeps_its_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    let wgan = ["--loss", "wgan-gp", "--n-critic", "2"];
+    train(&whole, &[&wgan[..], &["--max-steps", "5"]].concat());
+    train(&run, &[&wgan[..], &["--max-steps", "3"]].concat());
+    let (ok, err) = dcgan(&["--resume", p(&run), "--loss", "dcgan", "--max-steps", "5"]);
+    assert!(!ok && err.contains("--loss dcgan (the run has wgan-gp)"), "{err}");
+    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "5", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole));
+    let records = step_records(&run);
+    assert_eq!(records, step_records(&whole));
+    // G's loss only on the generator steps, 2 and 4.
+    let with_g: Vec<u64> = records
+        .iter()
+        .filter(|r| matches!(r.metrics.losses, Losses::WganGp { loss_g: Some(_), .. }))
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(with_g, [2, 4], "{records:?}");
 }
 
 /// Training options given with another value than the run's are refused in one line naming

@@ -2,6 +2,7 @@
 
 mod common;
 
+use dcgan_train::record::Losses;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -44,11 +45,11 @@ fn short_run_writes_finite_metrics_a_decodable_grid_and_repeats_exactly() {
     let a = common::step_records(&runs[0]);
     assert_eq!(a.len(), 15, "15 steps (the second epoch cut short by --max-steps)");
     for rec in &a {
-        let m = rec.metrics;
-        for (k, v) in [("loss_d", m.loss_d), ("loss_g", m.loss_g), ("d_x", m.d_x), ("d_g_z", m.d_g_z)] {
+        let Losses::Dcgan { loss_d, loss_g, d_x, d_g_z, .. } = rec.metrics.losses else { panic!("{rec:?}") };
+        for (k, v) in [("loss_d", loss_d), ("loss_g", loss_g), ("d_x", d_x), ("d_g_z", d_g_z)] {
             assert!(v.is_finite(), "{k} = {v}");
         }
-        assert!((0.0..=1.0).contains(&m.d_x));
+        assert!((0.0..=1.0).contains(&d_x));
     }
     assert_eq!(a, common::step_records(&runs[1]), "the same seed gives the same metrics");
 

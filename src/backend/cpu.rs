@@ -8,7 +8,7 @@ use crate::ops::adam::{self, AdamStep};
 use crate::ops::batchnorm::{self, BnGeom};
 use crate::ops::conv::{self, ConvGeom};
 use crate::ops::cpu_helpers::keep_awake;
-use crate::ops::{elementwise, loss};
+use crate::ops::{elementwise, loss, penalty};
 use anyhow::Result;
 
 #[derive(Clone, Debug, Default)]
@@ -178,6 +178,26 @@ impl Backend for Cpu {
         out: ViewMut<Self>,
     ) {
         loss::cpu::softmax_xent(s(logits), s(labels), classes, sm(dlogits), sm(out));
+    }
+
+    fn critic_mean(&self, outputs: View<Self>, sign: f32, doutputs: ViewMut<Self>, out: ViewMut<Self>) {
+        penalty::cpu::critic_mean(s(outputs), sign, sm(doutputs), sm(out));
+    }
+    fn interpolate(&self, real: View<Self>, fake: View<Self>, channels: usize, eps: View<Self>, out: ViewMut<Self>) {
+        keep_awake();
+        penalty::cpu::interpolate(s(real), s(fake), channels, s(eps), sm(out));
+    }
+    fn gradient_penalty(
+        &self,
+        g: View<Self>,
+        channels: usize,
+        lambda: f32,
+        seed: ViewMut<Self>,
+        norms: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        keep_awake();
+        penalty::cpu::gradient_penalty(s(g), channels, lambda, sm(seed), sm(norms), sm(out));
     }
 
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {

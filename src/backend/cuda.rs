@@ -27,7 +27,7 @@ pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
 use super::{DeviceBuf, View, ViewMut};
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss};
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty};
 use anyhow::{Result, anyhow, bail};
 use cudarc::driver::HostSlice;
 use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
@@ -44,11 +44,19 @@ pub enum Family {
     Adam,
     BatchNorm,
     Conv,
+    Penalty,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] =
-        [Family::Elementwise, Family::Activation, Family::Loss, Family::Adam, Family::BatchNorm, Family::Conv];
+    pub const ALL: [Family; 7] = [
+        Family::Elementwise,
+        Family::Activation,
+        Family::Loss,
+        Family::Adam,
+        Family::BatchNorm,
+        Family::Conv,
+        Family::Penalty,
+    ];
 
     /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
     pub fn kernels(self) -> &'static KernelFile {
@@ -59,6 +67,7 @@ impl Family {
             Family::Adam => &adam::cuda::KERNELS,
             Family::BatchNorm => &batchnorm::cuda::KERNELS,
             Family::Conv => &conv::cuda::KERNELS,
+            Family::Penalty => &penalty::cuda::KERNELS,
         }
     }
 }

@@ -241,6 +241,26 @@ pub trait Backend: Sized + 'static {
         out: ViewMut<Self>,
     );
 
+    // ---- the WGAN-GP critic's terms (ops/penalty) ----
+    /// out[0] = the mean of the critic's outputs [B]; doutputs = sign / B (its gradient, times
+    /// the sign the loss gives that mean).
+    fn critic_mean(&self, outputs: View<Self>, sign: f32, doutputs: ViewMut<Self>, out: ViewMut<Self>);
+    /// out [C, B, P] = eps_b real + (1 - eps_b) fake, with eps [B].
+    fn interpolate(&self, real: View<Self>, fake: View<Self>, channels: usize, eps: View<Self>, out: ViewMut<Self>);
+    /// The gradient penalty of g [C, B, P] (D's gradient at each interpolate): norms [B] =
+    /// ||g_b||, out [2] = (lambda mean (||g_b|| - 1)^2, mean ||g_b||), seed [C, B, P] = the
+    /// gradient of out[0] with respect to g.
+    #[allow(clippy::too_many_arguments)] // the input, its shape, lambda and three outputs
+    fn gradient_penalty(
+        &self,
+        g: View<Self>,
+        channels: usize,
+        lambda: f32,
+        seed: ViewMut<Self>,
+        norms: ViewMut<Self>,
+        out: ViewMut<Self>,
+    );
+
     // ---- optimizer (ops/adam) ----
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>);
 }

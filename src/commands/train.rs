@@ -5,7 +5,7 @@ use super::comm_args::CommArgs;
 use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes, positive_f32, positive_f64};
 use crate::device::DeviceChoice;
 use crate::record::{
-    CheckpointOptions, EvalOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+    CheckpointOptions, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
 };
 use clap::Args;
 use std::collections::BTreeSet;
@@ -20,15 +20,26 @@ pub struct ModelArgs {
     /// Images per rank per step (at most 2^20).
     #[arg(long, default_value_t = 64, value_parser = batch_size)]
     pub batch_size: u64,
-    /// Adam learning rate.
-    #[arg(long, default_value_t = 2e-4, value_parser = positive_f64)]
-    pub lr: f64,
-    /// Adam's beta1 (the DCGAN paper's 0.5).
-    #[arg(long, default_value_t = 0.5, value_parser = adam_beta)]
-    pub adam_beta1: f32,
-    /// Adam's beta2.
-    #[arg(long, default_value_t = 0.999, value_parser = adam_beta)]
-    pub adam_beta2: f32,
+    /// The GAN's loss: dcgan (the DCGAN paper's binary cross-entropy) or wgan-gp (a
+    /// Wasserstein critic without batch norm, held near 1-Lipschitz by a gradient penalty).
+    #[arg(long, value_enum, default_value_t = GanLoss::Dcgan)]
+    pub loss: GanLoss,
+    /// WGAN-GP: critic steps per generator step (each takes a batch of real images).
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+    pub n_critic: u64,
+    /// WGAN-GP: the gradient penalty's weight lambda.
+    #[arg(long, default_value_t = 10.0, value_parser = positive_f32)]
+    pub gp_lambda: f32,
+    /// Adam learning rate [default: 2e-4; 1e-4 with --loss wgan-gp, as its authors' code].
+    #[arg(long, value_parser = positive_f64)]
+    pub lr: Option<f64>,
+    /// Adam's beta1 [default: 0.5, the DCGAN paper's and WGAN-GP's MNIST code's; their
+    /// CIFAR code uses 0].
+    #[arg(long, value_parser = adam_beta)]
+    pub adam_beta1: Option<f32>,
+    /// Adam's beta2 [default: 0.999; 0.9 with --loss wgan-gp].
+    #[arg(long, value_parser = adam_beta)]
+    pub adam_beta2: Option<f32>,
     /// Adam's epsilon (PyTorch's default 1e-8).
     #[arg(long, default_value_t = 1e-8, value_parser = positive_f32)]
     pub adam_eps: f32,
@@ -169,12 +180,17 @@ pub struct CheckpointArgs {
 
 impl From<ModelArgs> for ModelOptions {
     fn from(a: ModelArgs) -> ModelOptions {
+        // The loss's own optimizer settings, where the flags leave them.
+        let (lr, beta1, beta2) = a.loss.optimizer_defaults();
         ModelOptions {
             image_size: a.image_size,
             batch_size: a.batch_size,
-            lr: a.lr,
-            adam_beta1: a.adam_beta1,
-            adam_beta2: a.adam_beta2,
+            loss: a.loss,
+            n_critic: a.n_critic,
+            gp_lambda: a.gp_lambda,
+            lr: a.lr.unwrap_or(lr),
+            adam_beta1: a.adam_beta1.unwrap_or(beta1),
+            adam_beta2: a.adam_beta2.unwrap_or(beta2),
             adam_eps: a.adam_eps,
             seed: a.seed,
             threads: a.threads,

@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint;
-use crate::model::dcgan::{NZ, architecture};
+use crate::model::dcgan::{Discriminator, NZ, architecture};
 use crate::model::net::{BackwardOrder, Net, NoObserver};
 use anyhow::Result;
 use std::path::Path;
@@ -22,7 +22,7 @@ impl<B: Backend> Generator<B> {
     /// G of the checkpoint in `dir` (its digests checked), drawing `batch` images at a time.
     pub fn load(be: &B, dir: &Path, batch: usize) -> Result<Self> {
         let image_size = checkpoint::image_size_of(dir)?;
-        let (specs, _) = architecture(image_size).map_err(|_| {
+        let (specs, _) = architecture(image_size, Discriminator::Dcgan).map_err(|_| {
             anyhow::anyhow!(
                 "{} holds a generator for {image_size}x{image_size} images, which this program does not build",
                 dir.display()

@@ -61,20 +61,36 @@ pub const DISCRIMINATOR_64: [StageSpec; 5] = [
     conv(512, 1, 4, 1, 0, false, Activation::None),
 ];
 
-/// The architecture for an image size.
-pub fn architecture(image_size: usize) -> Result<(&'static [StageSpec], &'static [StageSpec])> {
-    match image_size {
-        28 => Ok((&GENERATOR_28, &DISCRIMINATOR_28)),
-        64 => Ok((&GENERATOR_64, &DISCRIMINATOR_64)),
+/// What D is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discriminator {
+    /// The DCGAN discriminator, with batch norm.
+    Dcgan,
+    /// WGAN-GP's critic: the same stages without batch norm (the gradient penalty is taken
+    /// per input, and batch norm would tie each input's output to the rest of the batch).
+    /// Its parameters are named as a PyTorch `nn.Sequential` of those layers.
+    Critic,
+}
+
+/// The architecture for an image size: G's stages and D's.
+pub fn architecture(image_size: usize, kind: Discriminator) -> Result<(&'static [StageSpec], Vec<StageSpec>)> {
+    let (g, d): (&'static [StageSpec], &'static [StageSpec]) = match image_size {
+        28 => (&GENERATOR_28, &DISCRIMINATOR_28),
+        64 => (&GENERATOR_64, &DISCRIMINATOR_64),
         _ => bail!("unknown image size {image_size}: --image-size takes 28 or 64"),
-    }
+    };
+    let d = match kind {
+        Discriminator::Dcgan => d.to_vec(),
+        Discriminator::Critic => d.iter().map(|s| StageSpec { batch_norm: false, ..*s }).collect(),
+    };
+    Ok((g, d))
 }
 
 /// What G and D of `image_size` take at `batch` images per rank, before they are built.
-pub fn plan(image_size: usize, batch: usize) -> Result<[NetPlan; 2]> {
-    let (g, d) = architecture(image_size)?;
+pub fn plan(image_size: usize, batch: usize, kind: Discriminator) -> Result<[NetPlan; 2]> {
+    let (g, d) = architecture(image_size, kind)?;
     let nz = g.first().map_or(NZ, |s| s.c_in);
-    Ok([plan_net(g, batch, (nz, 1, 1))?, plan_net(d, batch, (1, image_size, image_size))?])
+    Ok([plan_net(g, batch, (nz, 1, 1))?, plan_net(&d, batch, (1, image_size, image_size))?])
 }
 
 /// Generator and discriminator for `batch` images per rank.
@@ -88,9 +104,9 @@ pub struct Dcgan<B: Backend> {
 
 impl<B: Backend> Dcgan<B> {
     /// Weights from `seed` (G and D from distinct streams of it).
-    pub fn new(be: &B, image_size: usize, batch: usize, seed: u64) -> Result<Self> {
-        let (g_spec, d_spec) = architecture(image_size)?;
-        Self::from_specs(be, g_spec, d_spec, image_size, batch, seed)
+    pub fn new(be: &B, image_size: usize, batch: usize, seed: u64, kind: Discriminator) -> Result<Self> {
+        let (g_spec, d_spec) = architecture(image_size, kind)?;
+        Self::from_specs(be, g_spec, &d_spec, image_size, batch, seed)
     }
 
     /// Any generator/discriminator pair (tests use narrow ones).
@@ -133,11 +149,13 @@ mod tests {
 
     #[test]
     fn the_plan_is_what_building_allocates() {
-        for (side, batch) in [(28, 3), (64, 2)] {
+        for (side, batch, kind) in
+            [(28, 3, Discriminator::Dcgan), (64, 2, Discriminator::Dcgan), (28, 2, Discriminator::Critic)]
+        {
             let before = allocated::floats();
-            let model = Dcgan::new(&Cpu, side, batch, 1).unwrap();
+            let model = Dcgan::new(&Cpu, side, batch, 1, kind).unwrap();
             let built = allocated::floats() - before;
-            let [g, d] = plan(side, batch).unwrap();
+            let [g, d] = plan(side, batch, kind).unwrap();
             assert_eq!(g.floats + d.floats, built, "{side}x{side}, batch {batch}");
             assert_eq!(g.params, model.g.store.layout.param_len());
             assert_eq!((g.convs.len(), d.convs.len()), (model.g.stages.len(), model.d.stages.len()));

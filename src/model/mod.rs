@@ -4,3 +4,4 @@
 pub mod dcgan;
 pub mod net;
 pub mod noise;
+pub mod penalty;

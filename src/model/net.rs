@@ -48,6 +48,10 @@ pub enum Phase {
     BackwardBn,
     BackwardData,
     BackwardWeight,
+    /// The gradient penalty's seed travelling forward through a critic stage (WGAN-GP).
+    PenaltyForward,
+    /// The penalty's weight gradient of a critic stage.
+    PenaltyWeight,
 }
 
 pub trait Observer<B: Backend> {

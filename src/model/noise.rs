@@ -4,13 +4,14 @@
 #[cfg(test)]
 use crate::model::dcgan::NZ;
 use crate::model::dcgan::seed_for;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
 /// Purposes for `seed_for`, so that noise never reuses the weights' random numbers.
 const NOISE_PURPOSE: u64 = 0x6e6f697365;
 const FIXED_NOISE_PURPOSE: u64 = 0x66697865;
+const UNIFORM_PURPOSE: u64 = 0x756e69666f726d;
 
 /// One sample's z [nz]: stream `index` of a generator keyed by (seed, step).
 fn sample(key: u64, index: u64, out: &mut [f32]) {
@@ -32,6 +33,18 @@ pub fn step_noise(seed: u64, step: u64, rank: usize, world: usize, nz: usize, ou
         for (c, &v) in z.iter().enumerate() {
             out[c * batch + i] = v;
         }
+    }
+}
+
+/// One uniform number in [0, 1) per sample of this rank's share of the global batch of
+/// `step`, out [B], drawn as `step_noise` draws z: local sample i is global sample
+/// i * world + rank (WGAN-GP's interpolation weights).
+pub fn step_uniform(seed: u64, step: u64, rank: usize, world: usize, out: &mut [f32]) {
+    let key = seed_for(seed_for(seed, UNIFORM_PURPOSE), step);
+    for (i, v) in out.iter_mut().enumerate() {
+        let mut rng = ChaCha8Rng::seed_from_u64(key);
+        rng.set_stream((i * world + rank) as u64);
+        *v = rng.random::<f32>();
     }
 }
 
@@ -65,6 +78,11 @@ mod tests {
         let mut next = vec![0.0; NZ * 8];
         step_noise(5, 4, 0, 1, NZ, &mut next);
         assert_ne!(one, next, "another step draws other noise");
+        let (mut u1, mut u2) = (vec![0.0; 6], vec![0.0; 3]);
+        step_uniform(5, 3, 0, 1, &mut u1);
+        step_uniform(5, 3, 1, 2, &mut u2);
+        assert_eq!(u2, [u1[1], u1[3], u1[5]], "uniforms are drawn by global sample too");
+        assert!(u1.iter().all(|&u| (0.0..1.0).contains(&u)) && u1[0] != u1[1], "{u1:?}");
         let mean = one.iter().map(|&v| v as f64).sum::<f64>() / one.len() as f64;
         let var = one.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / one.len() as f64;
         assert!(mean.abs() < 0.15 && (var - 1.0).abs() < 0.2, "standard normal: mean {mean}, var {var}");

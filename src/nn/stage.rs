@@ -126,6 +126,15 @@ impl<B: Backend> Stage<B> {
         self.conv.backward_data(be, p, View::whole(self.conv_grad()), dx);
     }
 
+    /// The gradient penalty's forward stream (WGAN-GP; a stage without batch norm): v_out =
+    /// m * conv(v_in), where m is the activation's slope at the last forward's inputs, read
+    /// from its output as backward reads it (piecewise-linear activations keep their sign).
+    pub fn penalty_forward(&self, be: &B, p: &ParamStore<B>, v_in: View<B>, mut v_out: ViewMut<B>) {
+        assert!(self.bn.is_none(), "{}: the gradient penalty's stream needs a stage without batch norm", self.label);
+        self.conv.forward(be, p, v_in, v_out.rb());
+        be.act_backward(self.act, View::whole(&self.conv_out), v_out);
+    }
+
     /// The weight gradient from this stage's input x, after `backward_pre`.
     pub fn backward_weight(&self, be: &B, p: &mut ParamStore<B>, x: View<B>, accumulate: bool) {
         self.conv.backward_weight(be, p, x, View::whole(self.conv_grad()), accumulate);

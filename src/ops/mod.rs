@@ -9,3 +9,4 @@ pub mod cpu_helpers;
 pub mod cpu_scratch;
 pub mod elementwise;
 pub mod loss;
+pub mod penalty;

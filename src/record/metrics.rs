@@ -2,22 +2,108 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Losses and discriminator outputs of one step, averaged over ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// One step's figures, averaged over ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepMetrics {
     /// Some rank asked to stop (SIGINT/SIGTERM); every rank sees the same answer.
     #[serde(skip)]
     pub stop: bool,
-    /// BCE(D(x), 1) + BCE(D(G(z)), 0)
-    pub loss_d: f32,
-    /// BCE(D(G(z)), 1) with the updated D
-    pub loss_g: f32,
-    /// mean D(x)
-    pub d_x: f32,
-    /// mean D(G(z)) before D's update
-    pub d_g_z: f32,
-    /// mean D(G(z)) after D's update
-    pub d_g_z2: f32,
+    #[serde(flatten)]
+    pub losses: Losses,
+}
+
+/// The losses of a step, by the GAN's loss (their names tell which).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Losses {
+    /// `--loss dcgan`: binary cross-entropy and D's outputs as probabilities.
+    Dcgan {
+        /// BCE(D(x), 1) + BCE(D(G(z)), 0)
+        loss_d: f32,
+        /// BCE(D(G(z)), 1) with the updated D
+        loss_g: f32,
+        /// mean D(x)
+        d_x: f32,
+        /// mean D(G(z)) before D's update
+        d_g_z: f32,
+        /// mean D(G(z)) after D's update
+        d_g_z2: f32,
+    },
+    /// `--loss wgan-gp`: one critic step (and the last generator step's loss).
+    WganGp {
+        /// mean D(G(z)) - mean D(x) + gp: what the critic minimizes
+        loss_c: f32,
+        /// -mean D(G(z')): only at the steps that end with a generator step (every n_critic-th)
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        loss_g: Option<f32>,
+        /// mean D(x) - mean D(G(z)): the critic's estimate of the Wasserstein distance
+        wasserstein: f32,
+        /// lambda mean (||grad D(x^)|| - 1)^2
+        gp: f32,
+        /// mean ||grad D(x^)|| at the interpolates x^ (the penalty holds it near 1)
+        grad_norm: f32,
+    },
+}
+
+impl Default for StepMetrics {
+    fn default() -> Self {
+        let losses = Losses::Dcgan { loss_d: 0.0, loss_g: 0.0, d_x: 0.0, d_g_z: 0.0, d_g_z2: 0.0 };
+        StepMetrics { stop: false, losses }
+    }
+}
+
+impl Losses {
+    /// The losses as the step computes them on each rank, in the order `from_raw` reads.
+    pub fn to_raw(&self) -> [f32; 5] {
+        match *self {
+            Losses::Dcgan { loss_d, loss_g, d_x, d_g_z, d_g_z2 } => [loss_d, loss_g, d_x, d_g_z, d_g_z2],
+            Losses::WganGp { loss_c, loss_g, wasserstein, gp, grad_norm } => {
+                [loss_c, loss_g.unwrap_or(0.0), wasserstein, gp, grad_norm]
+            }
+        }
+    }
+    /// The same kind of losses with `raw`'s values (the averages over ranks).
+    pub fn from_raw(&self, r: &[f32]) -> Losses {
+        match self {
+            Losses::Dcgan { .. } => Losses::Dcgan { loss_d: r[0], loss_g: r[1], d_x: r[2], d_g_z: r[3], d_g_z2: r[4] },
+            Losses::WganGp { loss_g, .. } => Losses::WganGp {
+                loss_c: r[0],
+                loss_g: loss_g.map(|_| r[1]),
+                wasserstein: r[2],
+                gp: r[3],
+                grad_norm: r[4],
+            },
+        }
+    }
+    /// The figures the progress line shows.
+    pub fn short_text(&self) -> String {
+        match *self {
+            Losses::Dcgan { loss_d, loss_g, d_x, d_g_z, .. } => {
+                format!("loss_D {loss_d:.3} loss_G {loss_g:.3} D(x) {d_x:.2} D(G(z)) {d_g_z:.2}")
+            }
+            Losses::WganGp { loss_c, loss_g, wasserstein, gp, grad_norm } => {
+                let g = loss_g.map_or("-".to_string(), |v| format!("{v:.3}"));
+                format!("loss_C {loss_c:.3} loss_G {g} W {wasserstein:.3} gp {gp:.3} |grad| {grad_norm:.2}")
+            }
+        }
+    }
+
+    /// For display: these losses, with G's loss of `earlier` where this step had no
+    /// generator step (WGAN-GP's critic steps between).
+    pub fn with_loss_g_of(&self, earlier: &Losses) -> Losses {
+        match (*self, earlier) {
+            (Losses::WganGp { loss_c, loss_g: None, wasserstein, gp, grad_norm }, Losses::WganGp { loss_g, .. }) => {
+                Losses::WganGp { loss_c, loss_g: *loss_g, wasserstein, gp, grad_norm }
+            }
+            (this, _) => this,
+        }
+    }
+
+    /// The two losses, (D's or the critic's, G's), for the checks that they are finite.
+    pub fn pair(&self) -> (f32, f32) {
+        let r = self.to_raw();
+        (r[0], r[1])
+    }
 }
 
 /// What a line of metrics.jsonl is.
@@ -85,4 +171,28 @@ pub struct StoppedRecord {
     pub checkpoint: String,
     /// How to continue.
     pub resume: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_loss_writes_and_reads_back_its_own_names() {
+        let dcgan = Losses::Dcgan { loss_d: 1.0, loss_g: 2.0, d_x: 0.5, d_g_z: 0.25, d_g_z2: 0.125 };
+        let wgan = Losses::WganGp { loss_c: -1.0, loss_g: Some(3.0), wasserstein: 2.0, gp: 0.5, grad_norm: 0.75 };
+        let critic_only = Losses::WganGp { loss_c: -1.0, loss_g: None, wasserstein: 2.0, gp: 0.5, grad_norm: 0.75 };
+        assert_eq!(critic_only.with_loss_g_of(&wgan), wgan);
+        assert!(!serde_json::to_string(&critic_only).unwrap().contains("loss_g"));
+        for losses in [dcgan, wgan, critic_only] {
+            let m = StepMetrics { stop: false, losses };
+            let json = serde_json::to_value(m).unwrap();
+            assert_eq!(serde_json::from_value::<StepMetrics>(json.clone()).unwrap(), m, "{json}");
+            assert_eq!(losses.from_raw(&losses.to_raw()), losses);
+        }
+        let json = serde_json::to_value(StepMetrics { stop: false, losses: wgan }).unwrap();
+        assert_eq!(json["grad_norm"], 0.75);
+        assert!(json.get("loss_d").is_none(), "{json}");
+        assert!(wgan.short_text().contains("W 2.000 gp 0.500 |grad| 0.75"), "{}", wgan.short_text());
+    }
 }

@@ -6,8 +6,8 @@ pub mod metrics;
 pub mod options;
 pub mod summary;
 
-pub use metrics::{EpochRecord, LineType, StepMetrics, StepRecord, StoppedRecord};
+pub use metrics::{EpochRecord, LineType, Losses, StepMetrics, StepRecord, StoppedRecord};
 pub use options::{
-    CheckpointOptions, EvalOptions, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+    CheckpointOptions, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
 };
 pub use summary::Summary;

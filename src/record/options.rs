@@ -57,6 +57,11 @@ pub struct ModelOptions {
     pub image_size: usize,
     /// Images per rank per step.
     pub batch_size: u64,
+    pub loss: GanLoss,
+    /// WGAN-GP: critic steps per generator step.
+    pub n_critic: u64,
+    /// WGAN-GP: the gradient penalty's weight.
+    pub gp_lambda: f32,
     pub lr: f64,
     pub adam_beta1: f32,
     pub adam_beta2: f32,
@@ -84,6 +89,29 @@ pub struct ParallelOptions {
     pub trace_steps: u64,
     pub check_consistency: u64,
     pub baseline_summary: Option<PathBuf>,
+}
+
+/// `--loss`: what the discriminator learns and how G is scored against it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GanLoss {
+    /// Binary cross-entropy of D's logits (the DCGAN paper's).
+    #[default]
+    Dcgan,
+    /// WGAN-GP (Gulrajani et al. 2017): a critic's Wasserstein estimate with a gradient
+    /// penalty, n_critic critic steps per generator step.
+    WganGp,
+}
+
+impl GanLoss {
+    /// (learning rate, Adam's beta1, beta2) where the flags do not say: the DCGAN paper's, and
+    /// WGAN-GP's authors' MNIST code's.
+    pub fn optimizer_defaults(self) -> (f64, f32, f32) {
+        match self {
+            GanLoss::Dcgan => (2e-4, 0.5, 0.999),
+            GanLoss::WganGp => (1e-4, 0.5, 0.9),
+        }
+    }
 }
 
 /// `--lr-scaling`: the learning rate against the global batch, relative to 64.
@@ -131,6 +159,9 @@ impl Default for ModelOptions {
         ModelOptions {
             image_size: 28,
             batch_size: 64,
+            loss: GanLoss::Dcgan,
+            n_critic: 5,
+            gp_lambda: 10.0,
             lr: 2e-4,
             adam_beta1: 0.5,
             adam_beta2: 0.999,

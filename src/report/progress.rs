@@ -43,15 +43,6 @@ fn bar_target() -> ProgressDrawTarget {
     }
 }
 
-/// The latest metrics shown.
-#[derive(Clone, Copy, Debug, Default)]
-struct Shown {
-    loss_d: f32,
-    loss_g: f32,
-    d_x: f32,
-    d_g_z: f32,
-}
-
 /// The steps of one epoch that this run takes (0-based): from `first` (a resumed run starts
 /// mid-epoch) up to `end`, the epoch's own end or the step where `--max-steps` ends the run.
 #[derive(Clone, Copy, Debug)]
@@ -98,7 +89,8 @@ pub struct Progress {
     out: Box<dyn Write + Send>,
     interval: Duration,
     last_line: Option<Instant>,
-    shown: Shown,
+    /// The latest metrics, as shown.
+    shown: String,
 }
 
 impl Progress {
@@ -155,13 +147,15 @@ impl Progress {
             out,
             interval,
             last_line: None,
-            shown: Shown::default(),
+            shown: String::new(),
         }
     }
 
-    /// Step `step_in_epoch` (0-based) has finished with these metrics (averaged over ranks).
-    pub fn update(&mut self, step_in_epoch: usize, loss_d: f32, loss_g: f32, d_x: f32, d_g_z: f32, images_per_s: f64) {
-        self.shown = Shown { loss_d, loss_g, d_x, d_g_z };
+    /// Step `step_in_epoch` (0-based) has finished with these metrics (averaged over ranks,
+    /// as their short text).
+    pub fn update(&mut self, step_in_epoch: usize, metrics: &str, images_per_s: f64) {
+        self.shown.clear();
+        self.shown.push_str(metrics);
         let done = step_in_epoch + 1;
         let now = Instant::now();
         let due = |last: Option<Instant>, every: Duration| last.is_none_or(|t| now - t >= every);
@@ -224,8 +218,7 @@ impl Progress {
     }
 
     fn metrics(&self) -> String {
-        let s = self.shown;
-        format!("loss_D {:.3} loss_G {:.3} D(x) {:.2} D(G(z)) {:.2}", s.loss_d, s.loss_g, s.d_x, s.d_g_z)
+        self.shown.clone()
     }
 
     #[cfg(test)]
@@ -247,6 +240,11 @@ fn clock(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A DCGAN step's metrics as the run shows them (record::Losses::short_text).
+    fn shown(loss_d: f32, loss_g: f32, d_x: f32, d_g_z: f32) -> String {
+        format!("loss_D {loss_d:.3} loss_G {loss_g:.3} D(x) {d_x:.2} D(G(z)) {d_g_z:.2}")
+    }
     use std::sync::{Arc, Mutex};
 
     /// A `Write` whose bytes the test can read afterwards.
@@ -278,7 +276,7 @@ mod tests {
         let out = Captured::default();
         let mut p = plain_to(&out, Duration::from_secs(3600), 2, 5, whole(10));
         for step in 0..10 {
-            p.update(step, 0.5 + step as f32, 2.25, 0.8, 0.125, 1234.4);
+            p.update(step, &shown(0.5 + step as f32, 2.25, 0.8, 0.125), 1234.4);
         }
         // The first step prints; the rest fall inside the interval.
         let lines = out.lines();
@@ -298,7 +296,7 @@ mod tests {
         let out = Captured::default();
         let mut p = plain_to(&out, Duration::ZERO, 0, 1, whole(3));
         for step in 0..3 {
-            p.update(step, 1.0, 1.0, 0.5, 0.5, 10.0);
+            p.update(step, &shown(1.0, 1.0, 0.5, 0.5), 10.0);
         }
         let lines = out.lines();
         assert_eq!(lines.len(), 3);
@@ -316,13 +314,13 @@ mod tests {
             PLAIN_INTERVAL,
             ProgressDrawTarget::hidden(),
         );
-        p.update(0, 0.7, 1.5, 0.6, 0.4, 321.0);
+        p.update(0, &shown(0.7, 1.5, 0.6, 0.4), 321.0);
         let bar = p.bar().unwrap().clone();
         assert_eq!(bar.position(), 1);
         assert_eq!(bar.length(), Some(4));
         assert_eq!(bar.prefix(), "1/2");
         assert!(bar.message().contains("loss_D 0.700") && bar.message().contains("321 img/s"));
-        p.update(3, 0.1, 1.5, 0.6, 0.4, 400.0); // the last step always refreshes the message
+        p.update(3, &shown(0.1, 1.5, 0.6, 0.4), 400.0); // the last step always refreshes the message
         assert!(bar.message().contains("loss_D 0.100"), "{}", bar.message());
         p.finish_epoch(2.0, 500.0);
         assert!(bar.is_finished());
@@ -355,7 +353,7 @@ mod tests {
         let out = Captured::default();
         let span = EpochSpan { first: 3, end: 8 };
         let mut p = plain_to(&out, Duration::ZERO, 1, 2, span);
-        p.update(3, 1.0, 1.0, 0.5, 0.5, 10.0);
+        p.update(3, &shown(1.0, 1.0, 0.5, 0.5), 10.0);
         assert!(out.lines()[0].starts_with("epoch 2/2 step 4/8 |"), "{:?}", out.lines());
         p.finish_epoch(1.0, 40.0);
         assert!(out.lines()[1].starts_with("epoch 2/2 done: 5 steps |"), "the steps this run took: {:?}", out.lines());
@@ -377,7 +375,7 @@ mod tests {
         let target = ProgressDrawTarget::term_like(Box::new(PipeTerm::new(Box::new(out.clone()), 80)));
         let mut p =
             Progress::build(ProgressMode::Bar, 0, 3, whole(937), Box::new(std::io::sink()), PLAIN_INTERVAL, target);
-        p.update(0, 0.7, 1.5, 0.6, 0.4, 321.0);
+        p.update(0, &shown(0.7, 1.5, 0.6, 0.4), 321.0);
         p.finish_epoch(2.0, 500.0);
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         let frames: Vec<&str> = text.split("\r\x1b[2K").filter(|f| !f.is_empty()).collect();
@@ -394,7 +392,7 @@ mod tests {
         // Under `cargo test` stderr is captured or a terminal; either way not Off.
         assert_ne!(ProgressMode::detect(), ProgressMode::Off);
         let mut p = Progress::new(ProgressMode::Off, 0, 1, whole(2));
-        p.update(0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        p.update(0, &shown(0.0, 0.0, 0.0, 0.0), 0.0);
         p.finish_epoch(1.0, 1.0);
         assert!(p.bar().is_none());
     }

@@ -4,7 +4,7 @@ use super::ddp::exchange::{SoloExchange, plan_buckets};
 use super::step::{GanTrainer, StepConfig};
 use super::timeline::Timeline;
 use crate::model::dcgan::Dcgan;
-use crate::record::ModelOptions;
+use crate::record::{GanLoss, ModelOptions};
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -59,13 +59,16 @@ impl crate::device::OnBackend for BenchOn {
 fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, usize), be: B) -> Result<()> {
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
-    let mut model = Dcgan::new(&be, size, batch, args.model.seed)
+    let mut model = Dcgan::new(&be, size, batch, args.model.seed, super::config::discriminator(args.model.loss))
         .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
     model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);
     let macs = step_macs(&model);
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };
     let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::disabled())?;
+    if args.model.loss == GanLoss::WganGp {
+        trainer.use_wgan_gp(args.model.n_critic, args.model.gp_lambda)?;
+    }
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();

@@ -1,7 +1,8 @@
 //! What the options mean once the number of ranks is known: batch sizes, the learning-rate
 //! schedule, and the options every rank (and a resumed run) must agree on.
 
-use crate::record::{LrScaling, TrainOptions};
+use crate::model::dcgan::Discriminator;
+use crate::record::{GanLoss, LrScaling, TrainOptions};
 use anyhow::{Result, bail};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -51,6 +52,14 @@ impl Settings {
         } else {
             self.lr as f32
         }
+    }
+}
+
+/// The discriminator a loss trains: WGAN-GP's critic has no batch norm.
+pub fn discriminator(loss: GanLoss) -> Discriminator {
+    match loss {
+        GanLoss::Dcgan => Discriminator::Dcgan,
+        GanLoss::WganGp => Discriminator::Critic,
     }
 }
 

@@ -16,3 +16,4 @@ pub mod signals;
 pub mod step;
 pub mod summary;
 pub mod timeline;
+pub mod wgan_step;

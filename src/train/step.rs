@@ -23,9 +23,18 @@ use crate::model::noise::step_noise;
 use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::nn::stage::Stage;
-use crate::record::StepMetrics;
+use crate::record::{Losses, StepMetrics};
 use anyhow::{Result, bail};
 use std::time::{Duration, Instant};
+
+/// How a pass scores D's outputs.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Score {
+    /// Binary cross-entropy against this label (out: loss, mean sigmoid).
+    Bce(f32),
+    /// The mean output, its gradient times this sign (WGAN-GP's critic; out: the mean).
+    Mean(f32),
+}
 
 pub struct StepConfig {
     pub seed: u64,
@@ -44,15 +53,15 @@ pub struct GanTrainer<B: Backend> {
     /// Steps completed (the next step's index).
     pub step: u64,
     /// [B]: d loss / d logits.
-    dlogits: B::Buf,
+    pub(super) dlogits: B::Buf,
     /// [2] each: (mean loss, mean sigmoid) of the real pass, the fake pass and the G pass.
-    out_real: B::Buf,
-    out_fake: B::Buf,
-    out_g: B::Buf,
+    pub(super) out_real: B::Buf,
+    pub(super) out_fake: B::Buf,
+    pub(super) out_g: B::Buf,
     /// [nz, B] host noise, reused every step.
-    noise: Vec<f32>,
+    pub(super) noise: Vec<f32>,
     /// G's learning rate for the update still in flight, if any.
-    g_pending: Option<f32>,
+    pub(super) g_pending: Option<f32>,
     /// `--sync-bn`: batch-norm statistics over all ranks.
     pub bn_sync: Option<Box<dyn BnSync<B>>>,
     /// Time blocked at the end of each step for the metrics averaged over ranks: the other
@@ -60,6 +69,8 @@ pub struct GanTrainer<B: Backend> {
     pub metrics_wait: Duration,
     /// Drops a long step between layers when a stop cannot wait for its end.
     pub interrupt: Option<Interrupt>,
+    /// `--loss wgan-gp`: the critic's buffers (None: the DCGAN step).
+    pub wgan: Option<super::wgan_step::WganParts<B>>,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -88,6 +99,8 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
             Phase::BackwardBn => "backward-bn",
             Phase::BackwardData => "backward-data",
             Phase::BackwardWeight => "backward-weight",
+            Phase::PenaltyForward => "penalty-forward",
+            Phase::PenaltyWeight => "penalty-weight",
         };
         self.timeline.span(Track::Compute, cat, stage.label, start, end);
     }
@@ -131,6 +144,7 @@ impl<B: Backend> GanTrainer<B> {
             bn_sync: None,
             metrics_wait: Duration::ZERO,
             interrupt: None,
+            wgan: None,
         })
     }
 
@@ -164,6 +178,13 @@ impl<B: Backend> GanTrainer<B> {
     /// D forward + backward against a constant label, through `out` (loss, mean prob).
     /// `weights`: Some(accumulate) for D's gradients, None for the input gradient only.
     fn d_pass(&mut self, target: f32, weights: Option<bool>, submit: bool, which: usize) {
+        self.d_pass_scored(Score::Bce(target), weights, submit, which);
+    }
+
+    /// D forward, its output scored by `score` into output buffer `which` (0: real, 1: fake,
+    /// 2: G's pass), and backward: `weights` Some(accumulate) for D's gradients, None for the
+    /// input gradient only; `submit` sends D's groups to the exchange as they complete.
+    pub(super) fn d_pass_scored(&mut self, score: Score, weights: Option<bool>, submit: bool, which: usize) {
         let be = &self.be;
         let d: &mut Net<B> = &mut self.model.d;
         let mut obs = StepObserver {
@@ -182,14 +203,24 @@ impl<B: Backend> GanTrainer<B> {
             _ => &mut self.out_g,
         };
         let t0 = Instant::now();
-        be.bce_with_logits(View::whole(d.output()), target, ViewMut::whole(&mut self.dlogits), ViewMut::whole(out));
+        let (logits, dlogits) = (View::whole(d.output()), ViewMut::whole(&mut self.dlogits));
+        let name = match score {
+            Score::Bce(target) => {
+                be.bce_with_logits(logits, target, dlogits, ViewMut::whole(out));
+                "bce"
+            }
+            Score::Mean(sign) => {
+                be.critic_mean(logits, sign, dlogits, ViewMut::whole(out));
+                "critic mean"
+            }
+        };
         be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
-        obs.timeline.span(Track::Compute, "loss", "bce", t0, Instant::now());
+        obs.timeline.span(Track::Compute, "loss", name, t0, Instant::now());
         d.backward(be, weights, weights.is_none(), sync, &mut obs);
     }
 
     /// The step dropped (`StepInterrupted`) once its interrupt has tripped.
-    fn check_interrupt(&self) -> Result<()> {
+    pub(super) fn check_interrupt(&self) -> Result<()> {
         match &self.interrupt {
             Some(i) if i.tripped() => Err(StepInterrupted { step: self.step + 1 }.into()),
             _ => Ok(()),
@@ -205,23 +236,13 @@ impl<B: Backend> GanTrainer<B> {
         }
     }
 
-    /// One step on this rank's `images` [B, H, W] (in [-1, 1]). `stop` asks every rank to
-    /// stop after this step (the answer comes back in the metrics).
-    pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
-        self.timeline.step = self.step;
+    /// G forward in training mode on this step's noise (keyed by `noise_seed`), landing G's
+    /// update left in flight stage by stage, each just before the stage runs.
+    pub(super) fn g_forward(&mut self, noise_seed: u64) {
         let (rank, world) = (self.cfg.rank, self.cfg.world);
-
-        // 1. D on real images; its gradients wait for the fake pass to be added.
-        let t0 = Instant::now();
-        self.be.upload(images, ViewMut::whole(self.model.d.input_mut()));
-        self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
-        self.d_pass(1.0, Some(false), false, 0);
-        self.check_interrupt()?;
-
-        // 2. G forward, each stage's weights made current just before it runs.
         let pending = self.g_pending.take().map(|lr| Update::next(&mut self.model.g.store, lr));
         let t0 = Instant::now();
-        step_noise(self.cfg.seed, self.step, rank, world, self.model.nz, &mut self.noise);
+        step_noise(noise_seed, self.step, rank, world, self.model.nz, &mut self.noise);
         self.be.upload(&self.noise, ViewMut::whole(self.model.g.input_mut()));
         self.timeline.span(Track::Compute, "upload", "noise", t0, Instant::now());
         {
@@ -235,11 +256,87 @@ impl<B: Backend> GanTrainer<B> {
             };
             self.model.g.forward(&self.be, true, sync_of(&mut self.bn_sync), &mut obs);
         }
-        self.check_interrupt()?;
-        if let Some(u) = pending {
+        if let Some(u) = pending
+            && !self.interrupt.as_ref().is_some_and(|i| i.tripped())
+        {
             // Every stage has landed its bucket; this closes the update.
             self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, u, &mut self.timeline);
         }
+    }
+
+    /// G backward from the gradient in its output's gradient, its buckets leaving as they
+    /// complete; the update is left in flight for the next G forward (or landed now without
+    /// overlap).
+    pub(super) fn g_backward(&mut self, lr_g: f32) -> Result<()> {
+        {
+            let mut obs = StepObserver {
+                exchange: &mut *self.exchange,
+                timeline: &mut self.timeline,
+                net: NetId::G,
+                submit: true,
+                pending: None,
+                interrupt: self.interrupt.as_mut(),
+            };
+            self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
+        }
+        self.check_interrupt()?;
+        self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
+        self.g_pending = Some(lr_g);
+        if !self.cfg.overlap_steps {
+            self.finish_pending();
+        }
+        Ok(())
+    }
+
+    /// The step's metrics, started with `exchange.start_metrics(raw)`, averaged over ranks
+    /// and read as `like`'s kind of losses; a loss that is not finite ends the run. Counts
+    /// the step.
+    pub(super) fn end_step(&mut self, raw: &mut [f32; 6], like: Losses) -> Result<StepMetrics> {
+        let t_wait = Instant::now();
+        self.exchange.finish_metrics(raw);
+        let t_done = Instant::now();
+        self.metrics_wait += t_done - t_wait;
+        if self.cfg.world > 1 {
+            // One rank copies its own metrics: nothing to wait for, nothing to draw.
+            self.timeline.span(Track::Compute, "wait", "metrics", t_wait, t_done);
+        }
+        let metrics = StepMetrics { losses: like.from_raw(&raw[..5]), stop: raw[5] > 0.0 };
+        let (a, b) = metrics.losses.pair();
+        if !(a.is_finite() && b.is_finite()) {
+            bail!(
+                "the loss became {} at step {} ({}): lower --lr or check the data",
+                if a.is_nan() || b.is_nan() { "NaN" } else { "infinite" },
+                self.step + 1,
+                metrics.losses.short_text()
+            );
+        }
+        self.step += 1;
+        Ok(metrics)
+    }
+
+    /// One step on this rank's `images` [B, H, W] (in [-1, 1]). `stop` asks every rank to
+    /// stop after this step (the answer comes back in the metrics).
+    pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
+        if self.wgan.is_some() {
+            return self.wgan_step(images, lr_d, lr_g, stop);
+        }
+        self.dcgan_step(images, lr_d, lr_g, stop)
+    }
+
+    /// The DCGAN example's step (the module doc).
+    fn dcgan_step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
+        self.timeline.step = self.step;
+
+        // 1. D on real images; its gradients wait for the fake pass to be added.
+        let t0 = Instant::now();
+        self.be.upload(images, ViewMut::whole(self.model.d.input_mut()));
+        self.timeline.span(Track::Compute, "upload", "real images", t0, Instant::now());
+        self.d_pass(1.0, Some(false), false, 0);
+        self.check_interrupt()?;
+
+        // 2. G forward, each stage's weights made current just before it runs.
+        self.g_forward(self.cfg.seed);
+        self.check_interrupt()?;
         // 3. D on the fakes (detached: G gets nothing from this pass).
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
@@ -262,51 +359,9 @@ impl<B: Backend> GanTrainer<B> {
         self.exchange.start_metrics(&raw);
         let Dcgan { g, d, .. } = &mut self.model;
         self.be.copy(View::whole(d.d_input()), ViewMut::whole(g.d_output_mut()));
-        {
-            let mut obs = StepObserver {
-                exchange: &mut *self.exchange,
-                timeline: &mut self.timeline,
-                net: NetId::G,
-                submit: true,
-                pending: None,
-                interrupt: self.interrupt.as_mut(),
-            };
-            self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
-        }
-        self.check_interrupt()?;
-        self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
-        self.g_pending = Some(lr_g);
-        if !self.cfg.overlap_steps {
-            self.finish_pending();
-        }
-
-        let t_wait = Instant::now();
-        self.exchange.finish_metrics(&mut raw);
-        let t_done = Instant::now();
-        self.metrics_wait += t_done - t_wait;
-        if self.cfg.world > 1 {
-            // One rank copies its own metrics: nothing to wait for, nothing to draw.
-            self.timeline.span(Track::Compute, "wait", "metrics", t_wait, t_done);
-        }
-        let metrics = StepMetrics {
-            loss_d: raw[0],
-            loss_g: raw[1],
-            d_x: raw[2],
-            d_g_z: raw[3],
-            d_g_z2: raw[4],
-            stop: raw[5] > 0.0,
-        };
-        if !(metrics.loss_d.is_finite() && metrics.loss_g.is_finite()) {
-            bail!(
-                "the loss became {} at step {} (loss_d {}, loss_g {}): lower --lr or check the data",
-                if metrics.loss_d.is_nan() || metrics.loss_g.is_nan() { "NaN" } else { "infinite" },
-                self.step + 1,
-                metrics.loss_d,
-                metrics.loss_g
-            );
-        }
-        self.step += 1;
-        Ok(metrics)
+        self.g_backward(lr_g)?;
+        let like = Losses::Dcgan { loss_d: 0.0, loss_g: 0.0, d_x: 0.0, d_g_z: 0.0, d_g_z2: 0.0 };
+        self.end_step(&mut raw, like)
     }
 
     /// This rank's [loss_d, loss_g, d_x, d_g_z, d_g_z2, stop].

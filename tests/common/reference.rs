@@ -198,3 +198,99 @@ pub fn central_difference(f: &mut dyn FnMut(&[f64]) -> f64, x: &[f64], i: usize,
     let fm = f(&xp);
     (fp - fm) / (2.0 * h)
 }
+
+/// WGAN-GP's penalty of a critic of convolutions and pointwise activations (no batch norm)
+/// at `input`: lambda / B sum_b (||grad_x D(x)_b|| - 1)^2, the input gradient taken by the
+/// chain rule in f64 (a transposed convolution is the convolution's data gradient). Returns
+/// (penalty, the input gradient, the smallest |pre-activation| of a kinked activation).
+pub fn gradient_penalty(
+    specs: &[StageSpec],
+    batch: usize,
+    input_shape: (usize, usize, usize),
+    params: &[f64],
+    input: &[f64],
+    lambda: f64,
+) -> (f64, Vec<f64>, f64) {
+    let geoms = stage_geometry(specs, batch, input_shape).unwrap();
+    let mut x = input.to_vec();
+    let (mut pre, mut weights) = (Vec::new(), Vec::new());
+    let mut off = 0;
+    let mut nearest_kink = f64::INFINITY;
+    for (s, g) in specs.iter().zip(&geoms) {
+        assert!(!s.batch_norm && !s.transposed, "a critic of plain convolutions");
+        let w = &params[off..off + g.w_len()];
+        off += g.w_len();
+        let z = conv(g, &x, w);
+        if s.act != Activation::None {
+            nearest_kink = z.iter().fold(nearest_kink, |m, v| m.min(v.abs()));
+        }
+        x = z.iter().map(|&v| act(s.act, v)).collect();
+        pre.push(z);
+        weights.push(w);
+    }
+    assert_eq!(off, params.len());
+    // Backward from one per sample: every sample's own gradient of its output.
+    let mut d = vec![1.0; x.len()];
+    for i in (0..specs.len()).rev() {
+        let slope = |v: f64| match specs[i].act {
+            Activation::LeakyRelu => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    0.2
+                }
+            }
+            Activation::Relu => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Activation::None => 1.0,
+            a => panic!("{a:?} is not piecewise linear"),
+        };
+        let delta: Vec<f64> = d.iter().zip(&pre[i]).map(|(d, &z)| d * slope(z)).collect();
+        d = conv_transpose(&geoms[i], &delta, weights[i]);
+    }
+    let (c, h, w) = input_shape;
+    let per_channel = h * w;
+    let mut penalty = 0.0;
+    for b in 0..batch {
+        let sq: f64 = (0..c)
+            .map(|ch| d[(ch * batch + b) * per_channel..][..per_channel].iter().map(|v| v * v).sum::<f64>())
+            .sum();
+        penalty += (sq.sqrt() - 1.0).powi(2);
+    }
+    (lambda * penalty / batch as f64, d, nearest_kink)
+}
+
+/// Every parameter tensor of `layout`'s gradient `grad` at `picks` coordinates spread over
+/// it, against central differences (step `h`) of `loss` at `params`: relative error under
+/// 1e-3 (of the difference, or of 1e-4 where it is smaller). Returns the coordinates checked.
+pub fn check_gradient_by_differences(
+    layout: &dcgan_train::nn::params::ParamLayout,
+    grad: &[f32],
+    params: &[f64],
+    loss: &mut dyn FnMut(&[f64]) -> f64,
+    picks: usize,
+    h: f64,
+) -> usize {
+    let mut checked = 0;
+    for t in &layout.params {
+        for k in 0..picks {
+            let j = t.range.start + (k * 7919) % t.range.len();
+            let fd = central_difference(loss, params, j, h);
+            let scale = fd.abs().max(1e-4);
+            assert!(
+                (grad[j] as f64 - fd).abs() / scale < 1e-3,
+                "{} [{}]: analytic {} vs finite difference {fd}",
+                t.name,
+                j - t.range.start,
+                grad[j]
+            );
+            checked += 1;
+        }
+    }
+    checked
+}

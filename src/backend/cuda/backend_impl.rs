@@ -7,7 +7,7 @@ use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss};
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty};
 use anyhow::Result;
 
 fn check_len(what: &str, got: usize, want: usize) {
@@ -175,6 +175,24 @@ impl Backend for Cuda {
         out: ViewMut<Self>,
     ) {
         loss::cuda::softmax_xent(self, logits, labels, classes, dlogits, out);
+    }
+
+    fn critic_mean(&self, outputs: View<Self>, sign: f32, doutputs: ViewMut<Self>, out: ViewMut<Self>) {
+        penalty::cuda::critic_mean(self, outputs, sign, doutputs, out);
+    }
+    fn interpolate(&self, real: View<Self>, fake: View<Self>, channels: usize, eps: View<Self>, out: ViewMut<Self>) {
+        penalty::cuda::interpolate(self, real, fake, channels, eps, out);
+    }
+    fn gradient_penalty(
+        &self,
+        g: View<Self>,
+        channels: usize,
+        lambda: f32,
+        seed: ViewMut<Self>,
+        norms: ViewMut<Self>,
+        out: ViewMut<Self>,
+    ) {
+        penalty::cuda::gradient_penalty(self, g, channels, lambda, seed, norms, out);
     }
 
     fn adam(&self, h: &AdamStep, param: ViewMut<Self>, grad: View<Self>, m: ViewMut<Self>, v: ViewMut<Self>) {

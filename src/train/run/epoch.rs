@@ -8,7 +8,7 @@ use crate::comm::PeerFailed;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::EpochOrder;
 use crate::record::summary::EpochQuality;
-use crate::record::{EpochRecord, LineType, ProgressChoice, StepRecord};
+use crate::record::{EpochRecord, LineType, Losses, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::train::ddp::sync;
 use crate::train::interrupt::StepInterrupted;
@@ -32,6 +32,8 @@ pub(super) struct EpochDone {
     steps: u64,
     started: Instant,
     bar: ProgressBar,
+    /// The losses the progress shows (G's of the last generator step between WGAN-GP's).
+    shown: Losses,
 }
 
 impl<B: Backend> Run<'_, B> {
@@ -48,6 +50,7 @@ impl<B: Backend> Run<'_, B> {
             steps: 0,
             started: Instant::now(),
             bar: ProgressBar::new(mode, epoch, epochs_reached, span),
+            shown: self.last.losses,
         };
         for i in span.first..span.end {
             self.step(epoch, i, &order, &mut done)?;
@@ -107,7 +110,8 @@ impl<B: Backend> Run<'_, B> {
         let rec = StepRecord { kind: LineType::Step, step, epoch, metrics: m, lr, ms, wait_ms, cpu_ms, descheduled_ms };
         self.job.or_fail(out.step(&rec));
         let ips = (done.steps as usize * self.settings.global_batch) as f64 / done.started.elapsed().as_secs_f64();
-        done.bar.update(i, m.loss_d, m.loss_g, m.d_x, m.d_g_z, ips);
+        done.shown = m.losses.with_loss_g_of(&done.shown);
+        done.bar.update(i, &done.shown.short_text(), ips);
         Ok(())
     }
 

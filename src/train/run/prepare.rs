@@ -10,7 +10,7 @@ use crate::data::{DataSource, Dataset, Shard};
 use crate::fault_hooks;
 use crate::model::dcgan::Dcgan;
 use crate::model::noise::fixed_noise;
-use crate::record::{Summary, TrainOptions};
+use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
 use crate::train::config::{Settings, training_config};
 use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
@@ -51,7 +51,7 @@ impl<'a, B: Backend> Run<'a, B> {
         // Before anything big is allocated: a batch that cannot fit is one line, not minutes
         // of growth and then the system's kill (and it says more than that the data is short).
         let memory = job.agree(match MemoryLimits::now(&be, world.local_size) {
-            Some(l) => memory_plan::check(&be, args.model.image_size, batch, world.size, &l).map(Some),
+            Some(l) => memory_plan::check(&be, args.model.image_size, args.model.loss, batch, world.size, &l).map(Some),
             None => Ok(None),
         })?;
         let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
@@ -198,7 +198,7 @@ fn build<B: Backend>(
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
     let built = match fault_hooks::fail_build_on(world.rank) {
         true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
-        false => Dcgan::new(&be, m.image_size, batch, m.seed)
+        false => Dcgan::new(&be, m.image_size, batch, m.seed, crate::train::config::discriminator(m.loss))
             .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
     };
     let mut model = job.agree(built)?;
@@ -228,7 +228,13 @@ fn build<B: Backend>(
     };
     // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
     let cfg = StepConfig { seed: m.seed, rank: world.rank, world: world.size, overlap_steps: !p.no_overlap };
-    let mut trainer = job.agree(GanTrainer::new(be, model, exchange, cfg, timeline))?;
+    let trainer = GanTrainer::new(be, model, exchange, cfg, timeline).and_then(|mut t| {
+        if m.loss == GanLoss::WganGp {
+            t.use_wgan_gp(m.n_critic, m.gp_lambda)?;
+        }
+        Ok(t)
+    });
+    let mut trainer = job.agree(trainer)?;
     if p.sync_bn && world.size > 1 {
         trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
     }

@@ -1,0 +1,95 @@
+//! WGAN-GP's gradient penalty (model/penalty.rs) against an independent f64 reference: its
+//! value, the critic's input gradient, and its weight gradient by central finite differences
+//! of the penalty itself; and the CUDA backend's penalty step against the CPU's.
+
+mod common;
+
+use common::reference as r;
+use common::{random, rel_err, to_f64};
+use dcgan_train::backend::cpu::Cpu;
+use dcgan_train::backend::{Backend, View, ViewMut};
+use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, StageSpec};
+use dcgan_train::model::penalty::GradientPenalty;
+use dcgan_train::ops::activation::Activation::{self, LeakyRelu};
+
+const H: f64 = 1e-6;
+const LAMBDA: f32 = 10.0;
+
+const fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize, act: Activation) -> StageSpec {
+    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm: false, act }
+}
+
+/// A small critic with every kind of stage of the real one: strided padded convolutions with
+/// LeakyReLU, and a linear convolution down to one output per sample. Two input channels, so
+/// that a sample's norm spans channels.
+const CRITIC: [StageSpec; 3] =
+    [conv(2, 4, 4, 2, 1, LeakyRelu), conv(4, 6, 4, 2, 1, LeakyRelu), conv(6, 1, 3, 1, 0, Activation::None)];
+const INPUT: (usize, usize, usize) = (2, 12, 12);
+const BATCH: usize = 3;
+
+/// The critic at `input`, its penalty run: (the critic, the penalty's [value, mean norm]).
+fn ours<B: Backend>(be: &B, input: &[f32]) -> (Net<B>, Vec<f32>) {
+    let mut net = Net::new(be, "C", &CRITIC, BATCH, INPUT, BackwardOrder::LayerByLayer, 11).unwrap();
+    be.upload(input, ViewMut::whole(net.input_mut()));
+    let mut gp = GradientPenalty::new(be, &net, LAMBDA).unwrap();
+    assert!(gp.run(be, &mut net, false, &mut NoObserver));
+    let mut out = vec![0.0; 2];
+    be.download(View::whole(&gp.out), &mut out);
+    (net, out)
+}
+
+#[test]
+fn the_penalty_weight_gradient_matches_finite_differences_in_f64() {
+    let (c, h, w) = INPUT;
+    let input = random(c * BATCH * h * w, 1.0, 21);
+    let (net, out) = ours(&Cpu, &input);
+    let params = to_f64(&net.store.value);
+    let inputd = to_f64(&input);
+    let (want, want_g, nearest_kink) = r::gradient_penalty(&CRITIC, BATCH, INPUT, &params, &inputd, LAMBDA as f64);
+    // The differences below move one weight by H, so a pre-activation by at most H times the
+    // largest value it multiplies (inputs in [-1, 1], activations below 2 here): none may
+    // cross a kink, where the penalty has no derivative.
+    assert!(nearest_kink > 10.0 * H, "an activation input is {nearest_kink:e} from its kink: pick other inputs");
+    assert!((out[0] as f64 - want).abs() < 1e-4 * want.abs().max(1.0), "penalty {} vs {want}", out[0]);
+    assert!(rel_err(&net.d_input().clone(), &want_g, 1e-9) < 1e-4, "the input gradient");
+    assert!(want > 1e-2, "a penalty this small ({want}) would hide a wrong gradient");
+
+    let grad = net.store.grad.clone();
+    let penalty = |p: &[f64]| r::gradient_penalty(&CRITIC, BATCH, INPUT, p, &inputd, LAMBDA as f64).0;
+    let checked = r::check_gradient_by_differences(&net.store.layout, &grad, &params, &mut |p| penalty(p), 6, H);
+    assert_eq!(checked, 3 * 6);
+}
+
+#[test]
+fn the_penalty_adds_to_gradients_already_there() {
+    let (c, h, w) = INPUT;
+    let input = random(c * BATCH * h * w, 1.0, 21);
+    let (net, _) = ours(&Cpu, &input);
+    let once = net.store.grad.clone();
+    let mut again = Net::new(&Cpu, "C", &CRITIC, BATCH, INPUT, BackwardOrder::LayerByLayer, 11).unwrap();
+    Cpu.upload(&input, ViewMut::whole(again.input_mut()));
+    let mut gp = GradientPenalty::new(&Cpu, &again, LAMBDA).unwrap();
+    gp.run(&Cpu, &mut again, false, &mut NoObserver);
+    gp.run(&Cpu, &mut again, true, &mut NoObserver);
+    let twice: Vec<f32> = once.iter().map(|v| 2.0 * v).collect();
+    assert!(rel_err(&again.store.grad, &to_f64(&twice), 1e-9) < 1e-6);
+}
+
+#[cfg(feature = "cuda")]
+#[path = "cuda_common/mod.rs"]
+mod cuda_common;
+
+#[cfg(feature = "cuda")]
+#[test]
+fn the_cuda_penalty_step_matches_the_cpu() {
+    let (c, h, w) = INPUT;
+    let input = random(c * BATCH * h * w, 1.0, 22);
+    let (cpu_net, cpu_out) = ours(&Cpu, &input);
+    for cu in cuda_common::engines("penalty step") {
+        let (net, out) = ours(&cu, &input);
+        let mut grad = vec![0.0; cpu_net.store.grad.len()];
+        cu.download(View::whole(&net.store.grad), &mut grad);
+        assert!(rel_err(&grad, &to_f64(&cpu_net.store.grad), 1e-9) < 1e-4, "weight gradient");
+        assert!(rel_err(&out, &to_f64(&cpu_out), 1e-9) < 1e-4, "penalty and mean norm: {out:?} vs {cpu_out:?}");
+    }
+}
