@@ -41,6 +41,14 @@ pub fn positive_f32(s: &str) -> Result<f32, String> {
     })
 }
 
+/// A weight that may be 0 (which turns its term off): 0 or above, finite in f32.
+pub fn non_negative_f32(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("'{s}' is not a number of 0 or more")),
+    }
+}
+
 /// Adam's beta1 and beta2: 0 <= beta < 1 (at 1 the bias correction divides by zero).
 pub fn adam_beta(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {

@@ -2,7 +2,9 @@
 //! the run's `TrainOptions`.
 
 use super::comm_args::CommArgs;
-use super::parse::{adam_beta, at_least_one, batch_size, image_size, parse_bytes, positive_f32, positive_f64};
+use super::parse::{
+    adam_beta, at_least_one, batch_size, image_size, non_negative_f32, parse_bytes, positive_f32, positive_f64,
+};
 use crate::device::DeviceChoice;
 use crate::record::{
     CheckpointOptions, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
@@ -27,8 +29,9 @@ pub struct ModelArgs {
     /// WGAN-GP: critic steps per generator step (each takes a batch of real images).
     #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     pub n_critic: u64,
-    /// WGAN-GP: the gradient penalty's weight lambda.
-    #[arg(long, default_value_t = 10.0, value_parser = positive_f32)]
+    /// WGAN-GP: the gradient penalty's weight lambda (0 skips the penalty's passes: an
+    /// unconstrained critic, for measuring what the penalty costs).
+    #[arg(long, default_value_t = 10.0, value_parser = non_negative_f32)]
     pub gp_lambda: f32,
     /// Adam learning rate [default: 2e-4; 1e-4 with --loss wgan-gp, as its authors' code].
     #[arg(long, value_parser = positive_f64)]

@@ -27,7 +27,8 @@ pub struct GradientPenalty<B: Backend> {
     /// [B]: ones, the output gradient that makes the critic's backward give each sample's own
     /// gradient of D(x^_b).
     ones: B::Buf,
-    /// [2]: (the penalty lambda mean (||g_b|| - 1)^2, the mean ||g_b||), on the backend.
+    /// [2]: (the penalty lambda mean (||g_b|| - 1)^2, the mean ||g_b||), on the backend; zeros
+    /// before the first run.
     pub out: B::Buf,
     pub lambda: f32,
 }
@@ -52,14 +53,10 @@ impl<B: Backend> GradientPenalty<B> {
             .collect::<Result<Vec<_>>>()?;
         let mut ones = be.alloc(batch)?;
         be.upload(&vec![1.0; batch], ViewMut::whole(&mut ones));
-        Ok(GradientPenalty {
-            seed: be.alloc(first.geom.x_len())?,
-            streams,
-            norms: be.alloc(batch)?,
-            ones,
-            out: be.alloc(2)?,
-            lambda,
-        })
+        // Zeros until the first run (and for good where lambda is 0 and it never runs).
+        let mut out = be.alloc(2)?;
+        be.upload(&[0.0, 0.0], ViewMut::whole(&mut out));
+        Ok(GradientPenalty { seed: be.alloc(first.geom.x_len())?, streams, norms: be.alloc(batch)?, ones, out, lambda })
     }
 
     /// With the interpolates x^ in the critic's input: its forward, its backward to the input

@@ -40,7 +40,8 @@ pub enum Losses {
         wasserstein: f32,
         /// lambda mean (||grad D(x^)|| - 1)^2
         gp: f32,
-        /// mean ||grad D(x^)|| at the interpolates x^ (the penalty holds it near 1)
+        /// mean ||grad D(x^)|| at the interpolates x^ (the penalty holds it near 1; 0 where
+        /// --gp-lambda 0 skips the penalty)
         grad_norm: f32,
     },
 }

@@ -66,12 +66,11 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };
     let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::disabled())?;
-    if args.model.loss == GanLoss::WganGp {
-        trainer.use_wgan_gp(args.model.n_critic, args.model.gp_lambda)?;
-    }
-
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();
+    if args.model.loss == GanLoss::WganGp {
+        return bench_critic_steps(&args, trainer, &images, local);
+    }
     for _ in 0..args.warmup {
         trainer.step(&images, args.model.lr as f32, args.model.lr as f32, false)?;
     }
@@ -118,6 +117,62 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
             times[0],
             times[times.len() - 1],
             2.0 * macs as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
+/// `--loss wgan-gp`: critic steps (no generator step among them) with the penalty and without
+/// it (`--gp-lambda 0`'s step), taking turns step by step so that both see the same state of
+/// the machine; the medians and their ratio, what the penalty's double backward costs.
+fn bench_critic_steps<B: crate::backend::Backend>(
+    args: &BenchStepOptions,
+    mut trainer: GanTrainer<B>,
+    images: &[f32],
+    local: (usize, usize),
+) -> Result<()> {
+    let lambda = args.model.gp_lambda;
+    trainer.use_wgan_gp(u64::MAX, lambda)?;
+    let lr = args.model.lr as f32;
+    let mut times = [Vec::new(), Vec::new()];
+    for round in 0..args.warmup + args.steps {
+        // Which goes first alternates too.
+        for k in [round as usize % 2, 1 - round as usize % 2] {
+            trainer.set_gp_lambda(if k == 0 { lambda } else { 0.0 });
+            let t0 = Instant::now();
+            trainer.step(images, lr, lr, false)?;
+            trainer.sync_device();
+            if round >= args.warmup {
+                times[k].push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    let [with, without] = times.map(|mut t| {
+        t.sort_by(|a, b| a.total_cmp(b));
+        t[t.len() / 2]
+    });
+    let (batch, size) = (trainer.batch(), args.model.image_size);
+    if args.json {
+        let line = serde_json::json!({
+            "device": trainer.be_describe(),
+            "loss": "wgan-gp",
+            "image_size": size,
+            "batch_size": batch,
+            "steps": args.steps,
+            "threads": rayon::current_num_threads(),
+            "ms_per_critic_step": with,
+            "ms_per_critic_step_without_penalty": without,
+            "penalty_cost_ratio": with / without,
+            "local_rank": local.0,
+            "local_ranks": local.1,
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "bench-step: {} threads, {size}x{size}, batch {batch}, wgan-gp critic step: {with:.1} ms with the penalty, {without:.1} ms without (medians of {} each, taking turns): the penalty costs {:.2}x",
+            rayon::current_num_threads(),
+            args.steps,
+            with / without
         );
     }
     Ok(())

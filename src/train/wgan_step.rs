@@ -97,6 +97,13 @@ impl<B: Backend> GanTrainer<B> {
         Ok(())
     }
 
+    /// The penalty's weight from the next step on (0 skips the penalty).
+    pub fn set_gp_lambda(&mut self, lambda: f32) {
+        if let Some(w) = self.wgan.as_mut() {
+            w.penalty.lambda = lambda;
+        }
+    }
+
     /// One critic step on this rank's `images` [B, H, W] (in [-1, 1]), and the generator step
     /// when it is due (the module doc).
     pub(super) fn wgan_step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
@@ -104,7 +111,7 @@ impl<B: Backend> GanTrainer<B> {
         let (seed, rank, world) = (self.cfg.seed, self.cfg.rank, self.cfg.world);
         let w = self.wgan.as_mut().expect("the WGAN-GP step has its buffers");
 
-        // 1. The real images: -mean D(x).
+        // 1. The real images: -mean D(x), D's gradient written (the others add to it).
         let t0 = Instant::now();
         self.be.upload(images, ViewMut::whole(&mut w.real));
         self.be.copy(View::whole(&w.real), ViewMut::whole(self.model.d.input_mut()));
@@ -118,21 +125,18 @@ impl<B: Backend> GanTrainer<B> {
         self.g_forward(seed);
         self.check_interrupt()?;
 
-        // 3. The penalty at the interpolates.
+        // 3. The penalty at the interpolates (none at lambda 0).
         let w = self.wgan.as_mut().expect("the WGAN-GP step has its buffers");
         let Dcgan { g, d, .. } = &mut self.model;
-        let t0 = Instant::now();
-        self.be.interpolate(
-            View::whole(&w.real),
-            View::whole(g.output()),
-            1,
-            View::whole(&w.eps),
-            ViewMut::whole(d.input_mut()),
-        );
-        self.timeline.span(Track::Compute, "penalty-interpolate", "x^", t0, Instant::now());
-        let mut obs = PenaltyObserver { timeline: &mut self.timeline, interrupt: self.interrupt.as_mut() };
-        w.penalty.run(&self.be, d, true, &mut obs);
-        self.check_interrupt()?;
+        if w.penalty.lambda > 0.0 {
+            let t0 = Instant::now();
+            let (real, fake, eps) = (View::whole(&w.real), View::whole(g.output()), View::whole(&w.eps));
+            self.be.interpolate(real, fake, 1, eps, ViewMut::whole(d.input_mut()));
+            self.timeline.span(Track::Compute, "penalty-interpolate", "x^", t0, Instant::now());
+            let mut obs = PenaltyObserver { timeline: &mut self.timeline, interrupt: self.interrupt.as_mut() };
+            w.penalty.run(&self.be, d, true, &mut obs);
+            self.check_interrupt()?;
+        }
 
         // 4. The fakes: +mean D(G(z)); then D's update.
         let Dcgan { g, d, .. } = &mut self.model;
