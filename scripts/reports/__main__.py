@@ -6,6 +6,7 @@ and set against targets and the cost model.
     python3 scripts/reports allreduce-vs-model MODEL.json [--links LINKS.json] [--shaped FILE] [--cores N]
     python3 scripts/reports overlap NAME=SUMMARY.json...
     python3 scripts/reports quality OUT [--no-plot]
+    python3 scripts/reports losses OUT [--no-plot]
 
 Python's standard library only, but for the plot (matplotlib).
 """
@@ -15,6 +16,7 @@ import os
 import sys
 
 import allreduce_vs_model
+import losses_report
 import overlap_report
 import quality_report
 import scaling_report
@@ -45,6 +47,10 @@ def main():
     q.add_argument("out", metavar="OUT", help="the folder bench-quality.sh wrote")
     q.add_argument("--no-plot", action="store_true", help="leave out quality.png (no matplotlib needed)")
 
+    w = sub.add_parser("losses", help="results.md, results.json and losses.png of a bench-losses.sh folder")
+    w.add_argument("out", metavar="OUT", help="the folder bench-losses.sh wrote")
+    w.add_argument("--no-plot", action="store_true", help="leave out losses.png (no matplotlib needed)")
+
     args = ap.parse_args()
     if args.command == "scaling":
         scaling_report.main(args.out, plot=not args.no_plot)
@@ -52,6 +58,8 @@ def main():
         allreduce_vs_model.main(args.model, args.links, args.shaped, args.cores)
     elif args.command == "quality":
         quality_report.main(args.out, plot=not args.no_plot)
+    elif args.command == "losses":
+        losses_report.main(args.out, plot=not args.no_plot)
     else:
         overlap_report.main(args.summaries)
 
