@@ -7,6 +7,7 @@ use nalgebra::DMatrix;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 /// KID's mean and standard deviation over the subsets.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -51,12 +52,11 @@ pub fn kid(x: &[f32], y: &[f32], dim: usize, subsets: usize, subset_size: usize,
     let m = subset_size.min(nx).min(ny);
     assert!(m >= 2, "KID needs at least 2 samples on each side");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let values: Vec<f64> = (0..subsets)
-        .map(|_| {
-            let (ix, iy) = (sample(&mut rng, nx, m).into_vec(), sample(&mut rng, ny, m).into_vec());
-            mmd2(&rows(x, dim, &ix), &rows(y, dim, &iy))
-        })
-        .collect();
+    // The draws in order from one stream, then the subsets on the compute threads: the same
+    // values, in the same order, whatever the threads.
+    let draws: Vec<(Vec<usize>, Vec<usize>)> =
+        (0..subsets).map(|_| (sample(&mut rng, nx, m).into_vec(), sample(&mut rng, ny, m).into_vec())).collect();
+    let values: Vec<f64> = draws.par_iter().map(|(ix, iy)| mmd2(&rows(x, dim, ix), &rows(y, dim, iy))).collect();
     let mean = values.iter().sum::<f64>() / subsets as f64;
     let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (subsets.max(2) - 1) as f64;
     Kid { mean, std: var.sqrt(), subsets, subset_size: m }
