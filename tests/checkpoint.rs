@@ -4,7 +4,7 @@
 mod common;
 
 use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, GENERATOR_28};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, Discriminator, GENERATOR_28, architecture};
 use dcgan_train::model::net::param_layout;
 use dcgan_train::nn::params::ParamLayout;
 
@@ -192,6 +192,22 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
         ("main.5.weight", "F32", &[1, 128, 7, 7]),
     ]);
     assert_eq!(header(&saved.join("D.safetensors")), want_d);
+}
+
+/// WGAN-GP's critic: D without its batch norm, named as PyTorch numbers
+/// nn.Sequential(Conv(1,64,4,2,1), LeakyReLU, Conv(64,128,4,2,1), LeakyReLU, Conv(128,1,7,1,0)).
+#[test]
+fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, critic) = architecture(28, Discriminator::Critic).unwrap();
+    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
+    let want = expected(&[
+        ("main.0.weight", "F32", &[64, 1, 4, 4]),
+        ("main.2.weight", "F32", &[128, 64, 4, 4]),
+        ("main.4.weight", "F32", &[1, 128, 7, 7]),
+    ]);
+    assert_eq!(header(&saved.join("D.safetensors")), want);
 }
 
 #[test]
