@@ -33,7 +33,12 @@ for r in $(seq 1 "$rounds"); do
   o=$("$ours" bench-step --loss wgan-gp --device "$device" "${threads[@]}" --batch-size 64 --steps 20 --warmup 4 --json 2>/dev/null | tail -n 1)
   echo "$t" >>"$results"
   echo "$o" >>"$results"
-  python3 -c 'import json,sys; t,o=map(json.loads,sys.argv[1:]); print(f"round '"$r"'  pytorch {t[\"ms_per_critic_step\"]:.1f}/{t[\"ms_per_critic_step_without_penalty\"]:.1f} ms ({t[\"penalty_cost_ratio\"]:.2f}x)  ours {o[\"ms_per_critic_step\"]:.1f}/{o[\"ms_per_critic_step_without_penalty\"]:.1f} ms ({o[\"penalty_cost_ratio\"]:.2f}x)")' "$t" "$o"
+  python3 - "$r" "$t" "$o" <<'PY'
+import json, sys
+r, t, o = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+side = lambda x: "%.1f/%.1f ms (%.2fx)" % (x["ms_per_critic_step"], x["ms_per_critic_step_without_penalty"], x["penalty_cost_ratio"])
+print("round %s  pytorch %s  ours %s" % (r, side(t), side(o)))
+PY
 done
 python3 - "$results" <<'EOF'
 import json, statistics, sys
