@@ -1,10 +1,10 @@
 //! Images from a checkpoint's generator: G in evaluation mode (running statistics), on noise
 //! given sample by sample, a batch at a time.
 
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, ViewMut};
 use crate::checkpoint;
-use crate::model::dcgan::{Discriminator, NZ, architecture};
-use crate::model::net::{BackwardOrder, Net, NoObserver};
+use crate::model::dcgan::{Discriminator, NZ, architecture, draw};
+use crate::model::net::{BackwardOrder, Net};
 use anyhow::Result;
 use std::path::Path;
 
@@ -37,24 +37,6 @@ impl<B: Backend> Generator<B> {
 
     /// Images [n, S, S] in [-1, 1] from `noise` [n, NZ] (sample-major).
     pub fn draw(&mut self, be: &B, noise: &[f32]) -> Vec<f32> {
-        let (b, plane) = (self.net.batch, self.image_size * self.image_size);
-        let n = noise.len() / NZ;
-        let mut images = vec![0.0f32; n * plane];
-        // [NZ, b] noise and [b, S, S] output of one batch (the last padded with zeros).
-        let (mut z, mut out) = (vec![0.0f32; NZ * b], vec![0.0f32; b * plane]);
-        for start in (0..n).step_by(b) {
-            let m = b.min(n - start);
-            z.fill(0.0);
-            for i in 0..m {
-                for c in 0..NZ {
-                    z[c * b + i] = noise[(start + i) * NZ + c];
-                }
-            }
-            be.upload(&z, ViewMut::whole(self.net.input_mut()));
-            self.net.forward(be, false, None, &mut NoObserver);
-            be.download(View::whole(self.net.output()), &mut out);
-            images[start * plane..(start + m) * plane].copy_from_slice(&out[..m * plane]);
-        }
-        images
+        draw(be, &mut self.net, noise, NZ, self.image_size)
     }
 }

@@ -1,8 +1,9 @@
 //! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
 //! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
 
-use super::net::{BackwardOrder, Net, NetPlan, StageSpec, plan_net};
+use super::net::{BackwardOrder, Net, NetPlan, NoObserver, StageSpec, plan_net};
 use crate::backend::Backend;
+use crate::backend::{View, ViewMut};
 use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
 use anyhow::{Result, bail};
 
@@ -132,6 +133,30 @@ impl<B: Backend> Dcgan<B> {
         self.g.store.adam_betas_eps = (beta1, beta2, eps);
         self.d.store.adam_betas_eps = (beta1, beta2, eps);
     }
+}
+
+/// Images [n, S, S] from generator `g` in evaluation mode on `noise` [n, nz] (sample-major),
+/// a batch of `g` at a time (the last padded with zeros), through `g`'s own buffers.
+pub fn draw<B: Backend>(be: &B, g: &mut Net<B>, noise: &[f32], nz: usize, image_size: usize) -> Vec<f32> {
+    let (b, plane) = (g.batch, image_size * image_size);
+    let n = noise.len() / nz;
+    let mut images = vec![0.0f32; n * plane];
+    // [nz, b] noise and [b, S, S] output of one batch.
+    let (mut z, mut out) = (vec![0.0f32; nz * b], vec![0.0f32; b * plane]);
+    for start in (0..n).step_by(b) {
+        let m = b.min(n - start);
+        z.fill(0.0);
+        for i in 0..m {
+            for c in 0..nz {
+                z[c * b + i] = noise[(start + i) * nz + c];
+            }
+        }
+        be.upload(&z, ViewMut::whole(g.input_mut()));
+        g.forward(be, false, None, &mut NoObserver);
+        be.download(View::whole(g.output()), &mut out);
+        images[start * plane..(start + m) * plane].copy_from_slice(&out[..m * plane]);
+    }
+    images
 }
 
 /// A seed for one purpose derived from the run's seed (splitmix64 of both).

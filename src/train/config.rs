@@ -77,7 +77,7 @@ pub fn training_config(args: &TrainOptions) -> Value {
 /// Options that do not change the numbers: where and how a run reports, and when it stops
 /// waiting for another rank (`--stall-timeout`, a Duration, flattens to `secs` and `nanos`).
 /// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
-/// A resume takes these from its own command line, given or not: they belong to the session,
+/// A resume takes these from its own command line, given or not: they belong to this invocation,
 /// not to the run.
 const NOT_COMPARED: [&str; 11] = [
     "threads",
@@ -265,7 +265,7 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
-    /// `--resume RUN` alone goes on with the run's options; the session's own (threads,
+    /// `--resume RUN` alone goes on with the run's options; this invocation's own (threads,
     /// progress) and the resumable ones given apply; a training option given with the run's
     /// value is fine, with another value refused, every one named.
     #[test]

@@ -379,28 +379,8 @@ impl<B: Backend> GanTrainer<B> {
     /// batch (no new buffers); returns images [n, H, W] in [-1, 1].
     pub fn sample(&mut self, noise: &[f32]) -> Vec<f32> {
         self.finish_pending();
-        let b = self.batch();
-        let nz = self.model.nz;
-        let n = noise.len() / nz;
-        let side = self.model.image_size;
-        let pixels = side * side;
-        let mut images = vec![0.0; n * pixels];
-        let mut chunk_noise = vec![0.0; nz * b];
-        let mut out = vec![0.0; b * pixels];
-        for start in (0..n).step_by(b) {
-            let m = b.min(n - start);
-            chunk_noise.fill(0.0);
-            for i in 0..m {
-                for c in 0..nz {
-                    chunk_noise[c * b + i] = noise[(start + i) * nz + c];
-                }
-            }
-            self.be.upload(&chunk_noise, ViewMut::whole(self.model.g.input_mut()));
-            self.model.g.forward(&self.be, false, None, &mut crate::model::net::NoObserver);
-            self.be.download(View::whole(self.model.g.output()), &mut out);
-            images[start * pixels..(start + m) * pixels].copy_from_slice(&out[..m * pixels]);
-        }
-        images
+        let (nz, side) = (self.model.nz, self.model.image_size);
+        crate::model::dcgan::draw(&self.be, &mut self.model.g, noise, nz, side)
     }
 }
 

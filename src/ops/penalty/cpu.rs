@@ -29,24 +29,25 @@ pub fn interpolate(real: &[f32], fake: &[f32], channels: usize, eps: &[f32], out
 pub fn gradient_penalty(g: &[f32], channels: usize, lambda: f32, seed: &mut [f32], norms: &mut [f32], out: &mut [f32]) {
     let p = check_gradient_penalty(g.len(), channels, seed.len(), norms.len(), out.len());
     let batch = norms.len();
-    let mut squares = vec![0.0f64; batch];
-    for (run, x) in g.chunks_exact(p).enumerate() {
-        squares[run % batch] += x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>();
-    }
-    let norm: Vec<f64> = squares.iter().map(|s| s.sqrt()).collect();
     let scale = lambda as f64 / batch as f64;
-    for (run, (s, x)) in seed.chunks_exact_mut(p).zip(g.chunks_exact(p)).enumerate() {
-        let f = seed_factor(norm[run % batch], scale) as f32;
-        for (s, &v) in s.iter_mut().zip(x) {
-            *s = f * v;
+    let (mut penalty, mut norm_sum) = (0.0f64, 0.0f64);
+    // Sample b is runs c * B + b of P floats, c over the channels.
+    let runs = |b: usize| (0..channels).map(move |c| (c * batch + b) * p..(c * batch + b + 1) * p);
+    for (b, n) in norms.iter_mut().enumerate() {
+        let squares: f64 = runs(b).map(|r| g[r].iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>()).sum();
+        let norm = squares.sqrt();
+        let f = seed_factor(norm, scale) as f32;
+        for r in runs(b) {
+            for (s, &v) in seed[r.clone()].iter_mut().zip(&g[r]) {
+                *s = f * v;
+            }
         }
+        *n = norm as f32;
+        penalty += (norm - 1.0) * (norm - 1.0);
+        norm_sum += norm;
     }
-    for (n, &v) in norms.iter_mut().zip(&norm) {
-        *n = v as f32;
-    }
-    let penalty: f64 = norm.iter().map(|n| (n - 1.0) * (n - 1.0)).sum();
     out[0] = (lambda as f64 * penalty / batch as f64) as f32;
-    out[1] = (norm.iter().sum::<f64>() / batch as f64) as f32;
+    out[1] = (norm_sum / batch as f64) as f32;
 }
 
 #[cfg(test)]
