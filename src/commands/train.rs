@@ -7,7 +7,8 @@ use super::parse::{
 };
 use crate::device::DeviceChoice;
 use crate::record::{
-    CheckpointOptions, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+    CheckpointOptions, CriticNorm, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice,
+    TrainOptions,
 };
 use clap::Args;
 use std::collections::BTreeSet;
@@ -26,6 +27,10 @@ pub struct ModelArgs {
     /// Wasserstein critic without batch norm, held near 1-Lipschitz by a gradient penalty).
     #[arg(long, value_enum, default_value_t = GanLoss::Dcgan)]
     pub loss: GanLoss,
+    /// WGAN-GP: the critic's normalization. none (the only one: batch norm would tie each
+    /// sample's penalty to the rest of the batch; layer norm is not built) [default: none]
+    #[arg(long, value_enum)]
+    pub critic_norm: Option<CriticNorm>,
     /// WGAN-GP: critic steps per generator step (each takes a batch of real images).
     #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     pub n_critic: u64,
@@ -189,6 +194,7 @@ impl From<ModelArgs> for ModelOptions {
             image_size: a.image_size,
             batch_size: a.batch_size,
             loss: a.loss,
+            critic_norm: a.critic_norm,
             n_critic: a.n_critic,
             gp_lambda: a.gp_lambda,
             lr: a.lr.unwrap_or(lr),

@@ -8,6 +8,7 @@ pub mod summary;
 
 pub use metrics::{EpochRecord, LineType, Losses, StepMetrics, StepRecord, StoppedRecord};
 pub use options::{
-    CheckpointOptions, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice, TrainOptions,
+    CheckpointOptions, CriticNorm, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice,
+    TrainOptions,
 };
 pub use summary::Summary;

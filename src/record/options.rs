@@ -58,6 +58,8 @@ pub struct ModelOptions {
     /// Images per rank per step.
     pub batch_size: u64,
     pub loss: GanLoss,
+    /// WGAN-GP: the critic's normalization (None: not given, the loss's own).
+    pub critic_norm: Option<CriticNorm>,
     /// WGAN-GP: critic steps per generator step.
     pub n_critic: u64,
     /// WGAN-GP: the gradient penalty's weight.
@@ -114,6 +116,30 @@ impl GanLoss {
     }
 }
 
+/// `--critic-norm`: the normalization of WGAN-GP's critic. Batch norm is ruled out by the
+/// penalty itself (it makes each sample's gradient depend on the others in the batch); layer
+/// norm, which the WGAN-GP paper suggests, would need its own second-order terms in the
+/// penalty's double backward and is not built.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CriticNorm {
+    /// Convolutions and LeakyReLUs only, as the WGAN-GP authors' MNIST critic.
+    #[default]
+    None,
+}
+
+impl ModelOptions {
+    /// Refuses options that belong to the other loss.
+    pub fn check_loss_options(&self) -> anyhow::Result<()> {
+        if self.loss == GanLoss::Dcgan && self.critic_norm.is_some() {
+            anyhow::bail!(
+                "--critic-norm is for --loss wgan-gp's critic (DCGAN's discriminator keeps its batch norm): add --loss wgan-gp or leave --critic-norm out"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// `--lr-scaling`: the learning rate against the global batch, relative to 64.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -160,6 +186,7 @@ impl Default for ModelOptions {
             image_size: 28,
             batch_size: 64,
             loss: GanLoss::Dcgan,
+            critic_norm: None,
             n_critic: 5,
             gp_lambda: 10.0,
             lr: 2e-4,

@@ -59,6 +59,7 @@ impl crate::device::OnBackend for BenchOn {
 fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, usize), be: B) -> Result<()> {
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
+    args.model.check_loss_options()?;
     let mut model = Dcgan::new(&be, size, batch, args.model.seed, super::config::discriminator(args.model.loss))
         .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
     model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);

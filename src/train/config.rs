@@ -21,6 +21,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn resolve(args: &TrainOptions, ranks: usize) -> Result<Settings> {
+        args.model.check_loss_options()?;
         let p = &args.parallel;
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
@@ -236,6 +237,18 @@ mod tests {
         assert_eq!(s.lr_at(0), (2e-4 / 4.0) as f32);
         assert_eq!(s.lr_at(3), 2e-4_f32);
         assert_eq!(s.lr_at(100), 2e-4_f32);
+    }
+
+    /// The critic's normalization is WGAN-GP's: given with DCGAN it is refused, naming the fix.
+    #[test]
+    fn critic_norm_is_refused_with_the_dcgan_loss() {
+        use crate::record::{CriticNorm, GanLoss};
+        let dcgan = options(|o| o.model.critic_norm = Some(CriticNorm::None));
+        let err = Settings::resolve(&dcgan, 1).unwrap_err().to_string();
+        assert!(err.contains("--critic-norm") && err.contains("--loss wgan-gp"), "{err}");
+        let wgan = options(|o| (o.model.loss, o.model.critic_norm) = (GanLoss::WganGp, Some(CriticNorm::None)));
+        assert!(Settings::resolve(&wgan, 1).is_ok());
+        assert!(Settings::resolve(&options(|_| ()), 1).is_ok());
     }
 
     #[test]
