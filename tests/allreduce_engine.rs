@@ -66,7 +66,7 @@ fn buckets_are_averaged_exactly_with_hooks_per_fragment() {
                 assert_eq!(x.to_bits(), (sum * (1.0 / p as f32)).to_bits(), "rank {r} bucket {b} [{i}]");
             }
             // Fragments of at most 100 bytes: rd below the 1024-byte threshold.
-            assert_eq!(d.algorithm, Algorithm::Rd);
+            assert_eq!(d.algorithm, Algorithm::Rd.name());
             assert!(d.started <= d.finished);
             // The comm thread's own CPU clock: it cannot run longer than it was inside the
             // bucket (a process clock, summing the other ranks' threads, could).
@@ -116,7 +116,7 @@ fn large_buckets_pick_the_large_message_algorithm_per_fragment() {
             (d.algorithm, frags, d.data.as_mut_slice().to_vec(), table, desc)
         });
         for (algo, frags, v, table, desc) in out {
-            assert_eq!(algo, want);
+            assert_eq!(algo, want.name());
             assert_eq!(frags, 2);
             assert_eq!(table[0], (0, 1023, Algorithm::Rd));
             assert!(desc.contains("rd below 1KiB") && desc.ends_with(&format!("1KiB-: {want}]")), "{desc}");
@@ -288,7 +288,7 @@ fn a_reconfigured_comm_thread_uses_the_new_table_fragments_and_wire() {
         (out, done.algorithm, first)
     });
     for ((before, after, fragments, described), used, first) in results {
-        assert_eq!((before, after, used), (Algorithm::Vhd, Algorithm::Ring, Algorithm::Ring));
+        assert_eq!((before, after, used), (Algorithm::Vhd, Algorithm::Ring, Algorithm::Ring.name()));
         assert_eq!(fragments, 10, "400-byte fragments of 1000 floats");
         assert!(described.starts_with("--allreduce ring"), "{described}");
         assert_eq!(first, 1.0, "the value travelled as bf16 (exact f32 would give 1 + 2^-13)");

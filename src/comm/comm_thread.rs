@@ -7,15 +7,21 @@ use crate::comm::allreduce::{Algorithm, allreduce_mean};
 use crate::comm::collectives;
 use crate::comm::cpu_clock::thread_cpu_time;
 use crate::comm::handle::{BucketDone, BucketRequest, Command, HelperOp, HelperOut, Shared, fragments};
+use crate::comm::onebit::{self, OneBitStage, Residuals};
 use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
+use crate::comm::transport::counting::Counting;
 use crate::comm::transport::{CommError, TAG_HELPER, TAG_RESERVED, Tag, Transport, f32_bytes};
 use anyhow::{anyhow, bail};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+/// What a 1-bit bucket reports as its algorithm.
+pub const ONE_BIT_LABEL: &str = "1bit-stripes";
 
 /// How often an idle comm thread wakes to answer status queries and check the abort flag.
 const IDLE_POLL: Duration = Duration::from_millis(20);
@@ -33,6 +39,9 @@ pub(crate) struct CommThread {
     /// How gradient buckets travel; the helper collectives always go as f32.
     pub wire: Wire,
     pub bf16_stage: Bf16Stage,
+    /// `--wire 1bit`: each bucket's error feedback on this rank, by bucket id.
+    pub residuals: HashMap<u32, Residuals>,
+    pub onebit_stage: OneBitStage,
     /// A nap before each fragment of a gradient bucket (`fault_hooks::comm_fragment_nap`).
     pub test_nap: Option<Duration>,
 }
@@ -143,7 +152,10 @@ impl CommThread {
             frags.len()
         ))?;
         let wire = if req.exact { Wire::F32 } else { self.wire };
-        let (mut busy, mut cpu) = (Duration::ZERO, Duration::ZERO);
+        let (mut busy, mut cpu, mut sent) = (Duration::ZERO, Duration::ZERO, 0);
+        if wire == Wire::OneBit && self.residuals.get(&req.id).is_none_or(|r| r.own.len() != n) {
+            self.residuals.insert(req.id, Residuals::zeros(n));
+        }
         for f in &frags {
             if let Some(hook) = req.before_fragment.as_mut() {
                 hook(f.clone());
@@ -155,13 +167,19 @@ impl CommThread {
             let cpu_start = thread_cpu_time();
             // One fragment at a time: the owner may be reading the ones already averaged.
             let data = req.data.fragment_mut(f.clone());
+            let mut counted = Counting::new(&mut *self.t);
             let r = match wire {
-                Wire::F32 => allreduce_mean(&mut *self.t, algorithm, data, tag),
+                Wire::F32 => allreduce_mean(&mut counted, algorithm, data, tag),
                 Wire::Bf16 => {
-                    let mut t = Bf16Wire::new(&mut *self.t, &mut self.bf16_stage);
+                    let mut t = Bf16Wire::new(&mut counted, &mut self.bf16_stage);
                     allreduce_mean(&mut t, algorithm, data, tag)
                 }
+                Wire::OneBit => {
+                    let res = self.residuals.get_mut(&req.id).expect("made above").range_mut(f.clone());
+                    onebit::allreduce_mean(&mut counted, data, res, &mut self.onebit_stage, tag).map(|_| ())
+                }
             };
+            sent += counted.sent;
             cpu += thread_cpu_time().saturating_sub(cpu_start);
             let end = Instant::now();
             if let Err(e) = r {
@@ -172,8 +190,20 @@ impl CommThread {
                 hook(f.clone());
             }
         }
+        let residual_sq = (wire == Wire::OneBit).then(|| self.residuals[&req.id].sum_of_squares());
+        let how = if wire == Wire::OneBit { ONE_BIT_LABEL } else { algorithm.name() };
         self.end();
-        Ok(BucketDone { data: req.data, algorithm, bytes: n * 4, started, finished: Instant::now(), busy, cpu })
+        Ok(BucketDone {
+            data: req.data,
+            algorithm: how,
+            bytes: n * 4,
+            sent,
+            residual_sq,
+            started,
+            finished: Instant::now(),
+            busy,
+            cpu,
+        })
     }
 
     fn helper(&mut self, op: HelperOp) -> anyhow::Result<HelperOut> {

@@ -82,9 +82,13 @@ pub struct Ticket {
 /// A bucket after averaging.
 pub struct BucketDone {
     pub data: Box<dyn HostData>,
-    /// What was used (chosen by fragment size).
-    pub algorithm: Algorithm,
+    /// The algorithm used (chosen by fragment size), or the 1-bit wire's own.
+    pub algorithm: &'static str,
     pub bytes: usize,
+    /// Bytes this rank sent for it, counted where they left (MPI's own allreduce: 0).
+    pub sent: u64,
+    /// `--wire 1bit`: the sum of squares of this rank's residuals of the bucket afterwards.
+    pub residual_sq: Option<f64>,
     /// When the comm thread took the bucket up.
     pub started: Instant,
     pub finished: Instant,

@@ -12,6 +12,7 @@ pub mod collectives;
 mod comm_thread;
 pub mod cpu_clock;
 pub mod handle;
+pub mod onebit;
 pub mod options;
 pub mod reduce;
 pub mod stall;
@@ -244,6 +245,8 @@ fn spawn(
                 abort_on_failure: cfg.abort_on_failure,
                 wire: cfg.wire,
                 bf16_stage: Default::default(),
+                residuals: Default::default(),
+                onebit_stage: Default::default(),
                 test_nap: crate::fault_hooks::comm_fragment_nap(),
                 shared: thread_shared,
                 failed: None,

@@ -84,23 +84,41 @@ pub enum Wire {
     /// bfloat16, 2 bytes per value: half the bytes on slow links, each value rounded to 8
     /// significant bits before it travels (sums stay f32; every rank keeps identical bits).
     Bf16,
+    /// One bit per value and two floats per column of 512 (28x fewer bytes), with error
+    /// feedback: what a step's quantization misses is added to the next step's gradient
+    /// (CNTK's 1-bit SGD). After the f32 warm-up of --wire-warmup-steps.
+    #[value(name = "1bit")]
+    #[serde(rename = "1bit")]
+    OneBit,
 }
 
 impl Wire {
-    /// Bytes one gradient value takes on the wire.
-    pub fn bytes_per_value(self) -> usize {
+    /// Bytes on the wire per byte of f32 gradient (1-bit: its whole columns' encoding).
+    pub fn size_ratio(self) -> f64 {
         match self {
-            Wire::F32 => 4,
-            Wire::Bf16 => 2,
+            Wire::F32 => 1.0,
+            Wire::Bf16 => 0.5,
+            Wire::OneBit => {
+                let column = super::onebit::quantize::COLUMN;
+                super::onebit::quantize::encoded_len(column) as f64 / (4 * column) as f64
+            }
         }
     }
 
     /// For commands that time or tune exact f32 messages: an error for anything else.
     pub fn require_f32(self, command: &str) -> anyhow::Result<()> {
         if self != Wire::F32 {
-            anyhow::bail!("{command} times exact f32 messages; --wire bf16 applies to train: drop --wire bf16");
+            anyhow::bail!("{command} times exact f32 messages; --wire applies to train: drop --wire {}", self.name());
         }
         Ok(())
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Wire::F32 => "f32",
+            Wire::Bf16 => "bf16",
+            Wire::OneBit => "1bit",
+        }
     }
 }
 
@@ -120,6 +138,9 @@ pub struct CommOptions {
     /// A collective that waits longer than this ends the job (`Duration::MAX` = never).
     pub stall_timeout: Duration,
     pub wire: Wire,
+    /// `--wire 1bit`: steps that exchange f32 before it takes over (None: a tenth of the
+    /// run's steps).
+    pub wire_warmup_steps: Option<u64>,
 }
 
 /// `--allreduce-threshold`'s default: the rd/vhd crossover measured between 2 ranks.
@@ -138,6 +159,7 @@ impl Default for CommOptions {
             fragment_bytes: DEFAULT_FRAGMENT_BYTES,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             wire: Wire::F32,
+            wire_warmup_steps: None,
         }
     }
 }
@@ -164,12 +186,16 @@ mod tests {
 
     #[test]
     fn options_keep_their_recorded_form() {
-        // Checkpoints and summaries already written hold this form: it must read back.
-        let recorded = serde_json::json!({
+        // Checkpoints and summaries already written hold this form: it must read back, and
+        // options added since are written beside it.
+        let mut recorded = serde_json::json!({
             "allreduce": "auto", "allreduce_threshold": 8192, "allreduce_tuning": null,
             "fragment_bytes": 1048576, "stall_timeout": {"secs": 60, "nanos": 0}, "wire": "f32"
         });
+        assert_eq!(serde_json::from_value::<CommOptions>(recorded.clone()).unwrap(), CommOptions::default());
+        recorded["wire_warmup_steps"] = serde_json::Value::Null;
         assert_eq!(serde_json::to_value(CommOptions::default()).unwrap(), recorded);
-        assert_eq!(serde_json::from_value::<CommOptions>(recorded).unwrap(), CommOptions::default());
+        let one_bit = CommOptions { wire: Wire::OneBit, ..CommOptions::default() };
+        assert_eq!(serde_json::to_value(&one_bit).unwrap()["wire"], "1bit");
     }
 }

@@ -27,10 +27,15 @@ pub struct CommArgs {
     /// ranks have not arrived (e.g. 60s, 500ms, 5m; 0 = never).
     #[arg(long, value_parser = parse_timeout, default_value = "60s")]
     pub stall_timeout: Duration,
-    /// How gradients travel between ranks: f32 (exact) or bf16 (half the bytes, like
-    /// Horovod's fp16 compression; for slow links). Applies to the hand-written algorithms.
+    /// How gradients travel between ranks: f32 (exact), bf16 (half the bytes, like
+    /// Horovod's fp16 compression; for slow links) or 1bit (28x fewer bytes, the error carried
+    /// to the next step; its own allreduce over stripe owners).
     #[arg(long, value_enum, default_value_t = Wire::F32)]
     pub wire: Wire,
+    /// With --wire 1bit: exchange f32 for this many steps first, while Adam's moments settle
+    /// [default: a tenth of the run's steps].
+    #[arg(long, value_name = "STEPS")]
+    pub wire_warmup_steps: Option<u64>,
 }
 
 impl From<CommArgs> for CommOptions {
@@ -42,6 +47,7 @@ impl From<CommArgs> for CommOptions {
             fragment_bytes: a.fragment_bytes,
             stall_timeout: a.stall_timeout,
             wire: a.wire,
+            wire_warmup_steps: a.wire_warmup_steps,
         }
     }
 }

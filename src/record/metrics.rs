@@ -10,6 +10,12 @@ pub struct StepMetrics {
     pub stop: bool,
     #[serde(flatten)]
     pub losses: Losses,
+    /// `--wire 1bit`: the L2 norm of rank 0's error-feedback residuals of G and D (its own
+    /// and its stripe's), once each network's gradients have travelled 1-bit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_g: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_d: Option<f32>,
 }
 
 /// The losses of a step, by the GAN's loss (their names tell which).
@@ -49,7 +55,7 @@ pub enum Losses {
 impl Default for StepMetrics {
     fn default() -> Self {
         let losses = Losses::Dcgan { loss_d: 0.0, loss_g: 0.0, d_x: 0.0, d_g_z: 0.0, d_g_z2: 0.0 };
-        StepMetrics { stop: false, losses }
+        StepMetrics { stop: false, losses, residual_g: None, residual_d: None }
     }
 }
 
@@ -186,12 +192,13 @@ mod tests {
         assert_eq!(critic_only.with_loss_g_of(&wgan), wgan);
         assert!(!serde_json::to_string(&critic_only).unwrap().contains("loss_g"));
         for losses in [dcgan, wgan, critic_only] {
-            let m = StepMetrics { stop: false, losses };
+            let m = StepMetrics { stop: false, losses, residual_g: None, residual_d: None };
             let json = serde_json::to_value(m).unwrap();
             assert_eq!(serde_json::from_value::<StepMetrics>(json.clone()).unwrap(), m, "{json}");
             assert_eq!(losses.from_raw(&losses.to_raw()), losses);
         }
-        let json = serde_json::to_value(StepMetrics { stop: false, losses: wgan }).unwrap();
+        let json = serde_json::to_value(StepMetrics { stop: false, losses: wgan, residual_g: None, residual_d: None })
+            .unwrap();
         assert_eq!(json["grad_norm"], 0.75);
         assert!(json.get("loss_d").is_none(), "{json}");
         assert!(wgan.short_text().contains("W 2.000 gp 0.500 |grad| 0.75"), "{}", wgan.short_text());

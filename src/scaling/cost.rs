@@ -40,7 +40,7 @@ impl Terms {
     /// The same allreduce with `wire` on the links: `--wire bf16` sends half the bytes, while
     /// the sums are still formed over the same f32 values.
     pub fn on_wire(self, wire: Wire) -> Terms {
-        Terms { bytes_sent: self.bytes_sent * wire.bytes_per_value() as f64 / 4.0, ..self }
+        Terms { bytes_sent: self.bytes_sent * wire.size_ratio(), ..self }
     }
 }
 
@@ -166,7 +166,7 @@ pub fn bucket_bytes_moved(choice: &Choice, bytes: usize, fragment_bytes: usize, 
 /// Of the ranks of `place`, the most bytes one sends plus receives in one allreduce of `bytes`
 /// (as f32) with `algo` (not Mpi), halved: what one rank moves each way.
 pub fn bytes_moved_on(algo: Algorithm, bytes: f64, place: Placement, wire: Wire) -> f64 {
-    let on_wire = wire.bytes_per_value() as f64 / 4.0;
+    let on_wire = wire.size_ratio();
     let p = place.ranks();
     if p <= 1 || bytes == 0.0 {
         return 0.0;

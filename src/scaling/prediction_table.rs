@@ -66,6 +66,7 @@ pub fn markdown(pred: &Prediction, fragment_bytes: usize) -> String {
         match pred.wire {
             Wire::F32 => "f32",
             Wire::Bf16 => "bf16 (half the bytes)",
+            Wire::OneBit => "1bit (its bytes on the chosen algorithm's pattern)",
         },
     );
     s.push_str(if pred.identical_ranks {

@@ -74,7 +74,7 @@ impl Schedule {
     /// carries that round in its direction (links are full duplex), plus gamma for what the
     /// receiver adds.
     pub fn seconds(&self, place: Placement, links: &Links, wire: Wire) -> f64 {
-        let on_wire = wire.bytes_per_value() as f64 / 4.0;
+        let on_wire = wire.size_ratio();
         let (mut leaving, mut entering) = (vec![0.0; place.hosts], vec![0.0; place.hosts]);
         let mut total = 0.0;
         for round in &self.rounds {

@@ -56,6 +56,23 @@ impl Settings {
     }
 }
 
+/// The share of a run's steps that exchange f32 before `--wire 1bit` takes over, where
+/// `--wire-warmup-steps` does not say (1-bit Adam's warm-up is 15-25% of its runs; GAN runs
+/// here are short, and the error feedback needs steps to pay off).
+const WIRE_WARMUP_FRACTION: u64 = 10;
+
+/// The first step whose gradients travel 1-bit (u64::MAX: none, another wire).
+pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
+    if args.comm.wire != crate::comm::Wire::OneBit {
+        return u64::MAX;
+    }
+    let planned = match args.epoch_limit() {
+        Some(e) => (e * steps_per_epoch as u64).min(args.max_steps.unwrap_or(u64::MAX)),
+        None => args.max_steps.unwrap_or(0),
+    };
+    args.comm.wire_warmup_steps.unwrap_or(planned / WIRE_WARMUP_FRACTION)
+}
+
 /// The discriminator a loss trains: WGAN-GP's critic has no batch norm.
 pub fn discriminator(loss: GanLoss) -> Discriminator {
     match loss {

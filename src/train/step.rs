@@ -300,7 +300,13 @@ impl<B: Backend> GanTrainer<B> {
             // One rank copies its own metrics: nothing to wait for, nothing to draw.
             self.timeline.span(Track::Compute, "wait", "metrics", t_wait, t_done);
         }
-        let metrics = StepMetrics { losses: like.from_raw(&raw[..5]), stop: raw[5] > 0.0 };
+        let residuals = self.exchange.residual_norms();
+        let metrics = StepMetrics {
+            losses: like.from_raw(&raw[..5]),
+            stop: raw[5] > 0.0,
+            residual_g: residuals.map(|r| r[0]),
+            residual_d: residuals.map(|r| r[1]),
+        };
         let (a, b) = metrics.losses.pair();
         if !(a.is_finite() && b.is_finite()) {
             bail!(

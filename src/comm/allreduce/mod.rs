@@ -19,7 +19,7 @@ pub mod tree;
 pub mod vector_halving;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::comm::reduce;
 use crate::comm::transport::{CommError, Tag, Transport};

@@ -4,6 +4,7 @@
 
 pub mod bf16_round;
 pub mod bf16_wire;
+pub mod counting;
 pub mod group;
 pub mod local;
 #[cfg(feature = "mpi")]

@@ -69,6 +69,8 @@ struct NetBuckets<H> {
     host: Vec<H>,
     /// The comm thread's fragments of each bucket (element ranges within it), made once.
     fragments: Vec<Vec<Range<usize>>>,
+    /// `--wire 1bit`: each bucket's residuals' sum of squares after its last exchange.
+    residual_sq: Vec<Option<f64>>,
 }
 
 impl<H: HostBuffer> NetBuckets<H> {
@@ -84,7 +86,8 @@ impl<H: HostBuffer> NetBuckets<H> {
         let fragments = plan.iter().map(|b| comm.fragments_of(b.range.len())).collect();
         let alive = Arc::new(());
         let (held, in_flight) = (Vec::new(), Vec::new());
-        Ok(NetBuckets { plan, bucket_of_stage, missing, held, in_flight, alive, host, fragments })
+        let residual_sq = vec![None; plan.len()];
+        Ok(NetBuckets { plan, bucket_of_stage, missing, held, in_flight, alive, host, fragments, residual_sq })
     }
 }
 
@@ -94,6 +97,8 @@ struct InFlight {
     ticket: Ticket,
     /// The step that submitted it.
     step: u64,
+    /// Sent as f32 whatever the wire (the 1-bit warm-up).
+    exact: bool,
     /// The middle of its staging out: where the trace's hand-off arrow starts.
     staged_at: Instant,
     /// Each fragment (elements of the bucket) and the waiter of its copy to the host.
@@ -158,6 +163,11 @@ pub struct CommExchange<B: Backend> {
     metrics: MetricsOverRanks,
     /// Submit each bucket the moment it is complete (false: `--no-overlap`).
     overlap: bool,
+    /// Gradients of steps before this one travel exact (`--wire-warmup-steps`).
+    compressed_from: u64,
+    /// The last step that submitted a bucket, and whether it was compressed (counts
+    /// `stats.sent_steps`).
+    last_submit: Option<u64>,
     pub stats: ExchangeStats,
 }
 
@@ -194,7 +204,15 @@ impl<B: Backend> CommExchange<B> {
             });
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
-        Ok(CommExchange { metrics: MetricsOverRanks::new(comm.clone()), comm, nets, overlap, stats })
+        Ok(CommExchange {
+            metrics: MetricsOverRanks::new(comm.clone()),
+            comm,
+            nets,
+            overlap,
+            compressed_from: 0,
+            last_submit: None,
+            stats,
+        })
     }
 
     /// Stage bucket `b` out of the gradient buffer, one copy per fragment, and hand it to
@@ -216,6 +234,11 @@ impl<B: Backend> CommExchange<B> {
         tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, t1, bucket.bytes(), "");
         let for_comm = staged.clone();
         let (progress, sender) = FragmentProgress::new();
+        let exact = tl.step < self.compressed_from;
+        if self.last_submit != Some(tl.step) {
+            self.last_submit = Some(tl.step);
+            self.stats.sent_steps[usize::from(!exact)] += 1;
+        }
         let (ptr, len) = nb.host[b].raw_parts();
         let ticket = self.comm.submit(BucketRequest {
             id: bucket.id,
@@ -229,10 +252,10 @@ impl<B: Backend> CommExchange<B> {
                 }
             })),
             after_fragment: Some(Box::new(move |f| sender.averaged(f.end))),
-            exact: false,
+            exact,
         });
         let staged_at = t0 + (t1 - t0) / 2;
-        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, staged_at, staged, progress });
+        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, exact, staged_at, staged, progress });
     }
 
     /// Wait for one submitted bucket, copy its average back fragment by fragment and run
@@ -246,7 +269,7 @@ impl<B: Backend> CommExchange<B> {
         u: Update,
         tl: &mut Timeline,
     ) {
-        let InFlight { bucket: b, ticket, step, staged_at, staged, progress } = flight;
+        let InFlight { bucket: b, ticket, step, exact, staged_at, staged, progress } = flight;
         // On an asynchronous device the bucket may still be computing or copying: that
         // wait is the device's work, not communication, so it is timed apart.
         let t0 = Instant::now();
@@ -278,16 +301,21 @@ impl<B: Backend> CommExchange<B> {
         self.stats.comm_busy += done.busy;
         self.stats.comm_cpu += done.cpu;
         self.stats.bytes += done.bytes as u64;
+        self.stats.sent[usize::from(!exact)] += done.sent;
+        if let Some(sq) = done.residual_sq {
+            self.nets[net as usize].residual_sq[b] = Some(sq);
+        }
         // The stats list G's buckets, then D's.
         let first_of_net = if net == NetId::D { self.nets[0].plan.len() } else { 0 };
         let per_bucket = &mut self.stats.buckets[first_of_net + b];
         per_bucket.exposed += t1 - t_ready;
+        per_bucket.algorithm = done.algorithm;
         per_bucket.comm_busy += done.busy;
         let nb = &mut self.nets[net as usize];
         let bucket = &nb.plan[b];
         tl.span(Track::Compute, "wait-device", bucket.label, t0, t_ready);
         tl.span(Track::Compute, "wait", bucket.label, t_ready, t1);
-        let algo = done.algorithm.name();
+        let algo = done.algorithm;
         tl.span_of_step(
             step,
             Track::CommThread,
@@ -373,6 +401,17 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
 
     fn stats(&self) -> ExchangeStats {
         self.stats.clone()
+    }
+
+    fn compress_from(&mut self, step: u64) {
+        self.compressed_from = step;
+    }
+
+    fn residual_norms(&self) -> Option<[f32; 2]> {
+        let norm = |nb: &NetBuckets<B::Host>| -> Option<f32> {
+            nb.residual_sq.iter().copied().sum::<Option<f64>>().map(|s| s.sqrt() as f32)
+        };
+        Some([norm(&self.nets[0])?, norm(&self.nets[1])?])
     }
 
     fn exposed(&self) -> Duration {

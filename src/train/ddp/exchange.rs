@@ -26,6 +26,10 @@ pub struct ExchangeStats {
     pub device_wait: Duration,
     /// Gradient bytes averaged.
     pub bytes: u64,
+    /// Bytes this rank sent for gradients, counted at the transport, and the steps that sent
+    /// them: [exact (f32 or bf16, and 1-bit's warm-up), 1-bit].
+    pub sent: [u64; 2],
+    pub sent_steps: [u64; 2],
     /// Every bucket, G's then D's, in submission order.
     pub buckets: Vec<BucketStats>,
 }
@@ -91,6 +95,12 @@ pub trait Exchange<B: Backend> {
     /// not wait behind them); `finish_metrics` returns the averages.
     fn start_metrics(&mut self, values: &[f32]);
     fn finish_metrics(&mut self, out: &mut [f32]);
+    /// `--wire 1bit`: gradients of steps from `step` on travel compressed (before: exact).
+    fn compress_from(&mut self, _step: u64) {}
+    /// `--wire 1bit`: the L2 norm of this rank's residuals of (G, D) after their last exchange.
+    fn residual_norms(&self) -> Option<[f32; 2]> {
+        None
+    }
     /// Totals so far (none for one rank).
     fn stats(&self) -> ExchangeStats {
         ExchangeStats::default()

@@ -87,6 +87,8 @@ impl<'a, B: Backend> Run<'a, B> {
             // other ranks stop with it, wherever they are in the step.
             run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
         }
+        let compressed_from = crate::train::config::compressed_from(args, run.shard.batches_per_epoch());
+        run.trainer.exchange.compress_from(compressed_from);
         run.restore_everywhere(ck.as_ref())?;
         run.quality = Quality::prepare(job, &run.trainer.be, args)?;
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
@@ -149,6 +151,12 @@ impl<'a, B: Backend> Run<'a, B> {
         if self.args.comm.wire == crate::comm::Wire::Bf16 && w.size > 1 && !p.no_exchange {
             eprintln!(
                 "--wire bf16: gradients travel as bfloat16 (half the bytes; each value rounded to 8 significant bits)"
+            );
+        }
+        if self.args.comm.wire == crate::comm::Wire::OneBit && w.size > 1 && !p.no_exchange {
+            let from = crate::train::config::compressed_from(self.args, self.shard.batches_per_epoch());
+            eprintln!(
+                "--wire 1bit: gradients travel as f32 for the first {from} steps (--wire-warmup-steps), then as 1 bit a value with error feedback"
             );
         }
     }
