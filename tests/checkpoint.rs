@@ -38,6 +38,12 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
         rank_states: (1..3)
             .map(|r| [common::random(g.state_len(), 1.0, 10 + r), common::random(d.state_len(), 1.0, 20 + r)])
             .collect(),
+        residuals: (0..3u64)
+            .map(|r| {
+                let pair = |l: &ParamLayout, seed| [0, 1].map(|k| common::random(l.param_len(), 0.1, seed + k));
+                [pair(g, 30 + 2 * r), pair(d, 40 + 2 * r)]
+            })
+            .collect(),
     }
 }
 
@@ -68,6 +74,10 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     let back = checkpoint::load(&second, (&g, &d)).unwrap();
     assert_eq!(back, ck);
     assert_eq!(checkpoint::image_size_of(&second).unwrap(), 28);
+    // A run that never sent 1-bit keeps no residuals, and reads back none.
+    ck.residuals.clear();
+    let third = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
+    assert_eq!(checkpoint::load(&third, (&g, &d)).unwrap(), ck);
 }
 
 /// A second save of the same step (a periodic checkpoint, then the epoch's end with the new

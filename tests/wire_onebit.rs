@@ -66,3 +66,24 @@ fn the_warm_up_trains_exactly_as_f32() {
     assert_ne!(final_weights(&out("f32")), final_weights(&out("cold")));
     assert!(read_summary(&out("warm")).comm.sent_bytes_per_1bit_step.is_none());
 }
+
+/// A 1-bit run stopped after its warm-up and resumed ends where the uninterrupted run does,
+/// bit for bit: every rank's residuals travel in the checkpoint.
+#[test]
+fn a_one_bit_run_resumes_bitwise_with_every_ranks_residuals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, part) = (tmp.path().join("whole"), tmp.path().join("part"));
+    let one_bit = ["--wire", "1bit", "--wire-warmup-steps", "1"];
+    run(2, &whole, "6", &one_bit);
+    run(2, &part, "3", &one_bit);
+    let ck = dcgan_train::checkpoint::resolve(&part).unwrap();
+    let names = common::safetensors_names(&ck.join("optimizer.safetensors"));
+    for name in ["rank0.G.residual", "rank1.G.stripe_residual", "rank1.D.residual"] {
+        assert!(names.iter().any(|n| n == name), "no {name} in {names:?}");
+    }
+    let args = ["--resume", path(&part), "--max-steps", "6", "--no-progress"];
+    let o = mpirun(2, &args, 300);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(final_weights(&part), final_weights(&whole));
+    assert_eq!(common::step_records(&part), common::step_records(&whole));
+}

@@ -62,6 +62,18 @@ pub struct Checkpoint {
     /// Running statistics (G's, D's) of ranks 1.. (rank 0's are in G and D): without
     /// --sync-bn they differ between epoch ends, and an exact resume needs each rank's own.
     pub rank_states: Vec<[Vec<f32>; 2]>,
+    /// `--wire 1bit`: every rank's error feedback, rank 0 first (empty before any gradient
+    /// travelled 1-bit), so that a resume continues exactly.
+    pub residuals: Vec<RankResiduals>,
+}
+
+/// One rank's 1-bit residuals: [G, D] x [its own, its stripe's], each [param_len] of that
+/// network in its layout's flat order.
+pub type RankResiduals = [[Vec<f32>; 2]; 2];
+
+/// The tensor names of a rank's residuals, as `RankResiduals` orders them.
+fn residual_names(rank: usize) -> [[String; 2]; 2] {
+    ["G", "D"].map(|net| ["residual", "stripe_residual"].map(|part| format!("rank{rank}.{net}.{part}")))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -92,8 +104,16 @@ fn encode_optimizer(
     d: (&ParamLayout, &Moments),
     progress: &Progress,
     rank_states: &[[Vec<f32>; 2]],
+    residuals: &[RankResiduals],
 ) -> Result<Vec<u8>> {
     let mut infos = Vec::new();
+    for (rank, nets) in residuals.iter().enumerate() {
+        for (names, parts) in residual_names(rank).iter().zip(nets) {
+            for (name, v) in names.iter().zip(parts) {
+                infos.push((flat_info(name.clone(), v.len()), &v[..]));
+            }
+        }
+    }
     for (i, states) in rank_states.iter().enumerate() {
         for (net, st) in ["G", "D"].iter().zip(states) {
             infos.push((flat_info(rank_state_name(i + 1, net), st.len()), &st[..]));
@@ -133,7 +153,13 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
-    let opt = encode_optimizer((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam), &ck.progress, &ck.rank_states)?;
+    let opt = encode_optimizer(
+        (layouts.0, &ck.g_adam),
+        (layouts.1, &ck.d_adam),
+        &ck.progress,
+        &ck.rank_states,
+        &ck.residuals,
+    )?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
     let dir = root.join(&name);
@@ -285,7 +311,35 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
         }
         rank_states.push(pair);
     }
-    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states })
+    let residuals = read_residuals(&st, &what, progress.ranks, [layouts.0.param_len(), layouts.1.param_len()])?;
+    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states, residuals })
+}
+
+/// Every rank's 1-bit residuals, or none where the checkpoint has none (rank 0's decides).
+fn read_residuals(
+    st: &safetensors::SafeTensors<'_>,
+    what: &str,
+    ranks: usize,
+    lens: [usize; 2],
+) -> Result<Vec<RankResiduals>> {
+    if st.tensor(&residual_names(0)[0][0]).is_err() {
+        return Ok(Vec::new());
+    }
+    let mut all = Vec::new();
+    for rank in 0..ranks {
+        let mut nets: RankResiduals = Default::default();
+        for ((names, parts), len) in residual_names(rank).iter().zip(nets.iter_mut()).zip(lens) {
+            for (name, out) in names.iter().zip(parts.iter_mut()) {
+                if st.tensor(name).is_err() {
+                    bail!("{what} has no {name}: the checkpoint is incomplete");
+                }
+                out.resize(len, 0.0);
+                tensors::read_f32(st, &flat_info(name.clone(), len), what, out)?;
+            }
+        }
+        all.push(nets);
+    }
+    Ok(all)
 }
 
 /// The optimizer file's name for one Adam moment (`exp_avg`, `exp_avg_sq`) of a parameter:

@@ -207,6 +207,15 @@ impl CommThread {
     }
 
     fn helper(&mut self, op: HelperOp) -> anyhow::Result<HelperOut> {
+        // This rank's own state: no other rank takes part.
+        let op = match op {
+            HelperOp::Residuals => return Ok(HelperOut::Residuals(self.residuals.clone().into_iter().collect())),
+            HelperOp::SetResiduals(r) => {
+                self.residuals = r.into_iter().collect();
+                return Ok(HelperOut::Unit);
+            }
+            other => other,
+        };
         let label = match &op {
             HelperOp::MeanF32(v) => format!("allreduce_mean of {} floats", v.len()),
             HelperOp::MeanF64(v) => format!("allreduce_mean_f64 of {} values", v.len()),
@@ -214,6 +223,7 @@ impl CommThread {
             HelperOp::BroadcastBytes(root, _) => format!("broadcast_bytes from rank {root}"),
             HelperOp::GatherBytes(_) => "gather_bytes to rank 0".to_string(),
             HelperOp::Barrier => "barrier".to_string(),
+            HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
         self.begin(&label)?;
         let t = &mut *self.t;
@@ -240,6 +250,7 @@ impl CommThread {
             }
             HelperOp::GatherBytes(v) => collectives::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
             HelperOp::Barrier => collectives::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
+            HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
         match r {
             Ok(out) => {

@@ -6,6 +6,7 @@
 use crate::comm::WorldInfo;
 use crate::comm::allreduce::Algorithm;
 use crate::comm::allreduce::select::SelectionTable;
+use crate::comm::onebit::Residuals;
 use crate::comm::stall::STALL_EXIT_CODE;
 use anyhow::{anyhow, bail};
 use std::ops::Range;
@@ -116,6 +117,9 @@ pub(crate) enum HelperOp {
     BroadcastBytes(usize, Vec<u8>),
     GatherBytes(Vec<u8>),
     Barrier,
+    /// This rank's 1-bit residuals, by bucket id (not collective).
+    Residuals,
+    SetResiduals(Vec<(u32, Residuals)>),
 }
 
 pub(crate) enum HelperOut {
@@ -123,6 +127,7 @@ pub(crate) enum HelperOut {
     F64(Vec<f64>),
     Bytes(Vec<u8>),
     Gathered(Option<Vec<Vec<u8>>>),
+    Residuals(Vec<(u32, Residuals)>),
     Unit,
 }
 
@@ -247,6 +252,19 @@ impl CommHandle {
             HelperOut::Gathered(v) => Ok(v),
             _ => unreachable!("GatherBytes answers Gathered"),
         }
+    }
+
+    /// This rank's `--wire 1bit` residuals by bucket id (none before any 1-bit bucket).
+    pub fn residuals(&self) -> anyhow::Result<Vec<(u32, Residuals)>> {
+        match self.helper(HelperOp::Residuals)? {
+            HelperOut::Residuals(v) => Ok(v),
+            _ => unreachable!("Residuals answers Residuals"),
+        }
+    }
+
+    /// Replace this rank's 1-bit residuals (a resume's).
+    pub fn set_residuals(&self, r: Vec<(u32, Residuals)>) -> anyhow::Result<()> {
+        self.helper(HelperOp::SetResiduals(r)).map(|_| ())
     }
 
     pub fn barrier(&self) -> anyhow::Result<()> {

@@ -182,6 +182,12 @@ pub fn safetensors_metadata(path: &std::path::Path) -> serde_json::Map<String, s
     header["__metadata__"].as_object().unwrap().clone()
 }
 
+/// The tensor names of a safetensors file.
+pub fn safetensors_names(path: &std::path::Path) -> Vec<String> {
+    let (header, _) = safetensors_header(&std::fs::read(path).unwrap());
+    header.keys().filter(|k| *k != "__metadata__").cloned().collect()
+}
+
 /// Rewrite the `__metadata__` of a safetensors file with `change` (the tensors stay as they
 /// are): e.g. a checkpoint as written before it carried digests.
 pub fn rewrite_metadata(path: &std::path::Path, change: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {

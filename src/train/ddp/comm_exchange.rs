@@ -403,6 +403,21 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.stats.clone()
     }
 
+    fn residuals(&self) -> Result<Option<crate::checkpoint::RankResiduals>> {
+        super::residuals::collect(&self.comm, [&self.nets[0].plan, &self.nets[1].plan])
+    }
+
+    fn set_residuals(&mut self, r: &crate::checkpoint::RankResiduals) -> Result<()> {
+        // The norms the metrics report until each bucket travels again.
+        for (nb, [own, stripe]) in self.nets.iter_mut().zip(r) {
+            for (b, sq) in nb.plan.iter().zip(&mut nb.residual_sq) {
+                let squares = own[b.range.clone()].iter().chain(&stripe[b.range.clone()]);
+                *sq = Some(squares.map(|&x| x as f64 * x as f64).sum());
+            }
+        }
+        super::residuals::install(&self.comm, [&self.nets[0].plan, &self.nets[1].plan], r)
+    }
+
     fn compress_from(&mut self, step: u64) {
         self.compressed_from = step;
     }

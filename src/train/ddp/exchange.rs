@@ -101,6 +101,14 @@ pub trait Exchange<B: Backend> {
     fn residual_norms(&self) -> Option<[f32; 2]> {
         None
     }
+    /// `--wire 1bit`: this rank's residuals (`ddp::residuals`); None before any travelled.
+    fn residuals(&self) -> anyhow::Result<Option<crate::checkpoint::RankResiduals>> {
+        Ok(None)
+    }
+    /// `--wire 1bit`: continue from a checkpoint's residuals.
+    fn set_residuals(&mut self, _r: &crate::checkpoint::RankResiduals) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Totals so far (none for one rank).
     fn stats(&self) -> ExchangeStats {
         ExchangeStats::default()

@@ -6,4 +6,5 @@ pub mod buckets;
 pub mod comm_exchange;
 pub mod exchange;
 pub mod fragment_progress;
+pub mod residuals;
 pub mod sync;

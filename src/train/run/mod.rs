@@ -8,7 +8,7 @@ mod finish;
 mod prepare;
 
 use super::config::Settings;
-use super::ddp::sync;
+use super::ddp::{residuals, sync};
 use super::job::Job;
 use super::outputs::Outputs;
 use super::quality::Quality;
@@ -161,12 +161,15 @@ impl<B: Backend> Run<'_, B> {
         trainer.finish_pending();
         let stores = [&trainer.model.g.store, &trainer.model.d.store];
         let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
+        let lens = stores.map(|s| s.layout.param_len());
+        let mine = job.or_fail(trainer.exchange.residuals());
+        let residuals = job.or_fail(residuals::gather(job, mine, lens));
         // Recorded on every rank, so that all skip the same saves.
         self.last_checkpoint.0 = Some((self.progress.clone(), None));
-        let (out, rank_states) = (self.outputs.as_mut()?, rank_states?);
+        let (out, rank_states, residuals) = (self.outputs.as_mut()?, rank_states?, residuals?);
         let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
         let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
-        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states };
+        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states, residuals };
         let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
         let dir = job.or_fail(out.checkpoint(layouts, &ck));
         self.last_checkpoint.0 = Some((self.progress.clone(), Some(dir.clone())));

@@ -15,7 +15,7 @@ use crate::report::trace::Trace;
 use crate::train::config::{Settings, training_config};
 use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
-use crate::train::ddp::sync;
+use crate::train::ddp::{residuals, sync};
 use crate::train::interrupt::Interrupt;
 use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
@@ -113,6 +113,10 @@ impl<'a, B: Backend> Run<'a, B> {
         if resume {
             let stores = [&mut t.model.g.store, &mut t.model.d.store];
             sync::scatter_rank_states(job, &t.be, stores, ck.map(|c| &c.rank_states[..]))?;
+            let lens = [t.model.g.store.layout.param_len(), t.model.d.store.layout.param_len()];
+            if let Some(r) = residuals::scatter(job, ck.map(|c| &c.residuals[..]), lens)? {
+                t.exchange.set_residuals(&r)?;
+            }
         }
         if job.world.size > 1 {
             let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&self.progress)?)?;
