@@ -7,6 +7,7 @@ and set against targets and the cost model.
     python3 scripts/reports overlap NAME=SUMMARY.json...
     python3 scripts/reports quality OUT [--no-plot]
     python3 scripts/reports losses OUT [--no-plot]
+    python3 scripts/reports wire OUT
 
 Python's standard library only, but for the plot (matplotlib).
 """
@@ -20,6 +21,7 @@ import losses_report
 import overlap_report
 import quality_report
 import scaling_report
+import wire_report
 
 
 def main():
@@ -51,6 +53,9 @@ def main():
     w.add_argument("out", metavar="OUT", help="the folder bench-losses.sh wrote")
     w.add_argument("--no-plot", action="store_true", help="leave out losses.png (no matplotlib needed)")
 
+    r = sub.add_parser("wire", help="results.md and results.json of a bench-wire.sh folder")
+    r.add_argument("out", metavar="OUT", help="the folder bench-wire.sh wrote")
+
     args = ap.parse_args()
     if args.command == "scaling":
         scaling_report.main(args.out, plot=not args.no_plot)
@@ -60,6 +65,8 @@ def main():
         quality_report.main(args.out, plot=not args.no_plot)
     elif args.command == "losses":
         losses_report.main(args.out, plot=not args.no_plot)
+    elif args.command == "wire":
+        wire_report.main(args.out)
     else:
         overlap_report.main(args.summaries)
 

@@ -136,6 +136,12 @@ pub struct ParallelArgs {
     /// Ramp the learning rate linearly from 0 over this many steps.
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: u64,
+    /// Train the first STEPS steps as one worker would (every rank computes a 1-rank run's
+    /// step on its data and noise, nothing exchanged), then take rank 0's weights everywhere
+    /// and go data-parallel (CNTK's distributed_after: a large global batch from the start
+    /// can stall a GAN).
+    #[arg(long, default_value_t = 0, value_name = "STEPS")]
+    pub distributed_after: u64,
     /// Batch-norm statistics over all ranks (one allreduce per BN layer per pass) instead of
     /// per rank.
     #[arg(long)]
@@ -214,6 +220,7 @@ impl From<ParallelArgs> for ParallelOptions {
             global_batch_size: a.global_batch_size,
             lr_scaling: a.lr_scaling,
             warmup_steps: a.warmup_steps,
+            distributed_after: a.distributed_after,
             sync_bn: a.sync_bn,
             bucket_bytes: a.bucket_bytes,
             no_overlap: a.no_overlap,

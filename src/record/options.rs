@@ -83,6 +83,8 @@ pub struct ParallelOptions {
     pub global_batch_size: Option<u64>,
     pub lr_scaling: LrScaling,
     pub warmup_steps: u64,
+    /// The first this many steps train as one worker would, then data parallelism starts.
+    pub distributed_after: u64,
     pub sync_bn: bool,
     pub bucket_bytes: usize,
     pub no_overlap: bool,
@@ -208,6 +210,7 @@ impl Default for ParallelOptions {
             warmup_steps: 0,
             sync_bn: false,
             bucket_bytes: 1 << 20,
+            distributed_after: 0,
             no_overlap: false,
             no_exchange: false,
             trace: None,

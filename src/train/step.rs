@@ -48,6 +48,9 @@ pub struct GanTrainer<B: Backend> {
     pub be: B,
     pub model: Dcgan<B>,
     pub exchange: Box<dyn Exchange<B>>,
+    /// `--distributed-after`: still training as one worker would (noise keyed as rank 0 of
+    /// one).
+    pub solo: bool,
     pub timeline: Timeline,
     pub cfg: StepConfig,
     /// Steps completed (the next step's index).
@@ -120,6 +123,11 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
 }
 
 impl<B: Backend> GanTrainer<B> {
+    /// (rank, ranks) the step's random streams are keyed by: one worker's while `solo`.
+    pub(super) fn noise_place(&self) -> (usize, usize) {
+        if self.solo { (0, 1) } else { (self.cfg.rank, self.cfg.world) }
+    }
+
     pub fn new(
         be: B,
         model: Dcgan<B>,
@@ -137,6 +145,7 @@ impl<B: Backend> GanTrainer<B> {
             be,
             model,
             exchange,
+            solo: false,
             timeline,
             cfg,
             step: 0,
@@ -239,7 +248,7 @@ impl<B: Backend> GanTrainer<B> {
     /// G forward in training mode on this step's noise (keyed by `noise_seed`), landing G's
     /// update left in flight stage by stage, each just before the stage runs.
     pub(super) fn g_forward(&mut self, noise_seed: u64) {
-        let (rank, world) = (self.cfg.rank, self.cfg.world);
+        let (rank, world) = self.noise_place();
         let pending = self.g_pending.take().map(|lr| Update::next(&mut self.model.g.store, lr));
         let t0 = Instant::now();
         step_noise(noise_seed, self.step, rank, world, self.model.nz, &mut self.noise);

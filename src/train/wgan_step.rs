@@ -108,7 +108,7 @@ impl<B: Backend> GanTrainer<B> {
     /// when it is due (the module doc).
     pub(super) fn wgan_step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
         self.timeline.step = self.step;
-        let (seed, rank, world) = (self.cfg.seed, self.cfg.rank, self.cfg.world);
+        let (seed, (rank, world)) = (self.cfg.seed, self.noise_place());
         let w = self.wgan.as_mut().expect("the WGAN-GP step has its buffers");
 
         // 1. The real images: -mean D(x), D's gradient written (the others add to it).

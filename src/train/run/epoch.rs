@@ -41,6 +41,7 @@ impl<B: Backend> Run<'_, B> {
     /// last step.
     pub(super) fn run_epoch(&mut self, epoch: u64, first: usize, epochs_reached: u64) -> Result<EpochDone> {
         let order = self.shard.epoch(epoch);
+        let solo_order = self.solo_order(epoch);
         let steps_per_epoch = self.shard.batches_per_epoch();
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
         let span = EpochSpan::of(first, steps_per_epoch, self.trainer.step, max_steps);
@@ -53,7 +54,12 @@ impl<B: Backend> Run<'_, B> {
             shown: self.last.losses,
         };
         for i in span.first..span.end {
-            self.step(epoch, i, &order, &mut done)?;
+            self.go_parallel_if_due(true)?;
+            let order = match (&solo_order, self.trainer.solo) {
+                (Some(solo), true) => solo,
+                _ => &order,
+            };
+            self.step(epoch, i, order, &mut done)?;
             let k = self.args.parallel.check_consistency;
             if k > 0 && self.trainer.step.is_multiple_of(k) {
                 self.trainer.finish_pending();

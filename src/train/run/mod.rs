@@ -6,6 +6,7 @@
 mod epoch;
 mod finish;
 mod prepare;
+mod solo_start;
 
 use super::config::Settings;
 use super::ddp::{residuals, sync};
@@ -105,6 +106,8 @@ struct Run<'a, B: Backend> {
     faults: Faults,
     /// Sample quality after epochs (`--eval-every`), on every rank.
     quality: Option<Quality<B>>,
+    /// `--distributed-after`: the parallel phase's exchange, until it starts.
+    parked: Option<solo_start::Parked<B>>,
 }
 
 /// The test hooks this rank obeys (`fault_hooks`), read once.

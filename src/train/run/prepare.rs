@@ -2,6 +2,7 @@
 //! a collective `agree`, so that a rank that fails does not leave the others waiting), the
 //! trainer built on this rank's backend, and rank 0's state (fresh or resumed) everywhere.
 
+use super::solo_start::Parked;
 use super::{Faults, LastCheckpoint, Run};
 use crate::backend::Backend;
 use crate::checkpoint::{self, Checkpoint, Keep, Progress};
@@ -10,6 +11,7 @@ use crate::data::{DataSource, Dataset, Shard};
 use crate::fault_hooks;
 use crate::model::dcgan::Dcgan;
 use crate::model::noise::fixed_noise;
+use crate::nn::BnSync;
 use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
 use crate::train::config::{Settings, training_config};
@@ -55,7 +57,8 @@ impl<'a, B: Backend> Run<'a, B> {
             None => Ok(None),
         })?;
         let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
-        let Built { trainer, outputs, ck } = build(job, args, from, &agreed.settings, be)?;
+        let solo_shard = Shard::new(agreed.data.count, 0, 1, batch, args.model.seed)?;
+        let Built { trainer, outputs, ck, parked } = build(job, args, from, &agreed.settings, be, solo_shard)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let mut run = Run {
             job,
@@ -81,6 +84,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 stop_at_step: fault_hooks::stop_at_step(),
             },
             quality: None,
+            parked,
         };
         if job.is_root() {
             // Rank 0 alone drops a long step and aborts the job (see `Run::dropped_step`): the
@@ -88,7 +92,10 @@ impl<'a, B: Backend> Run<'a, B> {
             run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
         }
         let compressed_from = crate::train::config::compressed_from(args, run.shard.batches_per_epoch());
-        run.trainer.exchange.compress_from(compressed_from);
+        match run.parked.as_mut() {
+            Some(p) => p.exchange.compress_from(compressed_from),
+            None => run.trainer.exchange.compress_from(compressed_from),
+        }
         run.restore_everywhere(ck.as_ref())?;
         run.quality = Quality::prepare(job, &run.trainer.be, args)?;
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
@@ -113,10 +120,6 @@ impl<'a, B: Backend> Run<'a, B> {
         if resume {
             let stores = [&mut t.model.g.store, &mut t.model.d.store];
             sync::scatter_rank_states(job, &t.be, stores, ck.map(|c| &c.rank_states[..]))?;
-            let lens = [t.model.g.store.layout.param_len(), t.model.d.store.layout.param_len()];
-            if let Some(r) = residuals::scatter(job, ck.map(|c| &c.residuals[..]), lens)? {
-                t.exchange.set_residuals(&r)?;
-            }
         }
         if job.world.size > 1 {
             let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&self.progress)?)?;
@@ -124,6 +127,15 @@ impl<'a, B: Backend> Run<'a, B> {
         }
         t.step = self.progress.step;
         self.steps_at_start = t.step;
+        // Every rank holds rank 0's state already: a resume past the solo steps goes parallel.
+        self.go_parallel_if_due(false)?;
+        if resume {
+            let t = &mut self.trainer;
+            let lens = [t.model.g.store.layout.param_len(), t.model.d.store.layout.param_len()];
+            if let Some(r) = residuals::scatter(job, ck.map(|c| &c.residuals[..]), lens)? {
+                t.exchange.set_residuals(&r)?;
+            }
+        }
         Ok(())
     }
 
@@ -195,6 +207,7 @@ struct Built<B: Backend> {
     outputs: Option<Outputs>,
     /// The checkpoint to resume from (rank 0).
     ck: Option<Checkpoint>,
+    parked: Option<Parked<B>>,
 }
 
 /// The trainer on `be`, rank 0's outputs, and the checkpoint to resume from (rank 0).
@@ -204,6 +217,7 @@ fn build<B: Backend>(
     from: Option<&ResumeFrom>,
     settings: &Settings,
     be: B,
+    solo_shard: Shard,
 ) -> Result<Built<B>> {
     let (world, root, m, p) = (&job.world, job.is_root(), &args.model, &args.parallel);
     let batch = settings.per_rank_batch;
@@ -226,14 +240,26 @@ fn build<B: Backend>(
     })?;
 
     let buckets = plan_buckets(&model, p.bucket_bytes);
-    let exchange: Box<dyn Exchange<B>> = if world.size == 1 {
-        Box::new(SoloExchange::new(buckets))
+    let solo_over_ranks =
+        || SoloExchange::new(buckets.clone()).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone()));
+    let mut exchange: Box<dyn Exchange<B>> = if world.size == 1 {
+        Box::new(SoloExchange::new(buckets.clone()))
     } else if p.no_exchange {
-        Box::new(SoloExchange::new(buckets).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone())))
+        Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
-        Box::new(job.agree(CommExchange::new(&be, job.comm.clone(), buckets, stages, !p.no_overlap))?)
+        Box::new(job.agree(CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap))?)
     };
+    let solo_first = world.size > 1 && !p.no_exchange && p.distributed_after > 0;
+    let mut parked = None;
+    if solo_first {
+        let bn_sync: Option<Box<dyn BnSync<B>>> = match p.sync_bn {
+            true => Some(Box::new(CommBnSync::new(job.comm.clone()))),
+            false => None,
+        };
+        let parallel = std::mem::replace(&mut exchange, Box::new(solo_over_ranks()));
+        parked = Some(Parked { exchange: parallel, bn_sync, solo_shard });
+    }
     let timeline = match &p.trace {
         Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),
         None => Timeline::disabled(),
@@ -247,10 +273,11 @@ fn build<B: Backend>(
         Ok(t)
     });
     let mut trainer = job.agree(trainer)?;
-    if p.sync_bn && world.size > 1 {
+    if p.sync_bn && world.size > 1 && !solo_first {
         trainer.bn_sync = Some(Box::new(CommBnSync::new(job.comm.clone())));
     }
-    Ok(Built { trainer, outputs, ck })
+    trainer.solo = solo_first;
+    Ok(Built { trainer, outputs, ck, parked })
 }
 
 /// The progress of a run that has not started.
