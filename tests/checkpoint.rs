@@ -3,6 +3,7 @@
 
 mod common;
 
+use dcgan_train::checkpoint::block::BlockCheckpoint;
 use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, Discriminator, GENERATOR_28, architecture};
 use dcgan_train::model::net::param_layout;
@@ -44,6 +45,16 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
                 [pair(g, 30 + 2 * r), pair(d, 40 + 2 * r)]
             })
             .collect(),
+        block: Some(BlockCheckpoint {
+            global: [common::random(g.param_len(), 1.0, 50), common::random(d.param_len(), 1.0, 51)],
+            velocity: [common::random(g.param_len(), 0.1, 52), common::random(d.param_len(), 0.1, 53)],
+            ranks: (1..3u64)
+                .map(|r| {
+                    let three = |l: &ParamLayout, seed| [0, 1, 2].map(|k| common::random(l.param_len(), 1.0, seed + k));
+                    [three(g, 60 + 3 * r), three(d, 70 + 3 * r)]
+                })
+                .collect(),
+        }),
     }
 }
 
@@ -74,8 +85,9 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     let back = checkpoint::load(&second, (&g, &d)).unwrap();
     assert_eq!(back, ck);
     assert_eq!(checkpoint::image_size_of(&second).unwrap(), 28);
-    // A run that never sent 1-bit keeps no residuals, and reads back none.
+    // A run that never sent 1-bit or ran blocks keeps neither, and reads back none.
     ck.residuals.clear();
+    ck.block = None;
     let third = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     assert_eq!(checkpoint::load(&third, (&g, &d)).unwrap(), ck);
 }

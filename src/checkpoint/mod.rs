@@ -10,6 +10,7 @@
 //! Every file carries its tensors' digests (`digest.rs`), checked whenever a file is read;
 //! `find.rs` picks the checkpoint a path names and falls back past a broken `latest`.
 
+pub mod block;
 pub mod digest;
 pub mod find;
 pub mod tensors;
@@ -65,6 +66,8 @@ pub struct Checkpoint {
     /// `--wire 1bit`: every rank's error feedback, rank 0 first (empty before any gradient
     /// travelled 1-bit), so that a resume continues exactly.
     pub residuals: Vec<RankResiduals>,
+    /// `--sync-every`: block momentum's state and the other ranks' own models.
+    pub block: Option<block::BlockCheckpoint>,
 }
 
 /// One rank's 1-bit residuals: [G, D] x [its own, its stripe's], each [param_len] of that
@@ -99,15 +102,16 @@ fn flat_info(name: String, len: usize) -> TensorInfo {
     TensorInfo { name, shape: vec![len], range: 0..len, init: crate::nn::params::Init::Constant(0.0) }
 }
 
-fn encode_optimizer(
-    g: (&ParamLayout, &Moments),
-    d: (&ParamLayout, &Moments),
-    progress: &Progress,
-    rank_states: &[[Vec<f32>; 2]],
-    residuals: &[RankResiduals],
-) -> Result<Vec<u8>> {
+/// The optimizer file: Adam's moments, and the per-rank and per-run state an exact resume
+/// needs beside the weights.
+fn encode_optimizer(layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<Vec<u8>> {
+    let (g, d) = ((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam));
+    let (progress, rank_states) = (&ck.progress, &ck.rank_states);
     let mut infos = Vec::new();
-    for (rank, nets) in residuals.iter().enumerate() {
+    if let Some(b) = &ck.block {
+        block::push_infos(b, &mut infos);
+    }
+    for (rank, nets) in ck.residuals.iter().enumerate() {
         for (names, parts) in residual_names(rank).iter().zip(nets) {
             for (name, v) in names.iter().zip(parts) {
                 infos.push((flat_info(name.clone(), v.len()), &v[..]));
@@ -153,13 +157,7 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
-    let opt = encode_optimizer(
-        (layouts.0, &ck.g_adam),
-        (layouts.1, &ck.d_adam),
-        &ck.progress,
-        &ck.rank_states,
-        &ck.residuals,
-    )?;
+    let opt = encode_optimizer(layouts, ck)?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
     let dir = root.join(&name);
@@ -311,8 +309,10 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
         }
         rank_states.push(pair);
     }
-    let residuals = read_residuals(&st, &what, progress.ranks, [layouts.0.param_len(), layouts.1.param_len()])?;
-    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states, residuals })
+    let lens = [layouts.0.param_len(), layouts.1.param_len()];
+    let residuals = read_residuals(&st, &what, progress.ranks, lens)?;
+    let block = block::read(&st, &what, progress.ranks, lens)?;
+    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states, residuals, block })
 }
 
 /// Every rank's 1-bit residuals, or none where the checkpoint has none (rank 0's decides).

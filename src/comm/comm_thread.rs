@@ -226,7 +226,8 @@ impl CommThread {
             HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
         self.begin(&label)?;
-        let t = &mut *self.t;
+        let mut counted = Counting::new(&mut *self.t);
+        let t = &mut counted;
         let r = match op {
             HelperOp::MeanF32(mut v) => {
                 let frags = fragments(v.len(), self.fragment_bytes);
@@ -252,6 +253,8 @@ impl CommThread {
             HelperOp::Barrier => collectives::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
             HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
+        let sent = counted.sent;
+        self.shared.helper_sent.fetch_add(sent, Ordering::Relaxed);
         match r {
             Ok(out) => {
                 self.end();

@@ -106,6 +106,9 @@ pub(crate) struct Shared {
     /// Nanoseconds after `base` at which the current collective began; 0 = idle.
     pub busy_since_ns: AtomicU64,
     pub current_seq: AtomicU64,
+    /// Bytes the blocking helpers (not the gradient buckets) have sent, counted at the
+    /// transport.
+    pub helper_sent: AtomicU64,
     /// Non-zero: abort with this code (checked by every wait loop).
     pub abort: Arc<AtomicI32>,
 }
@@ -252,6 +255,11 @@ impl CommHandle {
             HelperOut::Gathered(v) => Ok(v),
             _ => unreachable!("GatherBytes answers Gathered"),
         }
+    }
+
+    /// Bytes this rank's blocking helpers (allreduce_mean, broadcasts, ...) have sent so far.
+    pub fn helper_bytes_sent(&self) -> u64 {
+        self.shared.helper_sent.load(Ordering::Relaxed)
     }
 
     /// This rank's `--wire 1bit` residuals by bucket id (none before any 1-bit bucket).

@@ -213,6 +213,7 @@ fn spawn(
         base: Instant::now(),
         busy_since_ns: AtomicU64::new(0),
         current_seq: AtomicU64::new(0),
+        helper_sent: AtomicU64::new(0),
         abort: policy.abort.clone(),
     });
     let (tx, rx) = channel();

@@ -142,6 +142,25 @@ pub struct ParallelArgs {
     /// can stall a GAN).
     #[arg(long, default_value_t = 0, value_name = "STEPS")]
     pub distributed_after: u64,
+    /// Block momentum (BMUF): each rank trains K steps alone on its shard with its own Adam,
+    /// then one allreduce averages the models and a momentum filters the block's step: 1/K of
+    /// the bytes of exchanging gradients (0: exchange gradients every step).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub sync_every: u64,
+    /// With --sync-every: the block momentum [default: 1 - 1/ranks; 0 with --block-lr 1 is
+    /// plain model averaging].
+    #[arg(long, value_parser = adam_beta)]
+    pub block_momentum: Option<f32>,
+    /// With --sync-every: the block learning rate (the step's scale before the momentum).
+    #[arg(long, default_value_t = 1.0, value_parser = positive_f32)]
+    pub block_lr: f32,
+    /// With --sync-every: Nesterov's lookahead (every rank starts the block at w - bm v).
+    #[arg(long)]
+    pub block_nesterov: bool,
+    /// With --sync-every: zero each rank's Adam moments at every sync (CNTK resets its
+    /// momentum per block) instead of keeping them.
+    #[arg(long)]
+    pub block_reset_adam: bool,
     /// Batch-norm statistics over all ranks (one allreduce per BN layer per pass) instead of
     /// per rank.
     #[arg(long)]
@@ -221,6 +240,11 @@ impl From<ParallelArgs> for ParallelOptions {
             lr_scaling: a.lr_scaling,
             warmup_steps: a.warmup_steps,
             distributed_after: a.distributed_after,
+            sync_every: a.sync_every,
+            block_momentum: a.block_momentum,
+            block_lr: a.block_lr,
+            block_nesterov: a.block_nesterov,
+            block_reset_adam: a.block_reset_adam,
             sync_bn: a.sync_bn,
             bucket_bytes: a.bucket_bytes,
             no_overlap: a.no_overlap,

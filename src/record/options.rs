@@ -85,6 +85,14 @@ pub struct ParallelOptions {
     pub warmup_steps: u64,
     /// The first this many steps train as one worker would, then data parallelism starts.
     pub distributed_after: u64,
+    /// Block momentum: each rank trains this many steps alone, then the models are averaged
+    /// (0: gradients are exchanged every step).
+    pub sync_every: u64,
+    /// The block momentum (None: 1 - 1/ranks).
+    pub block_momentum: Option<f32>,
+    pub block_lr: f32,
+    pub block_nesterov: bool,
+    pub block_reset_adam: bool,
     pub sync_bn: bool,
     pub bucket_bytes: usize,
     pub no_overlap: bool,
@@ -211,6 +219,11 @@ impl Default for ParallelOptions {
             sync_bn: false,
             bucket_bytes: 1 << 20,
             distributed_after: 0,
+            sync_every: 0,
+            block_momentum: None,
+            block_lr: 1.0,
+            block_nesterov: false,
+            block_reset_adam: false,
             no_overlap: false,
             no_exchange: false,
             trace: None,

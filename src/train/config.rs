@@ -3,6 +3,7 @@
 
 use crate::model::dcgan::Discriminator;
 use crate::record::{GanLoss, LrScaling, TrainOptions};
+use crate::train::ddp::block_momentum::BlockSettings;
 use anyhow::{Result, bail};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -22,6 +23,7 @@ pub struct Settings {
 impl Settings {
     pub fn resolve(args: &TrainOptions, ranks: usize) -> Result<Settings> {
         args.model.check_loss_options()?;
+        check_block_options(args)?;
         let p = &args.parallel;
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
@@ -54,6 +56,41 @@ impl Settings {
             self.lr as f32
         }
     }
+}
+
+/// Refuses block-momentum options that cannot apply.
+fn check_block_options(args: &TrainOptions) -> Result<()> {
+    let p = &args.parallel;
+    if p.sync_every == 0 {
+        if p.block_momentum.is_some() || p.block_lr != 1.0 || p.block_nesterov || p.block_reset_adam {
+            bail!(
+                "--block-momentum, --block-lr, --block-nesterov and --block-reset-adam apply to --sync-every K: add it"
+            );
+        }
+        return Ok(());
+    }
+    if args.comm.wire != crate::comm::Wire::F32 {
+        bail!(
+            "--wire {} compresses gradient exchanges; --sync-every averages the models in f32: drop one of the two",
+            args.comm.wire.name()
+        );
+    }
+    if p.no_exchange {
+        bail!("--no-exchange leaves the ranks alone; --sync-every averages them every K steps: drop one of the two");
+    }
+    Ok(())
+}
+
+/// Block momentum's settings for `ranks` (None: gradients are exchanged every step).
+pub fn block_settings(args: &TrainOptions, ranks: usize) -> Option<BlockSettings> {
+    let p = &args.parallel;
+    (p.sync_every > 0 && ranks > 1).then(|| BlockSettings {
+        every: p.sync_every,
+        momentum: p.block_momentum.unwrap_or(BlockSettings::default_momentum(ranks)),
+        lr: p.block_lr,
+        nesterov: p.block_nesterov,
+        reset_adam: p.block_reset_adam,
+    })
 }
 
 /// The share of a run's steps that exchange f32 before `--wire 1bit` takes over, where

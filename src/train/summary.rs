@@ -35,6 +35,8 @@ pub struct RunFacts {
     pub quality: Vec<EpochQuality>,
     /// The feature network's file, where quality was measured.
     pub feature_net: Option<String>,
+    /// `--sync-every`: bytes this rank sent averaging the models.
+    pub block_sent: u64,
 }
 
 /// The upper median: a step that was measured, not an average of two.
@@ -48,7 +50,13 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// What the comm thread and the exchange counted, per step.
-fn comm_summary<B: Backend>(args: &TrainOptions, job: &Job, trainer: &GanTrainer<B>, steps: f64) -> CommSummary {
+fn comm_summary<B: Backend>(
+    args: &TrainOptions,
+    job: &Job,
+    trainer: &GanTrainer<B>,
+    facts: &RunFacts,
+    steps: f64,
+) -> CommSummary {
     let ex = trainer.exchange_stats();
     let per_step = |d: Duration| d.as_secs_f64() * 1e3 / steps;
     let (comm_ms, exposed_ms) = (per_step(ex.comm_busy), per_step(ex.exposed));
@@ -81,6 +89,7 @@ fn comm_summary<B: Backend>(args: &TrainOptions, job: &Job, trainer: &GanTrainer
     let exchange = match () {
         _ if job.world.size == 1 => "none (one rank)",
         _ if p.no_exchange => "skipped (--no-exchange)",
+        _ if p.sync_every > 0 => "models averaged every --sync-every steps (block momentum)",
         _ if p.no_overlap => "after backward (--no-overlap)",
         _ => "overlapped with backward",
     };
@@ -98,7 +107,7 @@ fn comm_summary<B: Backend>(args: &TrainOptions, job: &Job, trainer: &GanTrainer
         bytes_per_step: ex.bytes as f64 / steps,
         wire,
         wire_bytes_per_step: (ex.bytes as f64 / steps) * wire.size_ratio(),
-        sent_bytes_per_step: (ex.sent[0] + ex.sent[1]) as f64 / steps,
+        sent_bytes_per_step: (ex.sent[0] + ex.sent[1] + facts.block_sent) as f64 / steps,
         sent_bytes_per_exact_step: (ex.sent_steps[0] > 0).then(|| ex.sent[0] as f64 / ex.sent_steps[0] as f64),
         sent_bytes_per_1bit_step: (ex.sent_steps[1] > 0).then(|| ex.sent[1] as f64 / ex.sent_steps[1] as f64),
         buckets,
@@ -155,7 +164,7 @@ pub fn build_summary<B: Backend>(
         training_thread_descheduled_ms_per_step: (!facts.descheduled_ms.is_empty())
             .then(|| median(&facts.descheduled_ms)),
         global_images_per_s: settings.global_batch as f64 / (ms / 1e3),
-        comm: comm_summary(args, job, trainer, steps),
+        comm: comm_summary(args, job, trainer, facts, steps),
         final_metrics: *end.last,
         train_seconds: facts.train_seconds,
         wall_seconds: facts.wall_seconds,

@@ -2,6 +2,7 @@
 //! thread while backward goes on (fragment by fragment), and the state every rank must share
 //! (weights broadcast at start, running statistics averaged, consistency checks).
 
+pub mod block_momentum;
 pub mod buckets;
 pub mod comm_exchange;
 pub mod exchange;

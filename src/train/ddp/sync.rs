@@ -9,7 +9,8 @@ use crate::nn::params::ParamStore;
 use crate::train::job::Job;
 use anyhow::{Result, anyhow};
 
-fn download<B: Backend>(be: &B, buf: &B::Buf) -> Vec<f32> {
+/// A device buffer's values on the host.
+pub fn download<B: Backend>(be: &B, buf: &B::Buf) -> Vec<f32> {
     let mut v = vec![0.0; buf.len()];
     be.download(View::whole(buf), &mut v);
     v

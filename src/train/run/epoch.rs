@@ -12,8 +12,9 @@ use crate::record::{EpochRecord, LineType, Losses, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
 use crate::train::ddp::sync;
 use crate::train::interrupt::StepInterrupted;
+use crate::train::timeline::Track;
 use anyhow::Result;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The display `--progress` asks for on rank 0 (`auto`: a bar on a terminal, else lines).
 fn display_for(choice: ProgressChoice) -> ProgressMode {
@@ -37,6 +38,28 @@ pub(super) struct EpochDone {
 }
 
 impl<B: Backend> Run<'_, B> {
+    /// The step the ranks went (or go) parallel at.
+    fn parallel_from(&self) -> u64 {
+        self.args.parallel.distributed_after
+    }
+
+    /// `--sync-every`: after the step that ends a block, average the models (block momentum).
+    /// Returns the time it took: communication the step waited for.
+    fn end_block_if_due(&mut self) -> Result<Duration> {
+        let from = self.parallel_from();
+        let Some(block) = self.block.as_mut().filter(|b| b.due(self.trainer.step, from)) else {
+            return Ok(Duration::ZERO);
+        };
+        let t0 = Instant::now();
+        let t = &mut self.trainer;
+        t.finish_pending();
+        let sent = block.sync(self.job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
+        self.facts.block_sent += sent;
+        let t1 = Instant::now();
+        t.timeline.span(Track::Compute, "block-sync", "models", t0, t1);
+        Ok(t1 - t0)
+    }
+
     /// The steps of `epoch` from its step `first` (0-based) to its end, a stop or the run's
     /// last step.
     pub(super) fn run_epoch(&mut self, epoch: u64, first: usize, epochs_reached: u64) -> Result<EpochDone> {
@@ -61,7 +84,9 @@ impl<B: Backend> Run<'_, B> {
             };
             self.step(epoch, i, order, &mut done)?;
             let k = self.args.parallel.check_consistency;
-            if k > 0 && self.trainer.step.is_multiple_of(k) {
+            // Inside a block of --sync-every the ranks' models differ by design.
+            let between_blocks = self.block.as_ref().is_none_or(|b| b.due(self.trainer.step, self.parallel_from()));
+            if k > 0 && self.trainer.step.is_multiple_of(k) && between_blocks {
                 self.trainer.finish_pending();
                 let (t, p) = (&self.trainer, &self.args.parallel);
                 sync::check_consistency(self.job, &t.be, [&t.model.g, &t.model.d], t.step, !p.no_exchange)?;
@@ -98,8 +123,9 @@ impl<B: Backend> Run<'_, B> {
             Err(e) if self.job.is_root() => return Err(e),
             Err(_) => return Err(PeerFailed.into()),
         };
+        let synced = self.end_block_if_due()?;
         let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let wait_ms = (self.trainer.waited() - waited_before).as_secs_f64() * 1e3;
+        let wait_ms = (self.trainer.waited() - waited_before + synced).as_secs_f64() * 1e3;
         let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;
         let delay1 = self.run_delay.as_ref().and_then(RunDelayClock::read);
         let descheduled_ms = delay0.zip(delay1).map(|(a, b)| (b - a).as_secs_f64() * 1e3);

@@ -9,6 +9,7 @@ mod prepare;
 mod solo_start;
 
 use super::config::Settings;
+use super::ddp::block_momentum::BlockMomentum;
 use super::ddp::{residuals, sync};
 use super::job::Job;
 use super::outputs::Outputs;
@@ -108,6 +109,8 @@ struct Run<'a, B: Backend> {
     quality: Option<Quality<B>>,
     /// `--distributed-after`: the parallel phase's exchange, until it starts.
     parked: Option<solo_start::Parked<B>>,
+    /// `--sync-every`: block momentum's state, once the ranks train in parallel.
+    block: Option<BlockMomentum>,
 }
 
 /// The test hooks this rank obeys (`fault_hooks`), read once.
@@ -167,12 +170,13 @@ impl<B: Backend> Run<'_, B> {
         let lens = stores.map(|s| s.layout.param_len());
         let mine = job.or_fail(trainer.exchange.residuals());
         let residuals = job.or_fail(residuals::gather(job, mine, lens));
+        let block = self.block.as_ref().and_then(|b| job.or_fail(b.gather(job, &trainer.be, stores)));
         // Recorded on every rank, so that all skip the same saves.
         self.last_checkpoint.0 = Some((self.progress.clone(), None));
         let (out, rank_states, residuals) = (self.outputs.as_mut()?, rank_states?, residuals?);
         let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
         let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
-        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states, residuals };
+        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states, residuals, block };
         let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
         let dir = job.or_fail(out.checkpoint(layouts, &ck));
         self.last_checkpoint.0 = Some((self.progress.clone(), Some(dir.clone())));

@@ -14,7 +14,8 @@ use crate::model::noise::fixed_noise;
 use crate::nn::BnSync;
 use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
-use crate::train::config::{Settings, training_config};
+use crate::train::config::{Settings, block_settings, training_config};
+use crate::train::ddp::block_momentum::BlockMomentum;
 use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
 use crate::train::ddp::{residuals, sync};
@@ -85,6 +86,7 @@ impl<'a, B: Backend> Run<'a, B> {
             },
             quality: None,
             parked,
+            block: None,
         };
         if job.is_root() {
             // Rank 0 alone drops a long step and aborts the job (see `Run::dropped_step`): the
@@ -135,7 +137,12 @@ impl<'a, B: Backend> Run<'a, B> {
             if let Some(r) = residuals::scatter(job, ck.map(|c| &c.residuals[..]), lens)? {
                 t.exchange.set_residuals(&r)?;
             }
+            if let Some(settings) = block_settings(self.args, job.world.size) {
+                let stores = [&mut t.model.g.store, &mut t.model.d.store];
+                self.block = BlockMomentum::restore(settings, job, &t.be, stores, ck.and_then(|c| c.block.as_ref()))?;
+            }
         }
+        self.start_blocks_if_parallel();
         Ok(())
     }
 
@@ -242,9 +249,10 @@ fn build<B: Backend>(
     let buckets = plan_buckets(&model, p.bucket_bytes);
     let solo_over_ranks =
         || SoloExchange::new(buckets.clone()).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone()));
+    // Block momentum exchanges models, not gradients: each rank's Adam runs on its own.
     let mut exchange: Box<dyn Exchange<B>> = if world.size == 1 {
         Box::new(SoloExchange::new(buckets.clone()))
-    } else if p.no_exchange {
+    } else if p.no_exchange || p.sync_every > 0 {
         Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());

@@ -10,6 +10,8 @@ use super::Run;
 use crate::backend::Backend;
 use crate::data::Shard;
 use crate::nn::BnSync;
+use crate::train::config::block_settings;
+use crate::train::ddp::block_momentum::BlockMomentum;
 use crate::train::ddp::exchange::Exchange;
 use crate::train::ddp::sync;
 use anyhow::Result;
@@ -42,7 +44,20 @@ impl<B: Backend> Run<'_, B> {
         t.exchange = parked.exchange;
         t.bn_sync = parked.bn_sync;
         t.solo = false;
+        self.start_blocks_if_parallel();
         Ok(())
+    }
+
+    /// `--sync-every`: the first block starts from the weights every rank now shares (a
+    /// resume's block state, restored before, is kept).
+    pub(super) fn start_blocks_if_parallel(&mut self) {
+        if self.block.is_some() || self.trainer.solo {
+            return;
+        }
+        if let Some(settings) = block_settings(self.args, self.job.world.size) {
+            let t = &self.trainer;
+            self.block = Some(BlockMomentum::start(settings, &t.be, [&t.model.g.store, &t.model.d.store]));
+        }
     }
 
     /// The data order of `epoch` while the run trains solo (None once parallel).

@@ -1,0 +1,96 @@
+//! `--sync-every K` (block momentum) under mpiexec: a sync without momentum is the mean of the
+//! ranks' own models, the ranks are identical after every sync, 1/K of f32's bytes, and a
+//! resume inside a block continues exactly.
+
+mod common;
+
+use common::{final_weights, mpirun, read_safetensors, read_summary, step_records};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
+use dcgan_train::model::net::param_layout;
+use std::path::Path;
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn train(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
+    let mut args = vec![
+        "--data",
+        "synthetic:512",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        steps,
+        "--threads",
+        "1",
+        "--no-progress",
+        "--out",
+        path(out),
+    ];
+    args.extend_from_slice(extra);
+    let o = mpirun(ranks, &args, 300);
+    assert!(o.status.success(), "{ranks} ranks {extra:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// K = 1 with no momentum is model averaging: after one step the weights are the mean of the
+/// two ranks' own models after that step, which a run whose block has not ended yet keeps in
+/// its checkpoint (rank 0's as G and D, rank 1's beside Adam's state).
+#[test]
+fn a_sync_without_momentum_is_the_mean_of_the_ranks_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (open, averaged) = (tmp.path().join("open"), tmp.path().join("averaged"));
+    train(2, &open, "1", &["--sync-every", "2"]);
+    train(2, &averaged, "1", &["--sync-every", "1", "--block-momentum", "0"]);
+    let ck = dcgan_train::checkpoint::resolve(&open).unwrap();
+    let own = read_safetensors(&ck.join("optimizer.safetensors"));
+    let rank0 = final_weights(&open);
+    let got = final_weights(&averaged);
+    let layouts = [("G", param_layout(&GENERATOR_28).0), ("D", param_layout(&DISCRIMINATOR_28).0)];
+    let mut moved = 0.0f64;
+    for (net, layout) in &layouts {
+        let rank1 = &own[&format!("rank1.{net}.weights")];
+        assert_eq!(rank1.len(), layout.param_len());
+        for p in &layout.params {
+            let key = format!("{net} {}", p.name);
+            let (a, b) = (&rank0[&key], &got[&key]);
+            for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+                let want = (x as f64 + rank1[p.range.start + i] as f64) / 2.0;
+                assert!((y as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "{key}[{i}]: {y} vs {want}");
+                moved = moved.max((y - x).abs() as f64);
+            }
+        }
+    }
+    assert!(moved > 1e-6, "the average equals rank 0's model: rank 1's took no part");
+}
+
+/// After every sync all ranks hold the same bits (3 ranks, blocks of 3, with momentum and
+/// Nesterov), and the bytes a step sends are 1/K of an f32 run's, measured in each.
+#[test]
+fn the_ranks_agree_after_every_sync_and_send_a_kth_of_the_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |n: &str| tmp.path().join(n);
+    train(3, &dir("bmuf"), "9", &["--sync-every", "3", "--block-nesterov", "--check-consistency", "1"]);
+    train(3, &dir("f32"), "8", &[]);
+    train(3, &dir("bmuf4"), "8", &["--sync-every", "4"]);
+    let (f32_bytes, bmuf_bytes) =
+        (read_summary(&dir("f32")).comm.sent_bytes_per_step, read_summary(&dir("bmuf4")).comm.sent_bytes_per_step);
+    // The models and the running statistics, twice in 8 steps, against the gradients every
+    // step: a quarter, and a little more for the statistics.
+    let ratio = bmuf_bytes / f32_bytes;
+    assert!((0.25..0.26).contains(&ratio), "{bmuf_bytes} / {f32_bytes} = {ratio}");
+}
+
+/// A run stopped inside a block (each rank's model its own) and resumed ends where the
+/// uninterrupted run does, bit for bit.
+#[test]
+fn a_resume_inside_a_block_continues_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, part) = (tmp.path().join("whole"), tmp.path().join("part"));
+    let bmuf = ["--sync-every", "3", "--block-reset-adam"];
+    train(2, &whole, "7", &bmuf);
+    train(2, &part, "4", &bmuf);
+    let o = mpirun(2, &["--resume", path(&part), "--max-steps", "7", "--no-progress"], 300);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(final_weights(&part), final_weights(&whole));
+    assert_eq!(step_records(&part), step_records(&whole));
+}
