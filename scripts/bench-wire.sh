@@ -3,11 +3,12 @@
 # (scripts/cluster-emulate.sh) of --hosts hosts, one rank each, links shaped to --rate; every
 # variant trains --steps steps, the variants taking turns in each of --repeats rounds, so that
 # a round's figures share the machine's state. Per run, over the steps after --skip (past
-# 1-bit's f32 warm-up): the median step, the median time the step waited on other ranks
-# (exposed exchange), and the bytes sent per step counted at the transport (summary.json).
+# 1-bit's f32 warm-up): the mean step, the mean time the step waited on other ranks (the
+# exposed exchange; means, as block momentum pays in one step of K), and the bytes sent per
+# step counted at the transport (summary.json).
 #
 #   scripts/bench-wire.sh [--hosts 4] [--rate 1gbit] [--steps 40] [--skip 10] [--repeats 3]
-#                         [--variants no-exchange,f32,bf16,1bit,bmuf4] [--out DIR]
+#                         [--variants no-exchange,f32,bf16,1bit,bmuf4,bmuf16] [--out DIR]
 #
 # Variants: no-exchange (the step without communication), f32, bf16, 1bit (--wire 1bit
 # --wire-warmup-steps 5), bmufK (--sync-every K). Writes DIR/results.md and results.json
@@ -17,7 +18,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-HOSTS=4 RATE=1gbit STEPS=40 SKIP=10 REPEATS=3 VARIANTS=no-exchange,f32,bf16,1bit,bmuf4 OUT=""
+HOSTS=4 RATE=1gbit STEPS=40 SKIP=10 REPEATS=3 VARIANTS=no-exchange,f32,bf16,1bit,bmuf4,bmuf16 OUT=""
 NAME=dcgwire
 
 die() { echo "bench-wire: $*" >&2; exit 1; }

@@ -1,6 +1,8 @@
 """results.md and results.json of a bench-wire.sh folder: per variant, the medians over rounds
-of each run's median step, median wait on other ranks (the exposed exchange) and bytes sent
-per step after the warm-up, and each against f32 and --no-exchange of the same round."""
+of each run's mean step, mean wait on other ranks (the exposed exchange) and bytes sent per
+step after the warm-up, and each against f32 and --no-exchange of the same round. Means over
+a run's steps, not medians: block momentum pays its exchange in one step of K, which a median
+would leave out."""
 
 import json
 import os
@@ -9,7 +11,7 @@ import statistics
 
 
 def _run_figures(run_dir, skip):
-    """(median step ms, median wait ms, sent bytes per step) over the steps after `skip`."""
+    """(mean step ms, mean wait ms, sent bytes per step) over the steps after `skip`."""
     steps = []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
@@ -17,8 +19,8 @@ def _run_figures(run_dir, skip):
             if r.get("type") == "step" and r["step"] > skip:
                 steps.append(r)
     comm = json.load(open(os.path.join(run_dir, "summary.json")))["comm"]
-    sent = comm.get("sent_bytes_per_1bit_step") or comm.get("sent_bytes_per_exact_step") or comm.get("sent_bytes_per_step", 0.0)
-    return statistics.median(s["ms"] for s in steps), statistics.median(s["wait_ms"] for s in steps), sent
+    sent = comm.get("sent_bytes_per_wire_step") or comm.get("sent_bytes_per_warmup_step") or comm.get("sent_bytes_per_step", 0.0)
+    return statistics.fmean(s["ms"] for s in steps), statistics.fmean(s["wait_ms"] for s in steps), sent
 
 
 def main(out):
@@ -47,7 +49,7 @@ def main(out):
     lines = [
         f"# Wires on {settings['hosts']} emulated hosts at {settings['rate']}",
         "",
-        f"{settings['steps']} steps per run, figures over the steps after {skip}; medians of "
+        f"{settings['steps']} steps per run, each run's mean over its steps after {skip}; medians of "
         f"{len(rounds)} rounds, the variants taking turns in each; ratios per round, then the median.",
         "",
         "| variant | step ms | over --no-exchange | exposed exchange ms | over f32 | bytes sent per step | over f32 |",

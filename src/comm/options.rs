@@ -141,6 +141,8 @@ pub struct CommOptions {
     /// `--wire 1bit`: steps that exchange f32 before it takes over (None: a tenth of the
     /// run's steps).
     pub wire_warmup_steps: Option<u64>,
+    /// `--wire 1bit`: freeze Adam's second moment when the warm-up ends (1-bit Adam).
+    pub wire_freeze_variance: bool,
 }
 
 /// `--allreduce-threshold`'s default: the rd/vhd crossover measured between 2 ranks.
@@ -160,6 +162,7 @@ impl Default for CommOptions {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             wire: Wire::F32,
             wire_warmup_steps: None,
+            wire_freeze_variance: false,
         }
     }
 }
@@ -194,6 +197,7 @@ mod tests {
         });
         assert_eq!(serde_json::from_value::<CommOptions>(recorded.clone()).unwrap(), CommOptions::default());
         recorded["wire_warmup_steps"] = serde_json::Value::Null;
+        recorded["wire_freeze_variance"] = false.into();
         assert_eq!(serde_json::to_value(CommOptions::default()).unwrap(), recorded);
         let one_bit = CommOptions { wire: Wire::OneBit, ..CommOptions::default() };
         assert_eq!(serde_json::to_value(&one_bit).unwrap()["wire"], "1bit");

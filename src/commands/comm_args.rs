@@ -36,6 +36,10 @@ pub struct CommArgs {
     /// [default: a tenth of the run's steps].
     #[arg(long, value_name = "STEPS")]
     pub wire_warmup_steps: Option<u64>,
+    /// With --wire 1bit: freeze Adam's second moment (and its bias correction) when the
+    /// warm-up ends, as 1-bit Adam does: the compressed gradients' noise no longer reaches it.
+    #[arg(long)]
+    pub wire_freeze_variance: bool,
 }
 
 impl From<CommArgs> for CommOptions {
@@ -48,6 +52,7 @@ impl From<CommArgs> for CommOptions {
             stall_timeout: a.stall_timeout,
             wire: a.wire,
             wire_warmup_steps: a.wire_warmup_steps,
+            wire_freeze_variance: a.wire_freeze_variance,
         }
     }
 }

@@ -95,6 +95,9 @@ pub struct ParamStore<B: Backend> {
     /// Adam's (beta1, beta2, eps): the DCGAN paper's (0.5, 0.999) and PyTorch's 1e-8 unless
     /// set otherwise.
     pub adam_betas_eps: (f32, f32, f32),
+    /// 1-bit Adam's frozen variance: Adam updates after this step count keep the second
+    /// moment and its bias correction as they were at it (None: Adam as PyTorch's).
+    pub freeze_variance_after: Option<u64>,
 }
 
 /// The floats `ParamStore::new` allocates for `layout`: values, gradients, Adam's two moments,
@@ -117,6 +120,7 @@ impl<B: Backend> ParamStore<B> {
             adam_steps: 0,
             bn_batches_tracked: 0,
             adam_betas_eps: (0.5, 0.999, 1e-8),
+            freeze_variance_after: None,
         };
         be.upload(&values, ViewMut::whole(&mut store.value));
         be.upload(&state, ViewMut::whole(&mut store.state));
@@ -133,7 +137,11 @@ impl<B: Backend> ParamStore<B> {
     /// Adam on one contiguous range (a bucket) with the step count `t` of this update.
     pub fn adam(&mut self, be: &B, range: Range<usize>, lr: f32, t: u64) {
         let (b1, b2, eps) = self.adam_betas_eps;
-        let h = AdamStep::with_betas(lr, b1, b2, eps, t);
+        let mut h = AdamStep::with_betas(lr, b1, b2, eps, t);
+        if let Some(frozen) = self.freeze_variance_after.filter(|&f| f >= 1 && t > f) {
+            // beta2 = 1 keeps v exactly (v = v + 0 * g^2), with the correction of its last update.
+            h = AdamStep { beta2: 1.0, bias2_sqrt: AdamStep::with_betas(lr, b1, b2, eps, frozen).bias2_sqrt, ..h };
+        }
         be.adam(
             &h,
             ViewMut::range(&mut self.value, range.clone()),

@@ -81,6 +81,28 @@ fn check_block_options(args: &TrainOptions) -> Result<()> {
     Ok(())
 }
 
+/// `--wire-freeze-variance`: the Adam step count of each network ([G, D]) after which its
+/// variance stays frozen: the updates of the steps before the 1-bit wire takes over at step
+/// `compressed_from` (0-based). WGAN-GP's G takes one update every `n_critic` steps.
+pub fn variance_frozen_after(args: &TrainOptions, compressed_from: u64) -> Result<Option<[u64; 2]>> {
+    if !args.comm.wire_freeze_variance {
+        return Ok(None);
+    }
+    if args.comm.wire != crate::comm::Wire::OneBit {
+        bail!("--wire-freeze-variance applies to --wire 1bit: add it or drop --wire-freeze-variance");
+    }
+    if compressed_from == 0 {
+        bail!(
+            "--wire-freeze-variance freezes Adam's variance at the end of the f32 warm-up, and there is none: give --wire-warmup-steps 1 or more"
+        );
+    }
+    let g = match args.model.loss {
+        GanLoss::Dcgan => compressed_from,
+        GanLoss::WganGp => compressed_from / args.model.n_critic,
+    };
+    Ok(Some([g, compressed_from]))
+}
+
 /// Block momentum's settings for `ranks` (None: gradients are exchanged every step).
 pub fn block_settings(args: &TrainOptions, ranks: usize) -> Option<BlockSettings> {
     let p = &args.parallel;
@@ -98,10 +120,11 @@ pub fn block_settings(args: &TrainOptions, ranks: usize) -> Option<BlockSettings
 /// here are short, and the error feedback needs steps to pay off).
 const WIRE_WARMUP_FRACTION: u64 = 10;
 
-/// The first step whose gradients travel 1-bit (u64::MAX: none, another wire).
+/// The first step whose gradients travel in `--wire`'s form (the steps before travel f32):
+/// after the warm-up for 1bit, from the start for the others.
 pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
     if args.comm.wire != crate::comm::Wire::OneBit {
-        return u64::MAX;
+        return 0;
     }
     let planned = match args.epoch_limit() {
         Some(e) => (e * steps_per_epoch as u64).min(args.max_steps.unwrap_or(u64::MAX)),

@@ -143,12 +143,12 @@ pub struct CommSummary {
     /// Bytes this rank sent for gradients per step, counted where they left (MPI's own
     /// allreduce is not counted).
     pub sent_bytes_per_step: f64,
-    /// The same over the steps that sent exact values (`--wire f32`/`bf16`, or 1-bit's
-    /// warm-up), and over those that sent 1 bit a value: measured in the same run.
+    /// The same over the steps of 1-bit's f32 warm-up, and over the steps that sent in
+    /// `wire`'s form: with --wire 1bit, both measured in the same run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sent_bytes_per_exact_step: Option<f64>,
+    pub sent_bytes_per_warmup_step: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sent_bytes_per_1bit_step: Option<f64>,
+    pub sent_bytes_per_wire_step: Option<f64>,
     pub buckets: Vec<BucketSummary>,
     /// Which algorithm runs for which message size.
     pub algorithm_by_size: Vec<AlgorithmRange>,

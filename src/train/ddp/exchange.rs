@@ -27,7 +27,7 @@ pub struct ExchangeStats {
     /// Gradient bytes averaged.
     pub bytes: u64,
     /// Bytes this rank sent for gradients, counted at the transport, and the steps that sent
-    /// them: [exact (f32 or bf16, and 1-bit's warm-up), 1-bit].
+    /// them: [1-bit's f32 warm-up, in `--wire`'s form].
     pub sent: [u64; 2],
     pub sent_steps: [u64; 2],
     /// Every bucket, G's then D's, in submission order.

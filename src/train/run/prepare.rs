@@ -98,6 +98,10 @@ impl<'a, B: Backend> Run<'a, B> {
             Some(p) => p.exchange.compress_from(compressed_from),
             None => run.trainer.exchange.compress_from(compressed_from),
         }
+        if let Some([g, d]) = job.agree(crate::train::config::variance_frozen_after(args, compressed_from))? {
+            run.trainer.model.g.store.freeze_variance_after = Some(g);
+            run.trainer.model.d.store.freeze_variance_after = Some(d);
+        }
         run.restore_everywhere(ck.as_ref())?;
         run.quality = Quality::prepare(job, &run.trainer.be, args)?;
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());

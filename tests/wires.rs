@@ -1,6 +1,7 @@
-//! `--wire 1bit` under mpiexec: replicas stay identical, the bytes sent are measured 25x
-//! fewer than f32's in the same run, the residuals are reported, and the warm-up trains
-//! exactly as f32 does.
+//! The wires under mpiexec, `--wire 1bit` above all: replicas stay identical, the bytes sent
+//! are measured 25x fewer than f32's in the same run (bf16's half), the residuals are
+//! reported and kept in checkpoints, the warm-up trains exactly as f32 does, and the frozen
+//! variance stays frozen.
 
 mod common;
 
@@ -40,7 +41,7 @@ fn one_bit_replicas_stay_identical_and_send_25x_fewer_bytes() {
         let out = tmp.path().join(format!("{ranks}"));
         run(ranks, &out, "8", &["--wire", "1bit", "--wire-warmup-steps", "3", "--check-consistency", "1"]);
         let comm = read_summary(&out).comm;
-        let (exact, one_bit) = (comm.sent_bytes_per_exact_step.unwrap(), comm.sent_bytes_per_1bit_step.unwrap());
+        let (exact, one_bit) = (comm.sent_bytes_per_warmup_step.unwrap(), comm.sent_bytes_per_wire_step.unwrap());
         assert!(exact >= 25.0 * one_bit, "{ranks} ranks: {exact} bytes a step in f32, {one_bit} in 1 bit");
         assert!(comm.buckets.iter().all(|b| b.algorithm == "1bit-stripes"), "{:?}", comm.buckets);
         let steps = timed_step_records(&out);
@@ -64,7 +65,7 @@ fn the_warm_up_trains_exactly_as_f32() {
     run(2, &out("cold"), "3", &["--wire", "1bit", "--wire-warmup-steps", "0"]);
     assert_eq!(final_weights(&out("f32")), final_weights(&out("warm")));
     assert_ne!(final_weights(&out("f32")), final_weights(&out("cold")));
-    assert!(read_summary(&out("warm")).comm.sent_bytes_per_1bit_step.is_none());
+    assert!(read_summary(&out("warm")).comm.sent_bytes_per_wire_step.is_none());
 }
 
 /// A 1-bit run stopped after its warm-up and resumed ends where the uninterrupted run does,
@@ -86,4 +87,50 @@ fn a_one_bit_run_resumes_bitwise_with_every_ranks_residuals() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(final_weights(&part), final_weights(&whole));
     assert_eq!(common::step_records(&part), common::step_records(&whole));
+}
+
+/// `--wire-freeze-variance`: Adam's second moment stays as the warm-up left it (every
+/// checkpoint after it holds the same exp_avg_sq) while the first moment moves on; without
+/// the flag the second moment moves too.
+#[test]
+fn the_frozen_variance_stays_as_the_warm_up_left_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let every = ["--wire", "1bit", "--wire-warmup-steps", "2", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
+    for freeze in [true, false] {
+        let out = tmp.path().join(format!("{freeze}"));
+        let mut args = every.to_vec();
+        if freeze {
+            args.push("--wire-freeze-variance");
+        }
+        run(2, &out, "4", &args);
+        let moments = |step: u64| {
+            let dir = out.join("checkpoints").join(format!("step-{step:08}"));
+            common::read_safetensors(&dir.join("optimizer.safetensors"))
+        };
+        let (at2, at4) = (moments(2), moments(4));
+        let sq = |m: &std::collections::BTreeMap<String, Vec<f32>>| -> Vec<(String, Vec<f32>)> {
+            m.iter()
+                .filter(|(k, _)| k.ends_with("exp_avg_sq") && !k.starts_with("rank"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let first = |m: &std::collections::BTreeMap<String, Vec<f32>>| m["D.main.0.weight.exp_avg"].clone();
+        assert!(!sq(&at2).is_empty());
+        assert_eq!(sq(&at2) == sq(&at4), freeze, "freeze {freeze}: the second moment");
+        assert_ne!(first(&at2), first(&at4), "freeze {freeze}: the first moment must move on");
+    }
+}
+
+/// The bytes counted at the transport: bf16 sends exactly half of f32's, from the first step.
+#[test]
+fn bf16_sends_half_the_bytes_of_f32() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sent = |wire: &str| {
+        let out = tmp.path().join(wire);
+        run(2, &out, "2", &["--wire", wire]);
+        let comm = read_summary(&out).comm;
+        assert!(comm.sent_bytes_per_warmup_step.is_none(), "{wire}: no warm-up");
+        comm.sent_bytes_per_wire_step.unwrap()
+    };
+    assert_eq!(sent("bf16") * 2.0, sent("f32"));
 }
