@@ -7,6 +7,7 @@
 #
 #   scripts/bench-quality.sh [--ranks 1,2,4] [--lr-scaling none,sqrt,linear] [--seeds 1,2]
 #                            [--epochs 5] [--eval-n 10000] [--data DIR] [--batch 64] [--out DIR]
+#                            [--train-args "--wire 1bit"]
 #
 # (--data: a directory of MNIST-layout files with their t10k test split, or synthetic:N; by
 # default Debian's Fashion-MNIST, /usr/share/datasets/fashion-mnist. --out: by default
@@ -25,6 +26,7 @@
 #    every configuration alike. At 1 rank with --batch 64 the global batch is the reference 64,
 #    where no scaling changes the learning rate: one run per seed (under the first scaling
 #    listed) stands for all of them.
+#    --train-args adds options to every run (split on spaces), e.g. --wire 1bit.
 # 3. results.md, results.json and quality.png: `python3 scripts/reports quality OUT`.
 #
 # environment.txt records the machine, the date, this command and the binary's version. A run
@@ -40,7 +42,7 @@ REPO="$(dirname "$HERE")"
 quote() { if [[ "$1" =~ ^[A-Za-z0-9_./:,=+@-]+$ ]]; then printf '%s' "$1"; else printf '%q' "$1"; fi; }
 COMMAND="$(quote "$0")"
 for a in "$@"; do COMMAND+=" $(quote "$a")"; done
-RANKS_ARG=1,2,4 SCALINGS_ARG=none,sqrt,linear SEEDS_ARG=1,2 EPOCHS=5 EVAL_N=10000 BATCH=64 OUT=""
+RANKS_ARG=1,2,4 SCALINGS_ARG=none,sqrt,linear SEEDS_ARG=1,2 EPOCHS=5 EVAL_N=10000 BATCH=64 OUT="" TRAIN_ARGS=""
 DATA=/usr/share/datasets/fashion-mnist
 REFERENCE_BATCH=64 # --lr-scaling's: the learning rate is --lr at this global batch
 die() { echo "bench-quality: $*" >&2; exit 1; }
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
         --data) DATA="${2:?--data needs a directory or synthetic:N}"; shift 2 ;;
         --batch) BATCH="${2:?--batch needs a value}"; shift 2 ;;
         --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+        --train-args) TRAIN_ARGS="${2?--train-args needs a value, e.g. \"--wire 1bit\"}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
@@ -146,9 +149,10 @@ for run in "${PLAN[@]}"; do
     threads=$((CORES / n))
     [ "$threads" -ge 1 ] || threads=1
     log "  run $i/${#PLAN[@]}: $name ($n rank(s) x $threads thread(s), global batch $((n * BATCH)), --lr-scaling $s, seed $seed)"
+    # shellcheck disable=SC2086 # --train-args: one word per option
     "${MPIEXEC[@]}" -n "$n" "$BIN" train --data "$DATA" --batch-size "$BATCH" --lr-scaling "$s" --seed "$seed" \
         --threads "$threads" --epochs "$EPOCHS" --eval-every 1 --eval-n "$EVAL_N" --no-progress --out "$dir" \
-        >"$dir.log" 2>&1 || { tail -n 20 "$dir.log" >&2; die "the run $name failed (the end of $dir.log above)"; }
+        $TRAIN_ARGS >"$dir.log" 2>&1 || { tail -n 20 "$dir.log" >&2; die "the run $name failed (the end of $dir.log above)"; }
     grep -h '^epoch [0-9]*: FID' "$dir.log" | sed 's/^/    /' >&2 || true
 done
 echo "load average after the training runs: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/environment.txt"

@@ -8,6 +8,7 @@ and set against targets and the cost model.
     python3 scripts/reports quality OUT [--no-plot]
     python3 scripts/reports losses OUT [--no-plot]
     python3 scripts/reports wire OUT
+    python3 scripts/reports wire-quality OUT
 
 Python's standard library only, but for the plot (matplotlib).
 """
@@ -21,6 +22,7 @@ import losses_report
 import overlap_report
 import quality_report
 import scaling_report
+import wire_quality_report
 import wire_report
 
 
@@ -56,6 +58,9 @@ def main():
     r = sub.add_parser("wire", help="results.md and results.json of a bench-wire.sh folder")
     r.add_argument("out", metavar="OUT", help="the folder bench-wire.sh wrote")
 
+    wq = sub.add_parser("wire-quality", help="results.md, results.json and quality.png of a bench-wire-quality.sh folder")
+    wq.add_argument("out", metavar="OUT", help="the folder bench-wire-quality.sh wrote")
+
     args = ap.parse_args()
     if args.command == "scaling":
         scaling_report.main(args.out, plot=not args.no_plot)
@@ -67,6 +72,8 @@ def main():
         losses_report.main(args.out, plot=not args.no_plot)
     elif args.command == "wire":
         wire_report.main(args.out)
+    elif args.command == "wire-quality":
+        wire_quality_report.main(args.out)
     else:
         overlap_report.main(args.summaries)
 

@@ -59,6 +59,9 @@ impl<'a, B: Backend> Run<'a, B> {
         })?;
         let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
         let solo_shard = Shard::new(agreed.data.count, 0, 1, batch, args.model.seed)?;
+        // Before the run directory is made: a refusal leaves nothing behind.
+        let compressed_from = crate::train::config::compressed_from(args, shard.batches_per_epoch());
+        let frozen = job.agree(crate::train::config::variance_frozen_after(args, compressed_from))?;
         let Built { trainer, outputs, ck, parked } = build(job, args, from, &agreed.settings, be, solo_shard)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let mut run = Run {
@@ -93,12 +96,11 @@ impl<'a, B: Backend> Run<'a, B> {
             // other ranks stop with it, wherever they are in the step.
             run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
         }
-        let compressed_from = crate::train::config::compressed_from(args, run.shard.batches_per_epoch());
         match run.parked.as_mut() {
             Some(p) => p.exchange.compress_from(compressed_from),
             None => run.trainer.exchange.compress_from(compressed_from),
         }
-        if let Some([g, d]) = job.agree(crate::train::config::variance_frozen_after(args, compressed_from))? {
+        if let Some([g, d]) = frozen {
             run.trainer.model.g.store.freeze_variance_after = Some(g);
             run.trainer.model.d.store.freeze_variance_after = Some(d);
         }
