@@ -20,6 +20,8 @@ REPO="$(dirname "$HERE")"
 RANKS=4 EPOCHS=5 SEED=1 EVAL_N=10000 VARIANTS=f32,bf16,1bit,1bit-frozen,bmuf4,bmuf16 OUT="" DATA=()
 die() { echo "bench-wire-quality: $*" >&2; exit 1; }
 log() { echo "bench-wire-quality: $*" >&2; }
+# shellcheck source=lib/bench-common.sh
+. "$HERE/lib/bench-common.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -36,16 +38,6 @@ while [ $# -gt 0 ]; do
 done
 [[ "$RANKS" =~ ^[0-9]+$ && "$RANKS" -ge 2 ]] || die "--ranks '$RANKS': at least 2 (the variants exchange between ranks)"
 
-variant_args() {
-    case "$1" in
-        f32) echo "" ;;
-        bf16) echo "--wire bf16" ;;
-        1bit) echo "--wire 1bit" ;;
-        1bit-frozen) echo "--wire 1bit --wire-freeze-variance" ;;
-        bmuf*) local k="${1#bmuf}"; [[ "$k" =~ ^[0-9]+$ ]] || die "variant $1: bmufK with K a number"; echo "--sync-every $k" ;;
-        *) die "unknown variant $1 (f32, bf16, 1bit, 1bit-frozen, bmufK)" ;;
-    esac
-}
 IFS=, read -r -a VARS <<<"$VARIANTS"
 for v in "${VARS[@]}"; do variant_args "$v" >/dev/null; done
 OUT="${OUT:-$REPO/runs/wire-quality-$(date +%Y%m%d-%H%M%S)}"

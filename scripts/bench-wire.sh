@@ -45,15 +45,11 @@ done
 [ "$HOSTS" -ge 2 ] || die "--hosts $HOSTS: the exchange needs at least 2 hosts"
 [ "$SKIP" -lt "$STEPS" ] || die "--skip $SKIP leaves none of --steps $STEPS to measure"
 
-variant_args() {
-    case "$1" in
-        no-exchange) echo "--no-exchange" ;;
-        f32) echo "" ;;
-        bf16) echo "--wire bf16" ;;
-        1bit) echo "--wire 1bit --wire-warmup-steps 5" ;;
-        bmuf*) local k="${1#bmuf}"; [[ "$k" =~ ^[0-9]+$ ]] || die "variant $1: bmufK with K a number"; echo "--sync-every $k" ;;
-        *) die "unknown variant $1 (no-exchange, f32, bf16, 1bit, bmufK)" ;;
-    esac
+# The variant's options; 1-bit's warm-up fits these short runs.
+run_args() {
+    local a; a="$(variant_args "$1")"
+    case "$1" in 1bit*) a+=" --wire-warmup-steps 5" ;; esac
+    echo "$a"
 }
 IFS=, read -r -a VARS <<<"$VARIANTS"
 for v in "${VARS[@]}"; do variant_args "$v" >/dev/null; done
@@ -73,7 +69,7 @@ for r in $(seq 1 "$REPEATS"); do
         log "round $r/$REPEATS: $v"
         # shellcheck disable=SC2046
         "$CLUSTER" run --name "$NAME" -n "$HOSTS" -- "$BIN" train --batch-size 64 --threads 1 \
-            --max-steps "$STEPS" --no-progress --out "$dir" $(variant_args "$v") \
+            --max-steps "$STEPS" --no-progress --out "$dir" $(run_args "$v") \
             >"$OUT/r$r-$v.log" 2>&1 || die "round $r, $v failed: see $OUT/r$r-$v.log"
     done
 done

@@ -13,23 +13,10 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// A short run of `steps` steps on small synthetic data.
 fn train(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
-    let mut args = vec![
-        "--data",
-        "synthetic:512",
-        "--batch-size",
-        "8",
-        "--max-steps",
-        steps,
-        "--threads",
-        "1",
-        "--no-progress",
-        "--out",
-        path(out),
-    ];
-    args.extend_from_slice(extra);
-    let o = mpirun(ranks, &args, 300);
-    assert!(o.status.success(), "{ranks} ranks {extra:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+    let base = ["--data", "synthetic:512", "--batch-size", "8", "--threads", "1", "--max-steps", steps];
+    common::train_ranks(ranks, out, &base, extra);
 }
 
 /// K = 1 with no momentum is model averaging: after one step the weights are the mean of the

@@ -12,23 +12,10 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// A short run of `steps` steps on small synthetic data.
 fn run(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
-    let mut args = vec![
-        "--data",
-        "synthetic:256",
-        "--batch-size",
-        "4",
-        "--max-steps",
-        steps,
-        "--fragment-bytes",
-        "64KiB",
-        "--no-progress",
-        "--out",
-        path(out),
-    ];
-    args.extend_from_slice(extra);
-    let o = mpirun(ranks, &args, 300);
-    assert!(o.status.success(), "{ranks} ranks {extra:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+    let base = ["--data", "synthetic:256", "--batch-size", "4", "--fragment-bytes", "64KiB", "--max-steps", steps];
+    common::train_ranks(ranks, out, &base, extra);
 }
 
 /// Every rank holds the same bits after every step (3 ranks: stripes of unequal length; 4),

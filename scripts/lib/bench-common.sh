@@ -34,3 +34,18 @@ local_mpiexec() {
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
 }
+
+# The train options of an exchange variant (bench-wire.sh, bench-wire-quality.sh): no-exchange,
+# f32, bf16, 1bit, 1bit-frozen (Adam's variance frozen after the warm-up) or bmufK (block
+# momentum every K steps). Dies on an unknown name.
+variant_args() {
+    case "$1" in
+        no-exchange) echo "--no-exchange" ;;
+        f32) echo "" ;;
+        bf16) echo "--wire bf16" ;;
+        1bit) echo "--wire 1bit" ;;
+        1bit-frozen) echo "--wire 1bit --wire-freeze-variance" ;;
+        bmuf*) local k="${1#bmuf}"; [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "variant $1: bmufK with K a number"; echo "--sync-every $k" ;;
+        *) die "unknown variant $1 (no-exchange, f32, bf16, 1bit, 1bit-frozen, bmufK)" ;;
+    esac
+}

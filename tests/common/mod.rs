@@ -204,3 +204,14 @@ pub fn rewrite_metadata(path: &std::path::Path, change: impl FnOnce(&mut serde_j
     out.extend(&bytes[data..]);
     std::fs::write(path, out).unwrap();
 }
+
+/// `dcgan-train` on `ranks` ranks with `base` options, then `--no-progress --out out` and
+/// `extra`; the run must succeed.
+pub fn train_ranks(ranks: usize, out: &std::path::Path, base: &[&str], extra: &[&str]) {
+    let out = out.to_str().unwrap();
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--no-progress", "--out", out]);
+    args.extend_from_slice(extra);
+    let o = mpirun(ranks, &args, 300);
+    assert!(o.status.success(), "{ranks} ranks {extra:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+}
