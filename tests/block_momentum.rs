@@ -4,19 +4,13 @@
 
 mod common;
 
-use common::{final_weights, mpirun, read_safetensors, read_summary, step_records};
+use common::{final_weights, mpirun, read_safetensors, read_summary, step_records, train_small as train};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
 use dcgan_train::model::net::param_layout;
 use std::path::Path;
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// A short run of `steps` steps on small synthetic data.
-fn train(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
-    let base = ["--data", "synthetic:512", "--batch-size", "8", "--threads", "1", "--max-steps", steps];
-    common::train_ranks(ranks, out, &base, extra);
 }
 
 /// K = 1 with no momentum is model averaging: after one step the weights are the mean of the

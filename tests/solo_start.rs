@@ -3,17 +3,11 @@
 
 mod common;
 
-use common::{final_weights, mpirun, step_records};
+use common::{final_weights, mpirun, step_records, train_small as train};
 use std::path::Path;
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// A short run of `steps` steps on small synthetic data.
-fn train(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
-    let base = ["--data", "synthetic:512", "--batch-size", "8", "--threads", "1", "--max-steps", steps];
-    common::train_ranks(ranks, out, &base, extra);
 }
 
 /// Before the switch, 2 ranks train exactly what 1 rank trains (weights and every step's

@@ -215,3 +215,9 @@ pub fn train_ranks(ranks: usize, out: &std::path::Path, base: &[&str], extra: &[
     let o = mpirun(ranks, &args, 300);
     assert!(o.status.success(), "{ranks} ranks {extra:?}:\n{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A short run of `steps` steps on 512 small synthetic images, 8 a rank, 1 thread a rank.
+pub fn train_small(ranks: usize, out: &std::path::Path, steps: &str, extra: &[&str]) {
+    let base = ["--data", "synthetic:512", "--batch-size", "8", "--threads", "1", "--max-steps", steps];
+    train_ranks(ranks, out, &base, extra);
+}

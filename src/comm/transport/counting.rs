@@ -18,25 +18,12 @@ impl<'a> Counting<'a> {
 }
 
 impl Transport for Counting<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn hosts(&self) -> &[usize] {
-        self.inner.hosts()
-    }
+    super::forward_to_inner!(who);
     fn send(&mut self, to: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
         self.sent += data.len() as u64;
         self.inner.send(to, tag, data)
     }
-    fn recv(&mut self, from: usize, tag: Tag, buf: &mut [u8]) -> Result<(), CommError> {
-        self.inner.recv(from, tag, buf)
-    }
-    fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError> {
-        self.inner.recv_vec(from, tag)
-    }
+    super::forward_to_inner!(receive);
     fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, buf: &mut [u8], tag: Tag) -> Result<(), CommError> {
         self.sent += data.len() as u64;
         self.inner.sendrecv(to, data, from, buf, tag)
@@ -55,19 +42,5 @@ impl Transport for Counting<'_> {
     fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
         self.inner.native_allreduce_sum(data)
     }
-    fn activity(&mut self) -> &mut Activity {
-        self.inner.activity()
-    }
-    fn set_policy(&mut self, policy: WaitPolicy) {
-        self.inner.set_policy(policy)
-    }
-    fn serve_status(&mut self) {
-        self.inner.serve_status()
-    }
-    fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>> {
-        self.inner.query_status(grace)
-    }
-    fn abort(&mut self, code: i32) -> ! {
-        self.inner.abort(code)
-    }
+    super::forward_to_inner!();
 }

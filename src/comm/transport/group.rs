@@ -81,24 +81,5 @@ impl<T: Transport + ?Sized> Transport for Group<'_, T> {
     fn native_allreduce_sum(&mut self, _data: &mut [f32]) -> Result<(), CommError> {
         Err(CommError::Protocol("MPI_Allreduce runs over the whole job, not over a group of its ranks".into()))
     }
-
-    fn activity(&mut self) -> &mut Activity {
-        self.inner.activity()
-    }
-
-    fn set_policy(&mut self, policy: WaitPolicy) {
-        self.inner.set_policy(policy)
-    }
-
-    fn serve_status(&mut self) {
-        self.inner.serve_status()
-    }
-
-    fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>> {
-        self.inner.query_status(grace)
-    }
-
-    fn abort(&mut self, code: i32) -> ! {
-        self.inner.abort(code)
-    }
+    super::forward_to_inner!();
 }

@@ -2,6 +2,51 @@
 //! algorithm is written against, with two implementations: `Mpi` (rsmpi, under mpiexec) and
 //! `Local` (threads and channels in one process, for tests at any rank count).
 
+/// The `Transport` methods a wrapper hands to `self.inner` unchanged: by default what the rank
+/// is doing, its wait policy, the status queries of stalled ranks and aborting the job; `who`
+/// and `receive` for those groups. (The names they use must be in scope where expanded.)
+macro_rules! forward_to_inner {
+    // Who the rank is: rank, ranks, their hosts.
+    (who) => {
+        fn rank(&self) -> usize {
+            self.inner.rank()
+        }
+        fn size(&self) -> usize {
+            self.inner.size()
+        }
+        fn hosts(&self) -> &[usize] {
+            self.inner.hosts()
+        }
+    };
+    // Receiving as it comes.
+    (receive) => {
+        fn recv(&mut self, from: usize, tag: Tag, buf: &mut [u8]) -> Result<(), CommError> {
+            self.inner.recv(from, tag, buf)
+        }
+        fn recv_vec(&mut self, from: usize, tag: Tag) -> Result<Vec<u8>, CommError> {
+            self.inner.recv_vec(from, tag)
+        }
+    };
+    () => {
+        fn activity(&mut self) -> &mut Activity {
+            self.inner.activity()
+        }
+        fn set_policy(&mut self, policy: WaitPolicy) {
+            self.inner.set_policy(policy)
+        }
+        fn serve_status(&mut self) {
+            self.inner.serve_status()
+        }
+        fn query_status(&mut self, grace: Duration) -> Vec<Option<StatusReply>> {
+            self.inner.query_status(grace)
+        }
+        fn abort(&mut self, code: i32) -> ! {
+            self.inner.abort(code)
+        }
+    };
+}
+pub(crate) use forward_to_inner;
+
 pub mod bf16_round;
 pub mod bf16_wire;
 pub mod counting;
