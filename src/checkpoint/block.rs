@@ -2,10 +2,9 @@
 //! and, because a checkpoint may fall inside a block where the ranks' models differ, every
 //! other rank's own weights and Adam moments (rank 0's are the checkpoint's G and D).
 
-use super::flat_info;
-use super::tensors;
+use super::{flat_info, read_flat};
 use crate::nn::params::TensorInfo;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use safetensors::SafeTensors;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -51,14 +50,7 @@ pub(super) fn read(
     if st.tensor("block.G.global").is_err() {
         return Ok(None);
     }
-    let get = |name: String, len: usize| -> Result<Vec<f32>> {
-        if st.tensor(&name).is_err() {
-            bail!("{what} has no {name}: the checkpoint is incomplete");
-        }
-        let mut out = vec![0.0; len];
-        tensors::read_f32(st, &flat_info(name, len), what, &mut out)?;
-        Ok(out)
-    };
+    let get = |name: String, len: usize| read_flat(st, what, &name, len);
     let global = [get("block.G.global".into(), lens[0])?, get("block.D.global".into(), lens[1])?];
     let velocity = [get("block.G.velocity".into(), lens[0])?, get("block.D.velocity".into(), lens[1])?];
     let mut others = Vec::new();

@@ -98,6 +98,16 @@ fn rank_state_name(rank: usize, net: &str) -> String {
     format!("rank{rank}.{net}.running_stats")
 }
 
+/// The flat tensor `name` of `len` floats, which the checkpoint must hold.
+fn read_flat(st: &safetensors::SafeTensors<'_>, what: &str, name: &str, len: usize) -> Result<Vec<f32>> {
+    if st.tensor(name).is_err() {
+        bail!("{what} has no {name}: the checkpoint is incomplete");
+    }
+    let mut out = vec![0.0; len];
+    tensors::read_f32(st, &flat_info(name.to_string(), len), what, &mut out)?;
+    Ok(out)
+}
+
 fn flat_info(name: String, len: usize) -> TensorInfo {
     TensorInfo { name, shape: vec![len], range: 0..len, init: crate::nn::params::Init::Constant(0.0) }
 }
@@ -300,12 +310,7 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     for rank in 1..progress.ranks {
         let mut pair = [Vec::new(), Vec::new()];
         for (net, (layout, out)) in ["G", "D"].iter().zip([layouts.0, layouts.1].iter().zip(pair.iter_mut())) {
-            let name = rank_state_name(rank, net);
-            if st.tensor(&name).is_err() {
-                bail!("{what} has no {name}: the checkpoint is incomplete");
-            }
-            out.resize(layout.state_len(), 0.0);
-            tensors::read_f32(&st, &flat_info(name, layout.state_len()), &what, out)?;
+            *out = read_flat(&st, &what, &rank_state_name(rank, net), layout.state_len())?;
         }
         rank_states.push(pair);
     }
@@ -330,11 +335,7 @@ fn read_residuals(
         let mut nets: RankResiduals = Default::default();
         for ((names, parts), len) in residual_names(rank).iter().zip(nets.iter_mut()).zip(lens) {
             for (name, out) in names.iter().zip(parts.iter_mut()) {
-                if st.tensor(name).is_err() {
-                    bail!("{what} has no {name}: the checkpoint is incomplete");
-                }
-                out.resize(len, 0.0);
-                tensors::read_f32(st, &flat_info(name.clone(), len), what, out)?;
+                *out = read_flat(st, what, name, len)?;
             }
         }
         all.push(nets);

@@ -184,8 +184,9 @@ pub struct ParallelArgs {
     /// Steps recorded in the trace.
     #[arg(long, default_value_t = 20)]
     pub trace_steps: u64,
-    /// Every K steps, check that all ranks hold identical parameters (0 = never). With
-    /// --no-exchange the ranks drift apart by design, so the check fails: a test of the check.
+    /// Every K steps, check that all ranks hold identical parameters (0 = never; with
+    /// --sync-every, only the block ends among them). With --no-exchange the ranks drift
+    /// apart by design, so the check fails: a test of the check.
     #[arg(long, default_value_t = 0)]
     pub check_consistency: u64,
     /// A 1-rank run's summary.json: the summary then reports the weak-scaling speedup of the

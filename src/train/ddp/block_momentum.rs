@@ -97,10 +97,6 @@ impl BlockMomentum {
     }
 }
 
-fn floats(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
-}
-
 /// A rank's own weights and moments, [G, D] x [weights, exp_avg, exp_avg_sq].
 fn own_state<B: Backend>(be: &B, stores: [&ParamStore<B>; 2]) -> [[Vec<f32>; 3]; 2] {
     stores.map(|s| [download(be, &s.value), download(be, &s.m), download(be, &s.v)])
@@ -116,16 +112,15 @@ impl BlockMomentum {
         be: &B,
         stores: [&ParamStore<B>; 2],
     ) -> Result<Option<BlockCheckpoint>> {
-        let mine: Vec<u8> = match job.is_root() {
+        let mine: Vec<f32> = match job.is_root() {
             true => Vec::new(),
-            false => own_state(be, stores).iter().flatten().flatten().flat_map(|x| x.to_le_bytes()).collect(),
+            false => own_state(be, stores).iter().flatten().flatten().copied().collect(),
         };
-        let Some(parts) = job.comm.gather_bytes(mine)? else { return Ok(None) };
+        let Some(parts) = super::sync::gather_f32(job, &mine)? else { return Ok(None) };
         let lens = self.global.each_ref().map(Vec::len);
         let ranks = parts[1..]
             .iter()
-            .map(|p| {
-                let v = floats(p);
+            .map(|v| {
                 let (g, d) = v.split_at(3 * lens[0]);
                 let three = |x: &[f32], n: usize| [x[..n].to_vec(), x[n..2 * n].to_vec(), x[2 * n..3 * n].to_vec()];
                 [three(g, lens[0]), three(d, lens[1])]

@@ -408,14 +408,12 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn set_residuals(&mut self, r: &crate::checkpoint::RankResiduals) -> Result<()> {
+        let squares = super::residuals::install(&self.comm, [&self.nets[0].plan, &self.nets[1].plan], r)?;
         // The norms the metrics report until each bucket travels again.
-        for (nb, [own, stripe]) in self.nets.iter_mut().zip(r) {
-            for (b, sq) in nb.plan.iter().zip(&mut nb.residual_sq) {
-                let squares = own[b.range.clone()].iter().chain(&stripe[b.range.clone()]);
-                *sq = Some(squares.map(|&x| x as f64 * x as f64).sum());
-            }
+        for (nb, sq) in self.nets.iter_mut().zip(squares) {
+            nb.residual_sq = sq.into_iter().map(Some).collect();
         }
-        super::residuals::install(&self.comm, [&self.nets[0].plan, &self.nets[1].plan], r)
+        Ok(())
     }
 
     fn compress_from(&mut self, step: u64) {

@@ -32,19 +32,21 @@ pub fn collect(comm: &CommHandle, plans: [&[Bucket]; 2]) -> Result<Option<RankRe
 }
 
 /// Give this rank's comm thread `r` (laid out as `collect` returns it), bucket by bucket.
-pub fn install(comm: &CommHandle, plans: [&[Bucket]; 2], r: &RankResiduals) -> Result<()> {
+/// Returns each bucket's sum of squares ([G's buckets, D's]), as the comm thread reports it
+/// after an exchange.
+pub fn install(comm: &CommHandle, plans: [&[Bucket]; 2], r: &RankResiduals) -> Result<[Vec<f64>; 2]> {
     let mut by_bucket = Vec::new();
-    for (plan, [own, stripe]) in plans.iter().zip(r) {
+    let mut squares: [Vec<f64>; 2] = Default::default();
+    for ((plan, [own, stripe]), sq) in plans.iter().zip(r).zip(&mut squares) {
         for b in *plan {
             let range = b.range.clone();
-            by_bucket.push((b.id, Residuals { own: own[range.clone()].to_vec(), stripe: stripe[range].to_vec() }));
+            let res = Residuals { own: own[range.clone()].to_vec(), stripe: stripe[range].to_vec() };
+            sq.push(res.sum_of_squares());
+            by_bucket.push((b.id, res));
         }
     }
-    comm.set_residuals(by_bucket)
-}
-
-fn to_bytes(r: &RankResiduals) -> Vec<u8> {
-    r.iter().flatten().flatten().flat_map(|x| x.to_le_bytes()).collect()
+    comm.set_residuals(by_bucket)?;
+    Ok(squares)
 }
 
 fn from_floats(v: &[f32], lens: [usize; 2]) -> RankResiduals {
@@ -56,19 +58,18 @@ fn from_floats(v: &[f32], lens: [usize; 2]) -> RankResiduals {
 /// Every rank's residuals on rank 0, rank 0's first (empty where none has any yet); None on
 /// the other ranks. Collective. `lens`: the networks' parameter counts.
 pub fn gather(job: &Job, mine: Option<RankResiduals>, lens: [usize; 2]) -> Result<Option<Vec<RankResiduals>>> {
-    let Some(parts) = job.comm.gather_bytes(mine.as_ref().map(to_bytes).unwrap_or_default())? else {
+    let mine: Vec<f32> = mine.iter().flatten().flatten().flatten().copied().collect();
+    let Some(parts) = super::sync::gather_f32(job, &mine)? else {
         return Ok(None);
     };
     if parts.iter().all(|p| p.is_empty()) {
         return Ok(Some(Vec::new()));
     }
-    let want = 8 * (lens[0] + lens[1]);
+    let want = 2 * (lens[0] + lens[1]);
     if let Some(r) = parts.iter().position(|p| p.len() != want) {
-        bail!("rank {r} holds 1-bit residuals of {} bytes, not {want}: the ranks disagree", parts[r].len());
+        bail!("rank {r} holds {} 1-bit residuals, not {want}: the ranks disagree", parts[r].len());
     }
-    let floats =
-        |p: &Vec<u8>| -> Vec<f32> { p.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
-    Ok(Some(parts.iter().map(|p| from_floats(&floats(p), lens)).collect()))
+    Ok(Some(parts.iter().map(|p| from_floats(p, lens)).collect()))
 }
 
 /// Each rank's own residuals from a checkpoint rank 0 read (`all` on rank 0, ignored

@@ -108,6 +108,15 @@ pub fn restore<B: Backend>(be: &B, store: &mut ParamStore<B>, t: &NetTensors, m:
     store.bn_batches_tracked = t.batches_tracked;
 }
 
+/// Every rank's `mine` on rank 0 (index = rank), None on the other ranks: what a checkpoint
+/// keeps of each rank's own state. Collective.
+pub fn gather_f32(job: &Job, mine: &[f32]) -> Result<Option<Vec<Vec<f32>>>> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let Some(parts) = job.comm.gather_bytes(bytes)? else { return Ok(None) };
+    let floats = |b: &Vec<u8>| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+    Ok(Some(parts.iter().map(floats).collect()))
+}
+
 /// Rank 0 receives the running statistics (G's, D's) of ranks 1.. for a checkpoint; the
 /// other ranks get None. Collective.
 pub fn gather_rank_states<B: Backend>(
@@ -118,20 +127,12 @@ pub fn gather_rank_states<B: Backend>(
     if job.world.size == 1 {
         return Ok(Some(Vec::new()));
     }
-    let mine: Vec<u8> = stores.iter().flat_map(|s| download(be, &s.state)).flat_map(|x| x.to_le_bytes()).collect();
-    let Some(parts) = job.comm.gather_bytes(mine)? else {
+    let mine: Vec<f32> = stores.iter().flat_map(|s| download(be, &s.state)).collect();
+    let Some(parts) = gather_f32(job, &mine)? else {
         return Ok(None);
     };
     let g_len = stores[0].state.len();
-    let states = parts[1..]
-        .iter()
-        .map(|bytes| {
-            let v: Vec<f32> =
-                bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
-            [v[..g_len].to_vec(), v[g_len..].to_vec()]
-        })
-        .collect();
-    Ok(Some(states))
+    Ok(Some(parts[1..].iter().map(|v| [v[..g_len].to_vec(), v[g_len..].to_vec()]).collect()))
 }
 
 /// Every rank r > 0 takes its own running statistics from a checkpoint rank 0 read
