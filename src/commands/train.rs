@@ -61,6 +61,15 @@ pub struct ModelArgs {
     /// cuda-emulated (the CUDA kernels on the CPU: slow, for checking without a GPU).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Compute each rank's batch in M micro-batches (a divisor of it), summing their
+    /// gradients: batch norm sees M-th batches, as M data-parallel ranks would, and the
+    /// activations of one micro-batch at a time are in flight (--recompute).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, value_name = "M")]
+    pub micro_batches: u64,
+    /// With --micro-batches: keep only G's noise of each micro-batch and compute its forward
+    /// again before its backward (GPipe's recomputation: less memory, one more G forward).
+    #[arg(long)]
+    pub recompute: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -230,6 +239,8 @@ impl From<ModelArgs> for ModelOptions {
             seed: a.seed,
             threads: a.threads,
             device: a.device,
+            micro_batches: a.micro_batches,
+            recompute: a.recompute,
         }
     }
 }

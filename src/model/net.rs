@@ -1,7 +1,7 @@
 //! A sequential network of stages with an explicit backward schedule, and the hooks through
 //! which the trainer sees each layer's time and each gradient group as soon as it is complete.
 
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, DeviceBuf, View, ViewMut};
 use crate::nn::BnSync;
 use crate::nn::batchnorm::BatchNormLayer;
 use crate::nn::conv::ConvLayer;
@@ -86,6 +86,14 @@ pub struct Net<B: Backend> {
     d_input: B::Buf,
 }
 
+/// A micro-batch's forward put aside until its backward: the network's input and each
+/// stage's saved tensors.
+pub struct NetSaved<B: Backend> {
+    /// [C, B, H, W]
+    input: B::Buf,
+    stages: Vec<crate::nn::stage::StageSaved<B>>,
+}
+
 /// What a network will take before it is built (`plan_net`).
 #[derive(Clone, Debug, Default)]
 pub struct NetPlan {
@@ -93,6 +101,8 @@ pub struct NetPlan {
     pub floats: usize,
     /// Parameters (each has a gradient of the same length).
     pub params: usize,
+    /// Floats `Net::new_saved` allocates: one micro-batch's forward kept for its backward.
+    pub saved_floats: usize,
     /// The geometries its ops reserve workspace for.
     pub convs: Vec<ConvGeom>,
     pub bns: Vec<BnGeom>,
@@ -109,12 +119,15 @@ pub fn plan_net(specs: &[StageSpec], batch: usize, input: (usize, usize, usize))
         let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: 0..0 };
         let (_, oh, ow) = conv.output_shape();
         plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.batch_norm);
+        let bn_channels = spec.batch_norm.then_some(spec.c_out);
+        plan.saved_floats += crate::nn::stage::saved_floats(conv.output_len(), bn_channels);
         if spec.batch_norm {
             plan.floats += crate::nn::batchnorm::buffer_floats(spec.c_out);
             plan.bns.push(BnGeom::new(spec.c_out, batch * oh * ow));
         }
     }
     plan.floats += 2 * input.0 * batch * input.1 * input.2;
+    plan.saved_floats += input.0 * batch * input.1 * input.2;
     plan.convs = geoms;
     Ok(plan)
 }
@@ -215,6 +228,22 @@ impl<B: Backend> Net<B> {
         }
         let in_len = input.0 * batch * input.1 * input.2;
         Ok(Net { name, stages, store, order, batch, input: be.alloc(in_len)?, d_input: be.alloc(in_len)? })
+    }
+
+    /// Buffers for one micro-batch's forward, put aside until its backward (`swap_saved`).
+    pub fn new_saved(&self, be: &B) -> Result<NetSaved<B>> {
+        let stages = self.stages.iter().map(|s| s.new_saved(be)).collect::<Result<_>>()?;
+        Ok(NetSaved { input: be.alloc(self.input.len())?, stages })
+    }
+
+    /// Exchange the input and what every stage's forward left for backward with `saved`,
+    /// without copying: after a forward, this puts the micro-batch aside (and `saved` takes
+    /// it); before its backward, the same call brings it back.
+    pub fn swap_saved(&mut self, saved: &mut NetSaved<B>) {
+        std::mem::swap(&mut self.input, &mut saved.input);
+        for (stage, s) in self.stages.iter_mut().zip(&mut saved.stages) {
+            stage.swap_saved(s);
+        }
     }
 
     pub fn input_mut(&mut self) -> &mut B::Buf {

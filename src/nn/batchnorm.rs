@@ -39,6 +39,11 @@ impl<B: Backend> BatchNormLayer<B> {
         })
     }
 
+    /// Exchange the statistics saved for backward with `other` [2C] (a micro-batch's stash).
+    pub fn swap_saved(&mut self, other: &mut B::Buf) {
+        std::mem::swap(&mut self.saved, other);
+    }
+
     fn gamma_range(&self) -> Range<usize> {
         self.gamma_beta.start..self.gamma_beta.start + self.geom.channels
     }

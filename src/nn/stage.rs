@@ -31,6 +31,22 @@ pub struct Stage<B: Backend> {
     d_conv_out: Option<B::Buf>,
 }
 
+/// What a stage's forward leaves for its backward, kept aside for one micro-batch.
+pub struct StageSaved<B: Backend> {
+    /// [C_out, B, OH, OW]
+    conv_out: B::Buf,
+    /// [C_out, B, OH, OW], with batch norm.
+    bn_out: Option<B::Buf>,
+    /// [2 C_out]: mean and 1/std, with batch norm.
+    bn_stats: Option<B::Buf>,
+}
+
+/// The floats `Stage::new_saved` allocates for an output of `output_len` floats and
+/// `channels` batch-norm channels (None: no batch norm).
+pub fn saved_floats(output_len: usize, bn_channels: Option<usize>) -> usize {
+    bn_channels.map_or(output_len, |c| 2 * output_len + 2 * c)
+}
+
 /// The floats `Stage::new` allocates for an output of `output_len` floats (batch norm's own
 /// buffers aside): the conv output and its gradient, and with batch norm the normalized output
 /// and the gradient at the conv output.
@@ -60,6 +76,32 @@ impl<B: Backend> Stage<B> {
             d_out: be.alloc(n)?,
             d_conv_out: if with_bn { Some(be.alloc(n)?) } else { None },
         })
+    }
+
+    /// Buffers shaped as what this stage's forward leaves for its backward: the conv output,
+    /// the batch-norm output and the batch-norm statistics.
+    pub fn new_saved(&self, be: &B) -> Result<StageSaved<B>> {
+        let n = self.conv.output_len();
+        Ok(StageSaved {
+            conv_out: be.alloc(n)?,
+            bn_out: if self.bn_out.is_some() { Some(be.alloc(n)?) } else { None },
+            bn_stats: match &self.bn {
+                Some(bn) => Some(be.alloc(2 * bn.geom.channels)?),
+                None => None,
+            },
+        })
+    }
+
+    /// Exchange what the last forward left for backward with `saved` (no copy): a micro-batch's
+    /// forward is put aside and taken back for its backward.
+    pub fn swap_saved(&mut self, saved: &mut StageSaved<B>) {
+        std::mem::swap(&mut self.conv_out, &mut saved.conv_out);
+        if let (Some(mine), Some(theirs)) = (&mut self.bn_out, &mut saved.bn_out) {
+            std::mem::swap(mine, theirs);
+        }
+        if let (Some(bn), Some(stats)) = (&mut self.bn, &mut saved.bn_stats) {
+            bn.swap_saved(stats);
+        }
     }
 
     /// The stage's output, [C_out, B, OH, OW].

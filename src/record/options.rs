@@ -72,6 +72,12 @@ pub struct ModelOptions {
     /// Compute threads per rank (None: the host's cores divided by its ranks).
     pub threads: Option<usize>,
     pub device: DeviceChoice,
+    /// Each rank's batch is computed in this many micro-batches, their gradients summed
+    /// (batch norm's statistics per micro-batch).
+    pub micro_batches: u64,
+    /// With micro-batches: keep only G's input of each and compute its forward again for
+    /// backward, instead of keeping every micro-batch's activations.
+    pub recompute: bool,
 }
 
 /// How the batch is split over the ranks and how gradients are exchanged.
@@ -148,6 +154,27 @@ impl ModelOptions {
         }
         Ok(())
     }
+
+    /// Refuses micro-batches that do not split `per_rank_batch` images evenly, or that meet
+    /// what they are not built for.
+    pub fn check_micro_batches(&self, per_rank_batch: usize) -> anyhow::Result<()> {
+        let m = self.micro_batches as usize;
+        if m == 0 || !per_rank_batch.is_multiple_of(m) {
+            anyhow::bail!(
+                "--micro-batches {m} does not divide the {per_rank_batch} images of a rank's batch: use a divisor of {per_rank_batch} (e.g. {})",
+                (1..=m.max(1)).rev().find(|d| per_rank_batch.is_multiple_of(*d)).unwrap_or(1)
+            );
+        }
+        if m > 1 && self.loss == GanLoss::WganGp {
+            anyhow::bail!("--micro-batches is built for --loss dcgan only: leave it out with --loss wgan-gp");
+        }
+        if self.recompute && m == 1 {
+            anyhow::bail!(
+                "--recompute recomputes micro-batches' forwards and saves memory only with several: add --micro-batches M (M > 1) or leave --recompute out"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// `--lr-scaling`: the learning rate against the global batch, relative to 64.
@@ -206,6 +233,8 @@ impl Default for ModelOptions {
             seed: 1,
             threads: None,
             device: DeviceChoice::Auto,
+            micro_batches: 1,
+            recompute: false,
         }
     }
 }

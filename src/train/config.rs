@@ -38,6 +38,7 @@ impl Settings {
             }
             None => args.model.batch_size as usize,
         };
+        args.model.check_micro_batches(per_rank_batch)?;
         let global_batch = per_rank_batch * ranks;
         let ratio = global_batch as f64 / REFERENCE_BATCH;
         let scale = match p.lr_scaling {

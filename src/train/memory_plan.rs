@@ -5,7 +5,7 @@
 
 use crate::backend::Backend;
 use crate::model::{dcgan, penalty};
-use crate::record::GanLoss;
+use crate::record::{GanLoss, ModelOptions};
 use anyhow::{Result, bail};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -32,12 +32,23 @@ struct Parts {
 }
 
 /// The parts at `batch` images per rank.
-fn parts<B: Backend>(be: &B, image_size: usize, loss: GanLoss, batch: usize, ranks: usize) -> Result<Parts> {
+fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -> Result<Parts> {
+    let (image_size, loss) = (model.image_size, model.loss);
     let kind = super::config::discriminator(loss);
-    let [g, d] = dcgan::plan(image_size, batch, kind)?;
+    // The networks are built for one micro-batch; G keeps each micro-batch's forward for its
+    // backward unless it recomputes them (train/micro_step.rs).
+    let micro = (model.micro_batches as usize).max(1);
+    let [g, d] = dcgan::plan(image_size, batch.div_ceil(micro), kind)?;
     let params = (g.params + d.params) as u64;
     // The step's own buffers: the logits' gradient and three pairs of outputs (train/step.rs).
-    let mut trainer = batch as u64 + 6;
+    let mut trainer = batch.div_ceil(micro) as u64 + 6;
+    if micro > 1 {
+        // One micro-batch's outputs, and its zeros and images on the host (counted here).
+        trainer += 2 + (batch.div_ceil(micro) * (1 + image_size * image_size)) as u64;
+        if !model.recompute {
+            trainer += (micro * g.saved_floats) as u64;
+        }
+    }
     if loss == GanLoss::WganGp {
         // The penalty's streams and seed, the real images and the interpolation weights.
         let (_, d_spec) = dcgan::architecture(image_size, kind)?;
@@ -61,17 +72,10 @@ fn parts<B: Backend>(be: &B, image_size: usize, loss: GanLoss, batch: usize, ran
 }
 
 impl MemoryEstimate {
-    /// The estimate for `batch` images per rank on `be`, on top of `resident` bytes this
-    /// process holds already (the program, the libraries, the data set).
-    pub fn of<B: Backend>(
-        be: &B,
-        image_size: usize,
-        loss: GanLoss,
-        batch: usize,
-        ranks: usize,
-        resident: u64,
-    ) -> Result<Self> {
-        let p = parts(be, image_size, loss, batch, ranks)?;
+    /// The estimate for `batch` images per rank of `model` on `be`, on top of `resident`
+    /// bytes this process holds already (the program, the libraries, the data set).
+    pub fn of<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize, resident: u64) -> Result<Self> {
+        let p = parts(be, model, batch, ranks)?;
         Ok(match be.free_device_bytes() {
             Some(_) => MemoryEstimate { host_bytes: resident + p.host, device_bytes: Some(p.model + p.workspace) },
             None => MemoryEstimate { host_bytes: resident + p.model + p.workspace + p.host, device_bytes: None },
@@ -126,13 +130,13 @@ impl MemoryLimits {
 /// rank that does.
 pub fn check<B: Backend>(
     be: &B,
-    image_size: usize,
-    loss: GanLoss,
+    model: &ModelOptions,
     batch: usize,
     ranks: usize,
     limits: &MemoryLimits,
 ) -> Result<MemoryEstimate> {
-    let estimate = |b: usize| MemoryEstimate::of(be, image_size, loss, b, ranks, limits.resident);
+    let image_size = model.image_size;
+    let estimate = |b: usize| MemoryEstimate::of(be, model, b, ranks, limits.resident);
     let e = estimate(batch)?;
     let Some((what, need, have)) = limits.shortfall(&e) else { return Ok(e) };
     // The estimate grows with the batch: bisect for the largest that fits.
@@ -169,13 +173,17 @@ mod tests {
     use super::*;
     use crate::backend::cpu::Cpu;
 
+    fn model(image_size: usize) -> ModelOptions {
+        ModelOptions { image_size, ..ModelOptions::default() }
+    }
+
     fn limits(host_available: u64, local_ranks: usize) -> MemoryLimits {
         MemoryLimits { host_available, local_ranks, resident: 100 << 20, device_free: None }
     }
 
     #[test]
     fn the_estimate_grows_with_the_batch_and_the_ranks() {
-        let at = |b, r| MemoryEstimate::of(&Cpu, 28, GanLoss::Dcgan, b, r, 0).unwrap().host_bytes;
+        let at = |b, r| MemoryEstimate::of(&Cpu, &model(28), b, r, 0).unwrap().host_bytes;
         assert!(at(128, 1) > at(64, 1) && at(64, 2) > at(64, 1));
         // Activations grow linearly with the batch: the step from 64 to 128 is the step from
         // 128 to 192, to the column scratch's rounding.
@@ -185,25 +193,37 @@ mod tests {
 
     #[test]
     fn a_batch_that_does_not_fit_is_refused_with_the_largest_that_does() {
-        let need = |b| MemoryEstimate::of(&Cpu, 28, GanLoss::Dcgan, b, 2, 100 << 20).unwrap().host_bytes - (100 << 20);
+        let need = |b| MemoryEstimate::of(&Cpu, &model(28), b, 2, 100 << 20).unwrap().host_bytes - (100 << 20);
         // Room for exactly 1000 images per rank on each of 2 ranks.
         let l = limits(2 * need(1000), 2);
-        let e = check(&Cpu, 28, GanLoss::Dcgan, 5000, 2, &l).unwrap_err().to_string();
+        let e = check(&Cpu, &model(28), 5000, 2, &l).unwrap_err().to_string();
         assert!(e.contains("batch 5000 per rank") && e.contains("shared by its 2 ranks"), "{e}");
         assert!(e.contains("the largest batch per rank that fits is 1000 (a global batch of 2000)"), "{e}");
         assert_eq!(
-            check(&Cpu, 28, GanLoss::Dcgan, 1000, 2, &l).unwrap(),
-            MemoryEstimate::of(&Cpu, 28, GanLoss::Dcgan, 1000, 2, 100 << 20).unwrap()
+            check(&Cpu, &model(28), 1000, 2, &l).unwrap(),
+            MemoryEstimate::of(&Cpu, &model(28), 1000, 2, 100 << 20).unwrap()
         );
         // Nothing fits.
-        let e = check(&Cpu, 28, GanLoss::Dcgan, 64, 1, &limits(1 << 20, 1)).unwrap_err().to_string();
+        let e = check(&Cpu, &model(28), 64, 1, &limits(1 << 20, 1)).unwrap_err().to_string();
         assert!(e.contains("no batch fits"), "{e}");
+    }
+
+    /// Micro-batches shrink the activations in flight, G's kept forwards add them back, and
+    /// recomputing them is what saves memory.
+    #[test]
+    fn micro_batches_keep_g_forwards_unless_they_recompute() {
+        let at = |micro_batches, recompute| {
+            let m = ModelOptions { micro_batches, recompute, ..model(28) };
+            MemoryEstimate::of(&Cpu, &m, 256, 1, 0).unwrap().host_bytes
+        };
+        assert!(at(8, true) < at(8, false), "recompute must need less");
+        assert!(at(8, true) < at(1, false), "8 micro-batches recomputed must need less than one batch");
     }
 
     #[test]
     fn a_gpu_holds_the_model_and_the_host_its_copies() {
         let l = MemoryLimits { device_free: Some(1 << 30), ..limits(64 << 30, 1) };
-        let host_only = MemoryEstimate::of(&Cpu, 64, GanLoss::Dcgan, 4096, 1, 0).unwrap();
+        let host_only = MemoryEstimate::of(&Cpu, &model(64), 4096, 1, 0).unwrap();
         assert!(host_only.host_bytes > 1 << 30, "{host_only:?}");
         assert!(l.shortfall(&MemoryEstimate { host_bytes: 0, device_bytes: Some(2 << 30) }).is_some());
         assert!(l.shortfall(&MemoryEstimate { host_bytes: 0, device_bytes: Some(1 << 29) }).is_none());

@@ -7,6 +7,7 @@ pub mod ddp;
 pub mod interrupt;
 pub mod job;
 pub mod memory_plan;
+pub mod micro_step;
 pub mod outputs;
 pub mod preflight;
 pub mod quality;

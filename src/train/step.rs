@@ -74,6 +74,8 @@ pub struct GanTrainer<B: Backend> {
     pub interrupt: Option<Interrupt>,
     /// `--loss wgan-gp`: the critic's buffers (None: the DCGAN step).
     pub wgan: Option<super::wgan_step::WganParts<B>>,
+    /// `--micro-batches M` with M > 1 (None: the batch in one pass).
+    pub micro: Option<super::micro_step::MicroBatches<B>>,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -123,9 +125,14 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
 }
 
 impl<B: Backend> GanTrainer<B> {
-    /// (rank, ranks) the step's random streams are keyed by: one worker's while `solo`.
+    /// (rank, ranks) the step's random streams are keyed by: one worker's while `solo`; with
+    /// M micro-batches, micro-batch i of rank r is rank r M + i of M times as many.
     pub(super) fn noise_place(&self) -> (usize, usize) {
-        if self.solo { (0, 1) } else { (self.cfg.rank, self.cfg.world) }
+        let (rank, world) = if self.solo { (0, 1) } else { (self.cfg.rank, self.cfg.world) };
+        match &self.micro {
+            Some(mb) => (rank * mb.count + mb.at, world * mb.count),
+            None => (rank, world),
+        }
     }
 
     pub fn new(
@@ -154,6 +161,7 @@ impl<B: Backend> GanTrainer<B> {
             metrics_wait: Duration::ZERO,
             interrupt: None,
             wgan: None,
+            micro: None,
         })
     }
 
@@ -180,8 +188,9 @@ impl<B: Backend> GanTrainer<B> {
         self.be.describe()
     }
 
+    /// Images per step on this rank (every micro-batch's).
     pub fn batch(&self) -> usize {
-        self.model.d.batch
+        self.model.d.batch * self.micro.as_ref().map_or(1, |m| m.count)
     }
 
     /// D forward + backward against a constant label, through `out` (loss, mean prob).
@@ -194,8 +203,13 @@ impl<B: Backend> GanTrainer<B> {
     /// 2: G's pass), and backward: `weights` Some(accumulate) for D's gradients, None for the
     /// input gradient only; `submit` sends D's groups to the exchange as they complete.
     pub(super) fn d_pass_scored(&mut self, score: Score, weights: Option<bool>, submit: bool, which: usize) {
-        let be = &self.be;
-        let d: &mut Net<B> = &mut self.model.d;
+        self.d_forward_scored(score, which);
+        if self.micro.is_some() {
+            self.add_micro_pass(which);
+        } else {
+            let d = &mut self.model.d;
+            self.be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
+        }
         let mut obs = StepObserver {
             exchange: &mut *self.exchange,
             timeline: &mut self.timeline,
@@ -204,12 +218,29 @@ impl<B: Backend> GanTrainer<B> {
             pending: None,
             interrupt: self.interrupt.as_mut(),
         };
-        let mut sync = sync_of(&mut self.bn_sync);
-        d.forward(be, true, crate::nn::reborrow(&mut sync), &mut obs);
-        let out = match which {
-            0 => &mut self.out_real,
-            1 => &mut self.out_fake,
-            _ => &mut self.out_g,
+        self.model.d.backward(&self.be, weights, weights.is_none(), sync_of(&mut self.bn_sync), &mut obs);
+    }
+
+    /// D forward, its output scored by `score` into `dlogits` and output buffer `which` (with
+    /// micro-batches, into the micro-batch's own).
+    fn d_forward_scored(&mut self, score: Score, which: usize) {
+        let be = &self.be;
+        let d: &mut Net<B> = &mut self.model.d;
+        let mut obs = StepObserver {
+            exchange: &mut *self.exchange,
+            timeline: &mut self.timeline,
+            net: NetId::D,
+            submit: false,
+            pending: None,
+            interrupt: self.interrupt.as_mut(),
+        };
+        d.forward(be, true, sync_of(&mut self.bn_sync), &mut obs);
+        // With micro-batches a pass's outputs are one part of the step's (`add_micro_pass`).
+        let out = match (&mut self.micro, which) {
+            (Some(mb), _) => &mut mb.out_one,
+            (None, 0) => &mut self.out_real,
+            (None, 1) => &mut self.out_fake,
+            (None, _) => &mut self.out_g,
         };
         let t0 = Instant::now();
         let (logits, dlogits) = (View::whole(d.output()), ViewMut::whole(&mut self.dlogits));
@@ -223,9 +254,7 @@ impl<B: Backend> GanTrainer<B> {
                 "critic mean"
             }
         };
-        be.copy(View::whole(&self.dlogits), ViewMut::whole(d.d_output_mut()));
         obs.timeline.span(Track::Compute, "loss", name, t0, Instant::now());
-        d.backward(be, weights, weights.is_none(), sync, &mut obs);
     }
 
     /// The step dropped (`StepInterrupted`) once its interrupt has tripped.
@@ -277,24 +306,34 @@ impl<B: Backend> GanTrainer<B> {
     /// complete; the update is left in flight for the next G forward (or landed now without
     /// overlap).
     pub(super) fn g_backward(&mut self, lr_g: f32) -> Result<()> {
-        {
-            let mut obs = StepObserver {
-                exchange: &mut *self.exchange,
-                timeline: &mut self.timeline,
-                net: NetId::G,
-                submit: true,
-                pending: None,
-                interrupt: self.interrupt.as_mut(),
-            };
-            self.model.g.backward(&self.be, Some(false), false, sync_of(&mut self.bn_sync), &mut obs);
-        }
+        self.g_backward_pass(false, true);
         self.check_interrupt()?;
+        self.close_g_step(lr_g);
+        Ok(())
+    }
+
+    /// G backward from its output's gradient: its weight gradients added to the store's when
+    /// `accumulate`, its groups sent to the exchange as they complete when `submit`.
+    pub(super) fn g_backward_pass(&mut self, accumulate: bool, submit: bool) {
+        let mut obs = StepObserver {
+            exchange: &mut *self.exchange,
+            timeline: &mut self.timeline,
+            net: NetId::G,
+            submit,
+            pending: None,
+            interrupt: self.interrupt.as_mut(),
+        };
+        self.model.g.backward(&self.be, Some(accumulate), false, sync_of(&mut self.bn_sync), &mut obs);
+    }
+
+    /// G's gradients are all sent: its update left in flight for the next G forward (or
+    /// landed now without overlap).
+    pub(super) fn close_g_step(&mut self, lr_g: f32) {
         self.exchange.flush(&self.be, NetId::G, &self.model.g.store, &mut self.timeline);
         self.g_pending = Some(lr_g);
         if !self.cfg.overlap_steps {
             self.finish_pending();
         }
-        Ok(())
     }
 
     /// The step's metrics, started with `exchange.start_metrics(raw)`, averaged over ranks
@@ -334,6 +373,9 @@ impl<B: Backend> GanTrainer<B> {
     pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
         if self.wgan.is_some() {
             return self.wgan_step(images, lr_d, lr_g, stop);
+        }
+        if self.micro.is_some() {
+            return self.micro_step(images, lr_d, lr_g, stop);
         }
         self.dcgan_step(images, lr_d, lr_g, stop)
     }
@@ -380,7 +422,7 @@ impl<B: Backend> GanTrainer<B> {
     }
 
     /// This rank's [loss_d, loss_g, d_x, d_g_z, d_g_z2, stop].
-    fn read_metrics(&self, stop: bool) -> [f32; 6] {
+    pub(super) fn read_metrics(&self, stop: bool) -> [f32; 6] {
         let mut r = [0.0f32; 2];
         let mut f = [0.0f32; 2];
         let mut g = [0.0f32; 2];
@@ -400,78 +442,5 @@ impl<B: Backend> GanTrainer<B> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::cpu::Cpu;
-    use crate::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
-    use crate::model::net::StageSpec;
-    use crate::report::trace::Trace;
-    use crate::train::ddp::exchange::{SoloExchange, plan_buckets};
-
-    /// The 28x28 architecture with its inner widths divided by 8 (fast; the same stages).
-    fn narrow(specs: &[StageSpec]) -> Vec<StageSpec> {
-        let n = specs.len();
-        let w = |c: usize, edge: bool| if edge { c } else { c / 8 };
-        specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| StageSpec { c_in: w(s.c_in, i == 0 && s.c_in == 1), c_out: w(s.c_out, i == n - 1), ..*s })
-            .collect()
-    }
-
-    /// A trainer whose every stage is a bucket of its own (1-byte buckets), so G's update
-    /// lands in three pieces.
-    fn trainer(overlap_steps: bool, timeline: Timeline) -> GanTrainer<Cpu> {
-        let model = Dcgan::from_specs(&Cpu, &narrow(&GENERATOR_28), &narrow(&DISCRIMINATOR_28), 28, 4, 5).unwrap();
-        let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1)));
-        let cfg = StepConfig { seed: 5, rank: 0, world: 1, overlap_steps };
-        GanTrainer::new(Cpu, model, exchange, cfg, timeline).unwrap()
-    }
-
-    fn train(t: &mut GanTrainer<Cpu>, steps: u64) -> Vec<f32> {
-        for s in 0..steps {
-            let images: Vec<f32> =
-                (0..4 * 784).map(|i| ((i as u64 * 7919 + s * 31) % 200) as f32 / 100.0 - 1.0).collect();
-            t.step(&images, 2e-4, 2e-4, false).unwrap();
-        }
-        t.finish_pending();
-        let mut w = Vec::new();
-        for net in [&t.model.g, &t.model.d] {
-            let mut v = vec![0.0; net.store.value.len()];
-            t.be.download(View::whole(&net.store.value), &mut v);
-            w.extend(v);
-        }
-        w
-    }
-
-    /// Landing G's update stage by stage inside the next forward computes exactly what
-    /// finishing it at the end of its own step does; and it really is landed stage by stage:
-    /// G[2]'s Adam runs after G.1's forward.
-    #[test]
-    fn overtaking_lands_each_stage_before_it_runs_and_changes_no_result() {
-        let mut overtaking = trainer(true, Timeline::new(Trace::enabled(0, 1024), 4));
-        let mut at_step_end = trainer(false, Timeline::disabled());
-        let (a, b) = (train(&mut overtaking, 4), train(&mut at_step_end, 4));
-        let first_difference = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
-        assert_eq!(first_difference, None, "weights differ (of {})", a.len());
-        assert_ne!(a, train(&mut trainer(true, Timeline::disabled()), 3), "the steps must move the weights");
-
-        let events: serde_json::Value =
-            serde_json::from_slice(&[b"[".as_slice(), &overtaking.timeline.trace.to_json_events(), b"]"].concat())
-                .unwrap();
-        let order: Vec<(String, String)> = events
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["args"]["step"] == 2)
-            .map(|e| (e["cat"].as_str().unwrap().to_string(), e["name"].as_str().unwrap().to_string()))
-            .collect();
-        let at = |cat: &str, name: &str| {
-            order.iter().position(|(c, n)| c == cat && n.starts_with(name)).unwrap_or_else(|| panic!("{cat} {name}"))
-        };
-        assert!(at("adam", "G[1]") < at("forward", "G.1 "));
-        assert!(at("forward", "G.1 ") < at("adam", "G[2]"));
-        assert!(at("adam", "G[2]") < at("forward", "G.2 "));
-        assert!(at("forward", "G.2 ") < at("adam", "G[3]"));
-    }
-}
+#[path = "step_tests.rs"]
+pub(crate) mod tests;

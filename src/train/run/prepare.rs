@@ -54,7 +54,7 @@ impl<'a, B: Backend> Run<'a, B> {
         // Before anything big is allocated: a batch that cannot fit is one line, not minutes
         // of growth and then the system's kill (and it says more than that the data is short).
         let memory = job.agree(match MemoryLimits::now(&be, world.local_size) {
-            Some(l) => memory_plan::check(&be, args.model.image_size, args.model.loss, batch, world.size, &l).map(Some),
+            Some(l) => memory_plan::check(&be, &args.model, batch, world.size, &l).map(Some),
             None => Ok(None),
         })?;
         let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
@@ -233,7 +233,8 @@ fn build<B: Backend>(
     solo_shard: Shard,
 ) -> Result<Built<B>> {
     let (world, root, m, p) = (&job.world, job.is_root(), &args.model, &args.parallel);
-    let batch = settings.per_rank_batch;
+    // With micro-batches the networks are built for one of them.
+    let batch = settings.per_rank_batch / m.micro_batches as usize;
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
     let built = match fault_hooks::fail_build_on(world.rank) {
         true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
@@ -283,6 +284,9 @@ fn build<B: Backend>(
     let trainer = GanTrainer::new(be, model, exchange, cfg, timeline).and_then(|mut t| {
         if m.loss == GanLoss::WganGp {
             t.use_wgan_gp(m.n_critic, m.gp_lambda)?;
+        }
+        if m.micro_batches > 1 {
+            t.use_micro_batches(m.micro_batches as usize, m.recompute)?;
         }
         Ok(t)
     });
