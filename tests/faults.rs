@@ -322,3 +322,22 @@ fn a_killed_rank_ends_the_job_within_a_minute_and_the_checkpoint_resumes() {
     ok(o);
     assert_eq!(step_records(&run).last().unwrap().step, step as u64 + 2);
 }
+
+/// A pipeline whose D stage dies: G's stage, waiting for the image gradients that will not
+/// come, does not hang; the job ends within a minute.
+#[test]
+fn a_dead_pipeline_stage_ends_the_job_within_a_minute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut args = LONG_RUN.to_vec();
+    args.extend(["--pipeline", "--micro-batches", "2", "--no-progress", "--out", path(&run)]);
+    let job = spawn_job(2, &args);
+    wait_for("three steps", Duration::from_secs(120), || steps_written(&run) >= 3);
+    let ranks = ranks_of(&job);
+    assert_eq!(ranks.len(), 2, "two rank processes under mpiexec");
+    let killed_at = Instant::now();
+    unsafe { libc::kill(ranks[1] as i32, libc::SIGKILL) };
+    let (status, _) = finish(job, Duration::from_secs(60));
+    assert!(!status.success());
+    assert!(killed_at.elapsed() < Duration::from_secs(60));
+}

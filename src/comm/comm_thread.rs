@@ -12,7 +12,7 @@ use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::counting::Counting;
-use crate::comm::transport::{CommError, TAG_HELPER, TAG_RESERVED, Tag, Transport, f32_bytes};
+use crate::comm::transport::{CommError, TAG_HELPER, TAG_PIPELINE, TAG_RESERVED, Tag, Transport, f32_bytes};
 use anyhow::{anyhow, bail};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -223,6 +223,8 @@ impl CommThread {
             HelperOp::BroadcastBytes(root, _) => format!("broadcast_bytes from rank {root}"),
             HelperOp::GatherBytes(_) => "gather_bytes to rank 0".to_string(),
             HelperOp::Barrier => "barrier".to_string(),
+            HelperOp::SendF32(to, v) => format!("pipeline send of {} floats to rank {to}", v.len()),
+            HelperOp::RecvF32(from) => format!("pipeline receive from rank {from}"),
             HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
         self.begin(&label)?;
@@ -251,6 +253,10 @@ impl CommThread {
             }
             HelperOp::GatherBytes(v) => collectives::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
             HelperOp::Barrier => collectives::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
+            HelperOp::SendF32(to, v) => t.send(to, TAG_PIPELINE, f32_bytes(&v)).map(|_| HelperOut::Unit),
+            HelperOp::RecvF32(from) => t.recv_vec(from, TAG_PIPELINE).map(|b| {
+                HelperOut::F32(b.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect())
+            }),
             HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
         };
         let sent = counted.sent;

@@ -75,6 +75,12 @@ impl BucketRequest {
     }
 }
 
+/// A send or receive posted to the comm thread, which makes it in order after what was posted
+/// before; `CommHandle::wait_sent` / `wait_received` claim it.
+pub struct Posted {
+    done: Receiver<anyhow::Result<HelperOut>>,
+}
+
 /// Claim on a submitted bucket; `CommHandle::wait` turns it into the averaged data.
 pub struct Ticket {
     done: Receiver<anyhow::Result<BucketDone>>,
@@ -120,6 +126,9 @@ pub(crate) enum HelperOp {
     BroadcastBytes(usize, Vec<u8>),
     GatherBytes(Vec<u8>),
     Barrier,
+    /// Point to point, for a pipeline's stages: `Vec<f32>` to one rank, or one from it.
+    SendF32(usize, Vec<f32>),
+    RecvF32(usize),
     /// This rank's 1-bit residuals, by bucket id (not collective).
     Residuals,
     SetResiduals(Vec<(u32, Residuals)>),
@@ -255,6 +264,36 @@ impl CommHandle {
             HelperOut::Gathered(v) => Ok(v),
             _ => unreachable!("GatherBytes answers Gathered"),
         }
+    }
+
+    /// Post `data` to rank `to` (its `recv_f32` takes it); returns at once.
+    pub fn send_f32(&self, to: usize, data: Vec<f32>) -> Posted {
+        self.post(HelperOp::SendF32(to, data))
+    }
+
+    /// Post a receive of the next vector rank `from` sends; returns at once.
+    pub fn recv_f32(&self, from: usize) -> Posted {
+        self.post(HelperOp::RecvF32(from))
+    }
+
+    /// Block until a posted send has left.
+    pub fn wait_sent(&self, p: Posted) -> anyhow::Result<()> {
+        self.await_reply(&p.done).map(|_| ())
+    }
+
+    /// Block until a posted receive has arrived.
+    pub fn wait_received(&self, p: Posted) -> anyhow::Result<Vec<f32>> {
+        match self.await_reply(&p.done)? {
+            HelperOut::F32(v) => Ok(v),
+            _ => unreachable!("RecvF32 answers F32"),
+        }
+    }
+
+    fn post(&self, op: HelperOp) -> Posted {
+        let (done, rx) = channel();
+        // If the comm thread is gone the channel is closed and the wait says so.
+        let _ = self.tx.send(Command::Helper { op, done });
+        Posted { done: rx }
     }
 
     /// Bytes this rank's blocking helpers (allreduce_mean, broadcasts, ...) have sent so far.

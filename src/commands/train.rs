@@ -151,6 +151,10 @@ pub struct ParallelArgs {
     /// can stall a GAN).
     #[arg(long, default_value_t = 0, value_name = "STEPS")]
     pub distributed_after: u64,
+    /// Pipeline parallelism: G on rank 0 and D on rank 1, each step's batch passing between
+    /// them in --micro-batches (GPipe's schedule). Runs under mpiexec -n 2.
+    #[arg(long)]
+    pub pipeline: bool,
     /// Block momentum (BMUF): each rank trains K steps alone on its shard with its own Adam,
     /// then one allreduce averages the models and a momentum filters the block's step: 1/K of
     /// the bytes of exchanging gradients (0: exchange gradients every step).
@@ -252,6 +256,7 @@ impl From<ParallelArgs> for ParallelOptions {
             lr_scaling: a.lr_scaling,
             warmup_steps: a.warmup_steps,
             distributed_after: a.distributed_after,
+            pipeline: a.pipeline,
             sync_every: a.sync_every,
             block_momentum: a.block_momentum,
             block_lr: a.block_lr,

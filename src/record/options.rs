@@ -91,6 +91,9 @@ pub struct ParallelOptions {
     pub warmup_steps: u64,
     /// The first this many steps train as one worker would, then data parallelism starts.
     pub distributed_after: u64,
+    /// G on even ranks and D on the odd rank after each: pipelines of two stages, as many as
+    /// there are pairs of ranks.
+    pub pipeline: bool,
     /// Block momentum: each rank trains this many steps alone, then the models are averaged
     /// (0: gradients are exchanged every step).
     pub sync_every: u64,
@@ -248,6 +251,7 @@ impl Default for ParallelOptions {
             sync_bn: false,
             bucket_bytes: 1 << 20,
             distributed_after: 0,
+            pipeline: false,
             sync_every: 0,
             block_momentum: None,
             block_lr: 1.0,

@@ -24,6 +24,7 @@ impl Settings {
     pub fn resolve(args: &TrainOptions, ranks: usize) -> Result<Settings> {
         args.model.check_loss_options()?;
         check_block_options(args)?;
+        check_pipeline_options(args, ranks)?;
         let p = &args.parallel;
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
@@ -39,7 +40,8 @@ impl Settings {
             None => args.model.batch_size as usize,
         };
         args.model.check_micro_batches(per_rank_batch)?;
-        let global_batch = per_rank_batch * ranks;
+        // A pipeline's two ranks share one batch.
+        let global_batch = per_rank_batch * data_parallel_ranks(args, ranks);
         let ratio = global_batch as f64 / REFERENCE_BATCH;
         let scale = match p.lr_scaling {
             LrScaling::None => 1.0,
@@ -57,6 +59,37 @@ impl Settings {
             self.lr as f32
         }
     }
+}
+
+/// The ranks that hold their own part of the global batch: every rank, or one pipeline of
+/// two ranks each.
+pub fn data_parallel_ranks(args: &TrainOptions, ranks: usize) -> usize {
+    if args.parallel.pipeline { ranks / 2 } else { ranks }
+}
+
+/// Refuses `--pipeline` where it cannot run.
+fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
+    let p = &args.parallel;
+    if !p.pipeline {
+        return Ok(());
+    }
+    if ranks != 2 {
+        bail!(
+            "--pipeline puts G on one rank and D on another: run it with mpiexec -n 2 (it has {ranks}; several pipelines side by side are not built)"
+        );
+    }
+    let other = [
+        (args.model.loss == GanLoss::WganGp, "--loss wgan-gp"),
+        (p.sync_bn, "--sync-bn"),
+        (p.sync_every > 0, "--sync-every"),
+        (p.distributed_after > 0, "--distributed-after"),
+        (p.no_exchange, "--no-exchange"),
+        (p.check_consistency > 0, "--check-consistency"),
+    ];
+    if let Some((_, flag)) = other.iter().find(|(given, _)| *given) {
+        bail!("--pipeline is built for the DCGAN step with its two stages alone: drop {flag} or --pipeline");
+    }
+    Ok(())
 }
 
 /// Refuses block-momentum options that cannot apply.

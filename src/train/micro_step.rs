@@ -26,9 +26,9 @@ pub struct MicroBatches<B: Backend> {
     pub recompute: bool,
     /// [M] G's forward of each micro-batch, put aside until its backward (none with
     /// recompute).
-    saved: Vec<NetSaved<B>>,
+    pub(super) saved: Vec<NetSaved<B>>,
     /// [b, H, W]: one micro-batch's real images on the host.
-    images: Vec<f32>,
+    pub(super) images: Vec<f32>,
     /// [b]: zeros, to clear an output gradient before a scaled copy into it.
     zeros: Vec<f32>,
     /// [2]: one micro-batch's (loss, mean sigmoid) before it is averaged in.
@@ -95,7 +95,7 @@ impl<B: Backend> GanTrainer<B> {
         be.axpy(scale, View::whole(&mb.out_one), ViewMut::whole(out));
     }
 
-    fn set_micro(&mut self, i: usize) {
+    pub(super) fn set_micro(&mut self, i: usize) {
         if let Some(mb) = self.micro.as_mut() {
             mb.at = i;
         }

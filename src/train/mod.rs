@@ -9,6 +9,7 @@ pub mod job;
 pub mod memory_plan;
 pub mod micro_step;
 pub mod outputs;
+pub mod pipeline;
 pub mod preflight;
 pub mod quality;
 pub mod resume;

@@ -74,8 +74,10 @@ pub struct GanTrainer<B: Backend> {
     pub interrupt: Option<Interrupt>,
     /// `--loss wgan-gp`: the critic's buffers (None: the DCGAN step).
     pub wgan: Option<super::wgan_step::WganParts<B>>,
-    /// `--micro-batches M` with M > 1 (None: the batch in one pass).
+    /// `--micro-batches M` with M > 1, or a pipeline's (None: the batch in one pass).
     pub micro: Option<super::micro_step::MicroBatches<B>>,
+    /// `--pipeline`: this rank's stage (None: the whole step here).
+    pub pipeline: Option<super::pipeline::PipelineStage>,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -162,6 +164,7 @@ impl<B: Backend> GanTrainer<B> {
             interrupt: None,
             wgan: None,
             micro: None,
+            pipeline: None,
         })
     }
 
@@ -169,10 +172,11 @@ impl<B: Backend> GanTrainer<B> {
         self.exchange.stats()
     }
 
-    /// Time blocked on other ranks so far: waiting for gradient buckets and for the metrics.
+    /// Time blocked on other ranks so far: waiting for gradient buckets, for the metrics and
+    /// for the other stage of a pipeline.
     /// A step's wall time less what it adds here is the time the step computed.
     pub fn waited(&self) -> Duration {
-        self.exchange.exposed() + self.metrics_wait
+        self.exchange.exposed() + self.metrics_wait + self.pipeline.as_ref().map_or(Duration::ZERO, |p| p.idle)
     }
 
     /// Wait for the device (timing).
@@ -373,6 +377,9 @@ impl<B: Backend> GanTrainer<B> {
     pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
         if self.wgan.is_some() {
             return self.wgan_step(images, lr_d, lr_g, stop);
+        }
+        if self.pipeline.is_some() {
+            return self.pipeline_step(images, lr_d, lr_g, stop);
         }
         if self.micro.is_some() {
             return self.micro_step(images, lr_d, lr_g, stop);

@@ -37,10 +37,12 @@ pub struct RunFacts {
     pub feature_net: Option<String>,
     /// `--sync-every`: bytes this rank sent averaging the models.
     pub block_sent: u64,
+    /// `--pipeline`: every stage's (idle fraction, busy ms per step), gathered on rank 0.
+    pub pipeline_stages: Vec<(f64, f64)>,
 }
 
 /// The upper median: a step that was measured, not an average of two.
-fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -171,6 +173,16 @@ pub fn build_summary<B: Backend>(
         samples: end.final_grid.display().to_string(),
         weak_scaling: None,
         quality: facts.quality.clone(),
+        pipeline: (!facts.pipeline_stages.is_empty()).then(|| crate::record::summary::PipelineSummary {
+            stages: facts.pipeline_stages.len(),
+            micro_batches: args.model.micro_batches as usize,
+            bubble_formula: crate::train::pipeline::bubble_formula(
+                facts.pipeline_stages.len(),
+                args.model.micro_batches as usize,
+            ),
+            idle_fraction: facts.pipeline_stages.iter().map(|s| s.0).collect(),
+            busy_ms_per_step: facts.pipeline_stages.iter().map(|s| s.1).collect(),
+        }),
         feature_net: facts.feature_net.clone(),
     };
     if let Some((baseline, file)) = &facts.baseline {

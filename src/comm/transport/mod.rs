@@ -94,6 +94,8 @@ pub const TAG_NATIVE: Tag = 32701;
 pub const TAG_SETUP: Tag = 32702;
 /// Benchmark and tuning collectives.
 pub const TAG_BENCH: Tag = 32703;
+/// A pipeline's activations and their gradients between its stages.
+pub const TAG_PIPELINE: Tag = 32704;
 /// Stall detector: "where are you?" and its answer.
 pub const TAG_STATUS_QUERY: Tag = 32765;
 pub const TAG_STATUS_REPLY: Tag = 32766;

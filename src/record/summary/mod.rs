@@ -100,6 +100,23 @@ pub struct Summary {
     pub quality: Vec<EpochQuality>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feature_net: Option<String>,
+    /// `--pipeline`: the stages' idle time against GPipe's bubble formula.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineSummary>,
+}
+
+/// How much of a pipeline's step each stage spent waiting for the other.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineSummary {
+    pub stages: usize,
+    pub micro_batches: usize,
+    /// (p - 1) / (m + p - 1): the idle fraction of equal stages under GPipe's schedule.
+    pub bubble_formula: f64,
+    /// Per stage (G's, D's): the fraction of its steps' time it waited for the other stage
+    /// (measured: the waits for fakes and gradients and at the step's end).
+    pub idle_fraction: Vec<f64>,
+    /// Per stage: its steps' time less those waits, ms per step (median of the steps).
+    pub busy_ms_per_step: Vec<f64>,
 }
 
 /// The Fréchet distance and KID to the test split after an epoch (0-based).

@@ -152,6 +152,7 @@ impl<B: Backend> Run<'_, B> {
     pub(super) fn end_epoch(&mut self, epoch: u64, mut done: EpochDone) -> Result<()> {
         let (job, t) = (self.job, &mut self.trainer);
         t.finish_pending();
+        t.share_pipeline_models()?;
         if !self.args.parallel.sync_bn {
             sync::average_running_stats(job, &t.be, &mut t.model.g.store)?;
             sync::average_running_stats(job, &t.be, &mut t.model.d.store)?;

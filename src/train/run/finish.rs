@@ -15,6 +15,7 @@ impl<B: Backend> Run<'_, B> {
         self.trainer.finish_pending();
         let ck_dir = self.save_checkpoint();
         self.write_trace()?;
+        self.gather_pipeline_stages()?;
         // A stop that came with the last step is the run's end, not an interruption: resuming
         // would find nothing left to run.
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
@@ -45,6 +46,22 @@ impl<B: Backend> Run<'_, B> {
             out.dir.display(),
             ck_name.unwrap_or_default()
         );
+        Ok(())
+    }
+
+    /// `--pipeline`: each stage's share of its steps spent waiting for the other, and its
+    /// median busy time per step, on rank 0. Collective.
+    fn gather_pipeline_stages(&mut self) -> Result<()> {
+        if !self.args.parallel.pipeline {
+            return Ok(());
+        }
+        let f = &self.facts;
+        let total: f64 = f.step_ms.iter().sum();
+        let waited: f64 = f.step_ms.iter().zip(&f.compute_ms).map(|(s, c)| s - c).sum();
+        let mine = [(waited / total.max(1e-9)) as f32, crate::train::summary::median(&f.compute_ms) as f32];
+        if let Some(all) = crate::train::ddp::sync::gather_f32(self.job, &mine)? {
+            self.facts.pipeline_stages = all.iter().map(|v| (v[0] as f64, v[1] as f64)).collect();
+        }
         Ok(())
     }
 

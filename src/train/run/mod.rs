@@ -165,6 +165,7 @@ impl<B: Backend> Run<'_, B> {
         }
         let (job, trainer) = (self.job, &mut self.trainer);
         trainer.finish_pending();
+        job.or_fail(trainer.share_pipeline_models());
         let stores = [&trainer.model.g.store, &trainer.model.d.store];
         let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
         let lens = stores.map(|s| s.layout.param_len());

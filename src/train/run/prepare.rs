@@ -23,6 +23,7 @@ use crate::train::interrupt::Interrupt;
 use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
 use crate::train::outputs::{Outputs, default_dir};
+use crate::train::pipeline::PipelineStage;
 use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
 use crate::train::resume::ResumeFrom;
@@ -57,7 +58,9 @@ impl<'a, B: Backend> Run<'a, B> {
             Some(l) => memory_plan::check(&be, &args.model, batch, world.size, &l).map(Some),
             None => Ok(None),
         })?;
-        let shard = job.agree(Shard::new(agreed.data.count, world.rank, world.size, batch, args.model.seed))?;
+        // A pipeline's two stages take the same batch: the pair is one data-parallel place.
+        let (place, places) = data_place(args, world.rank, world.size);
+        let shard = job.agree(Shard::new(agreed.data.count, place, places, batch, args.model.seed))?;
         let solo_shard = Shard::new(agreed.data.count, 0, 1, batch, args.model.seed)?;
         // Before the run directory is made: a refusal leaves nothing behind.
         let compressed_from = crate::train::config::compressed_from(args, shard.batches_per_epoch());
@@ -259,7 +262,7 @@ fn build<B: Backend>(
     // Block momentum exchanges models, not gradients: each rank's Adam runs on its own.
     let mut exchange: Box<dyn Exchange<B>> = if world.size == 1 {
         Box::new(SoloExchange::new(buckets.clone()))
-    } else if p.no_exchange || p.sync_every > 0 {
+    } else if p.no_exchange || p.sync_every > 0 || p.pipeline {
         Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
@@ -280,13 +283,18 @@ fn build<B: Backend>(
         None => Timeline::disabled(),
     };
     // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
-    let cfg = StepConfig { seed: m.seed, rank: world.rank, world: world.size, overlap_steps: !p.no_overlap };
+    let (place, places) = data_place(args, world.rank, world.size);
+    let cfg = StepConfig { seed: m.seed, rank: place, world: places, overlap_steps: !p.no_overlap };
     let trainer = GanTrainer::new(be, model, exchange, cfg, timeline).and_then(|mut t| {
         if m.loss == GanLoss::WganGp {
             t.use_wgan_gp(m.n_critic, m.gp_lambda)?;
         }
-        if m.micro_batches > 1 {
+        // A pipeline's stages always go by micro-batches (one is the step split in two).
+        if m.micro_batches > 1 || p.pipeline {
             t.use_micro_batches(m.micro_batches as usize, m.recompute)?;
+        }
+        if p.pipeline {
+            t.pipeline = Some(PipelineStage::of_rank(world.rank, job.comm.clone()));
         }
         Ok(t)
     });
@@ -296,6 +304,12 @@ fn build<B: Backend>(
     }
     trainer.solo = solo_first;
     Ok(Built { trainer, outputs, ck, parked })
+}
+
+/// (place, places): which part of the global batch (and noise) this rank computes, of how
+/// many. Both stages of a pipeline compute the same part.
+fn data_place(args: &TrainOptions, rank: usize, ranks: usize) -> (usize, usize) {
+    if args.parallel.pipeline { (rank / 2, ranks / 2) } else { (rank, ranks) }
 }
 
 /// The progress of a run that has not started.
