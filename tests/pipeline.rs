@@ -42,7 +42,7 @@ fn the_summary_reports_the_bubble() {
     let run = tmp.path().join("run");
     train(2, &run, "4", &["--pipeline", "--micro-batches", "4"]);
     let p = read_summary(&run).pipeline.expect("a pipeline section");
-    assert_eq!((p.stages, p.micro_batches), (2, 4));
+    assert_eq!((p.stages, p.pipelines, p.micro_batches), (2, 1, 4));
     assert!((p.bubble_formula - 0.2).abs() < 1e-12, "{}", p.bubble_formula);
     assert_eq!(p.idle_fraction.len(), 2);
     assert!(p.idle_fraction.iter().all(|f| (0.0..1.0).contains(f)), "{:?}", p.idle_fraction);
@@ -57,8 +57,12 @@ fn what_a_pipeline_cannot_run_is_refused() {
     let base =
         ["--data", "synthetic:64", "--batch-size", "8", "--no-progress", "--pipeline", "--out", out.to_str().unwrap()];
     for (ranks, extra, says) in [
-        (3, vec![], "run it with mpiexec -n 2 (it has 3"),
-        (1, vec![], "run it with mpiexec -n 2 (it has 1"),
+        (
+            3,
+            vec![],
+            "run it on an even number of ranks, mpiexec -n 2 for one pipeline or 2P for P side by side (it has 3)",
+        ),
+        (1, vec![], "(it has 1)"),
         (2, vec!["--sync-bn"], "drop --sync-bn or --pipeline"),
         (2, vec!["--micro-batches", "3"], "--micro-batches 3 does not divide the 8 images"),
     ] {
@@ -84,4 +88,20 @@ fn a_resumed_pipeline_continues_exactly() {
     assert_eq!(final_weights(&part), final_weights(&whole));
     assert_eq!(optimizer(&part), optimizer(&whole));
     assert_eq!(step_records(&part), step_records(&whole));
+}
+
+/// Two pipelines side by side (4 ranks: G's replicas on 0 and 2 average G's gradients, D's on
+/// 1 and 3 D's) train what 2 data-parallel ranks with the same micro-batches train: the same
+/// sums of the same two gradients, to the bit.
+#[test]
+fn two_pipelines_side_by_side_train_what_two_ranks_train() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ranks, pipelines) = (tmp.path().join("ranks"), tmp.path().join("pipelines"));
+    train(2, &ranks, "3", &["--micro-batches", "2"]);
+    train(4, &pipelines, "3", &["--micro-batches", "2", "--pipeline"]);
+    assert_eq!(final_weights(&pipelines), final_weights(&ranks));
+    assert_eq!(optimizer(&pipelines), optimizer(&ranks));
+    for (a, b) in step_records(&pipelines).iter().zip(step_records(&ranks)) {
+        assert_eq!(a.metrics, b.metrics, "step {}", a.step);
+    }
 }

@@ -9,6 +9,7 @@ and set against targets and the cost model.
     python3 scripts/reports losses OUT [--no-plot]
     python3 scripts/reports wire OUT
     python3 scripts/reports wire-quality OUT
+    python3 scripts/reports pipeline OUT
 
 Python's standard library only, but for the plot (matplotlib).
 """
@@ -20,6 +21,7 @@ import sys
 import allreduce_vs_model
 import losses_report
 import overlap_report
+import pipeline_report
 import quality_report
 import scaling_report
 import wire_quality_report
@@ -61,6 +63,9 @@ def main():
     wq = sub.add_parser("wire-quality", help="results.md, results.json and quality.png of a bench-wire-quality.sh folder")
     wq.add_argument("out", metavar="OUT", help="the folder bench-wire-quality.sh wrote")
 
+    pp = sub.add_parser("pipeline", help="results.md and results.json of a bench-pipeline.sh folder")
+    pp.add_argument("out", metavar="OUT", help="the folder bench-pipeline.sh wrote")
+
     args = ap.parse_args()
     if args.command == "scaling":
         scaling_report.main(args.out, plot=not args.no_plot)
@@ -74,6 +79,8 @@ def main():
         wire_report.main(args.out)
     elif args.command == "wire-quality":
         wire_quality_report.main(args.out)
+    elif args.command == "pipeline":
+        pipeline_report.main(args.out)
     else:
         overlap_report.main(args.summaries)
 

@@ -12,6 +12,7 @@ use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::counting::Counting;
+use crate::comm::transport::group::Group;
 use crate::comm::transport::{CommError, TAG_HELPER, TAG_PIPELINE, TAG_RESERVED, Tag, Transport, f32_bytes};
 use anyhow::{anyhow, bail};
 use std::collections::HashMap;
@@ -44,6 +45,9 @@ pub(crate) struct CommThread {
     pub onebit_stage: OneBitStage,
     /// A nap before each fragment of a gradient bucket (`fault_hooks::comm_fragment_nap`).
     pub test_nap: Option<Duration>,
+    /// The ranks gradient buckets are averaged among (None: all): one stage's replicas in
+    /// pipelines side by side.
+    pub bucket_group: Option<Vec<usize>>,
 }
 
 impl CommThread {
@@ -168,15 +172,23 @@ impl CommThread {
             // One fragment at a time: the owner may be reading the ones already averaged.
             let data = req.data.fragment_mut(f.clone());
             let mut counted = Counting::new(&mut *self.t);
+            let mut grouped;
+            let among: &mut dyn Transport = match &self.bucket_group {
+                Some(members) => {
+                    grouped = Group::new(&mut counted, members);
+                    &mut grouped
+                }
+                None => &mut counted,
+            };
             let r = match wire {
-                Wire::F32 => allreduce_mean(&mut counted, algorithm, data, tag),
+                Wire::F32 => allreduce_mean(among, algorithm, data, tag),
                 Wire::Bf16 => {
-                    let mut t = Bf16Wire::new(&mut counted, &mut self.bf16_stage);
+                    let mut t = Bf16Wire::new(among, &mut self.bf16_stage);
                     allreduce_mean(&mut t, algorithm, data, tag)
                 }
                 Wire::OneBit => {
                     let res = self.residuals.get_mut(&req.id).expect("made above").range_mut(f.clone());
-                    onebit::allreduce_mean(&mut counted, data, res, &mut self.onebit_stage, tag).map(|_| ())
+                    onebit::allreduce_mean(among, data, res, &mut self.onebit_stage, tag).map(|_| ())
                 }
             };
             sent += counted.sent;
@@ -214,6 +226,10 @@ impl CommThread {
                 self.residuals = r.into_iter().collect();
                 return Ok(HelperOut::Unit);
             }
+            HelperOp::SetBucketGroup(members) => {
+                self.bucket_group = Some(members);
+                return Ok(HelperOut::Unit);
+            }
             other => other,
         };
         let label = match &op {
@@ -225,7 +241,9 @@ impl CommThread {
             HelperOp::Barrier => "barrier".to_string(),
             HelperOp::SendF32(to, v) => format!("pipeline send of {} floats to rank {to}", v.len()),
             HelperOp::RecvF32(from) => format!("pipeline receive from rank {from}"),
-            HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
+            HelperOp::Residuals | HelperOp::SetResiduals(_) | HelperOp::SetBucketGroup(_) => {
+                unreachable!("answered above")
+            }
         };
         self.begin(&label)?;
         let mut counted = Counting::new(&mut *self.t);
@@ -257,7 +275,9 @@ impl CommThread {
             HelperOp::RecvF32(from) => t.recv_vec(from, TAG_PIPELINE).map(|b| {
                 HelperOut::F32(b.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect())
             }),
-            HelperOp::Residuals | HelperOp::SetResiduals(_) => unreachable!("answered above"),
+            HelperOp::Residuals | HelperOp::SetResiduals(_) | HelperOp::SetBucketGroup(_) => {
+                unreachable!("answered above")
+            }
         };
         let sent = counted.sent;
         self.shared.helper_sent.fetch_add(sent, Ordering::Relaxed);

@@ -132,6 +132,8 @@ pub(crate) enum HelperOp {
     /// This rank's 1-bit residuals, by bucket id (not collective).
     Residuals,
     SetResiduals(Vec<(u32, Residuals)>),
+    /// Average gradient buckets among these ranks only (not collective).
+    SetBucketGroup(Vec<usize>),
 }
 
 pub(crate) enum HelperOut {
@@ -312,6 +314,12 @@ impl CommHandle {
     /// Replace this rank's 1-bit residuals (a resume's).
     pub fn set_residuals(&self, r: Vec<(u32, Residuals)>) -> anyhow::Result<()> {
         self.helper(HelperOp::SetResiduals(r)).map(|_| ())
+    }
+
+    /// Average every later gradient bucket among `members` (real ranks, this one among them)
+    /// instead of all ranks: the replicas of one pipeline stage.
+    pub fn set_bucket_group(&self, members: Vec<usize>) -> anyhow::Result<()> {
+        self.helper(HelperOp::SetBucketGroup(members)).map(|_| ())
     }
 
     pub fn barrier(&self) -> anyhow::Result<()> {

@@ -249,6 +249,7 @@ fn spawn(
                 residuals: Default::default(),
                 onebit_stage: Default::default(),
                 test_nap: crate::fault_hooks::comm_fragment_nap(),
+                bucket_group: None,
                 shared: thread_shared,
                 failed: None,
             }

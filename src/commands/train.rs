@@ -152,7 +152,8 @@ pub struct ParallelArgs {
     #[arg(long, default_value_t = 0, value_name = "STEPS")]
     pub distributed_after: u64,
     /// Pipeline parallelism: G on rank 0 and D on rank 1, each step's batch passing between
-    /// them in --micro-batches (GPipe's schedule). Runs under mpiexec -n 2.
+    /// them in --micro-batches (GPipe's schedule). Under mpiexec -n 2P, P pipelines side by
+    /// side (ranks 2i and 2i+1), each stage averaging its gradients with its replicas.
     #[arg(long)]
     pub pipeline: bool,
     /// Block momentum (BMUF): each rank trains K steps alone on its shard with its own Adam,

@@ -92,7 +92,7 @@ pub struct ParallelOptions {
     /// The first this many steps train as one worker would, then data parallelism starts.
     pub distributed_after: u64,
     /// G on even ranks and D on the odd rank after each: pipelines of two stages, as many as
-    /// there are pairs of ranks.
+    /// there are pairs of ranks, each stage data-parallel with its replicas.
     pub pipeline: bool,
     /// Block momentum: each rank trains this many steps alone, then the models are averaged
     /// (0: gradients are exchanged every step).

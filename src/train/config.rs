@@ -73,9 +73,9 @@ fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
     if !p.pipeline {
         return Ok(());
     }
-    if ranks != 2 {
+    if ranks < 2 || !ranks.is_multiple_of(2) {
         bail!(
-            "--pipeline puts G on one rank and D on another: run it with mpiexec -n 2 (it has {ranks}; several pipelines side by side are not built)"
+            "--pipeline puts G on one rank and D on the next: run it on an even number of ranks, mpiexec -n 2 for one pipeline or 2P for P side by side (it has {ranks})"
         );
     }
     let other = [

@@ -37,7 +37,7 @@ pub struct RunFacts {
     pub feature_net: Option<String>,
     /// `--sync-every`: bytes this rank sent averaging the models.
     pub block_sent: u64,
-    /// `--pipeline`: every stage's (idle fraction, busy ms per step), gathered on rank 0.
+    /// `--pipeline`: every rank's (idle fraction, busy ms per step), gathered on rank 0.
     pub pipeline_stages: Vec<(f64, f64)>,
 }
 
@@ -174,12 +174,10 @@ pub fn build_summary<B: Backend>(
         weak_scaling: None,
         quality: facts.quality.clone(),
         pipeline: (!facts.pipeline_stages.is_empty()).then(|| crate::record::summary::PipelineSummary {
-            stages: facts.pipeline_stages.len(),
+            stages: 2,
+            pipelines: facts.pipeline_stages.len() / 2,
             micro_batches: args.model.micro_batches as usize,
-            bubble_formula: crate::train::pipeline::bubble_formula(
-                facts.pipeline_stages.len(),
-                args.model.micro_batches as usize,
-            ),
+            bubble_formula: crate::train::pipeline::bubble_formula(2, args.model.micro_batches as usize),
             idle_fraction: facts.pipeline_stages.iter().map(|s| s.0).collect(),
             busy_ms_per_step: facts.pipeline_stages.iter().map(|s| s.1).collect(),
         }),

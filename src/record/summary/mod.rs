@@ -108,14 +108,17 @@ pub struct Summary {
 /// How much of a pipeline's step each stage spent waiting for the other.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PipelineSummary {
+    /// Stages a pipeline (G's, D's), and pipelines side by side.
     pub stages: usize,
+    pub pipelines: usize,
     pub micro_batches: usize,
     /// (p - 1) / (m + p - 1): the idle fraction of equal stages under GPipe's schedule.
     pub bubble_formula: f64,
-    /// Per stage (G's, D's): the fraction of its steps' time it waited for the other stage
-    /// (measured: the waits for fakes and gradients and at the step's end).
+    /// Per rank (G's stage on even ranks, D's on odd): the fraction of its steps' time it
+    /// waited for other ranks (measured: the waits for fakes, gradients, replicas' buckets
+    /// and at the step's end).
     pub idle_fraction: Vec<f64>,
-    /// Per stage: its steps' time less those waits, ms per step (median of the steps).
+    /// Per rank: its steps' time less those waits, ms per step (median of the steps).
     pub busy_ms_per_step: Vec<f64>,
 }
 

@@ -260,9 +260,14 @@ fn build<B: Backend>(
     let solo_over_ranks =
         || SoloExchange::new(buckets.clone()).with_metrics_over_ranks(MetricsOverRanks::new(job.comm.clone()));
     // Block momentum exchanges models, not gradients: each rank's Adam runs on its own.
+    if p.pipeline && world.size > 2 {
+        // Pipelines side by side: each stage averages its network with its replicas only.
+        let members = (world.rank % 2..world.size).step_by(2).collect();
+        job.or_fail(job.comm.set_bucket_group(members));
+    }
     let mut exchange: Box<dyn Exchange<B>> = if world.size == 1 {
         Box::new(SoloExchange::new(buckets.clone()))
-    } else if p.no_exchange || p.sync_every > 0 || p.pipeline {
+    } else if p.no_exchange || p.sync_every > 0 || (p.pipeline && world.size == 2) {
         Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
