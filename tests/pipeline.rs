@@ -14,12 +14,13 @@ fn optimizer(run: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
     all.into_iter().filter(|(k, _)| !k.starts_with("rank")).collect()
 }
 
-/// M = 1, 2, 4 (and 4 recomputed): weights, running statistics, Adam's state and the losses
+/// M = 1, 2, 4 (4 recomputed, 2 with deferred batch norm): weights, running statistics, Adam's state and the losses
 /// of the 2-rank pipeline equal those of one rank with `--micro-batches M`.
 #[test]
 fn a_two_rank_pipeline_trains_what_one_rank_with_its_micro_batches_trains() {
     let tmp = tempfile::tempdir().unwrap();
-    for (m, extra) in [("1", None), ("2", None), ("4", None), ("4", Some("--recompute"))] {
+    for (m, extra) in [("1", None), ("2", None), ("4", None), ("4", Some("--recompute")), ("2", Some("--deferred-bn"))]
+    {
         let (one, two) = (tmp.path().join(format!("one{m}{extra:?}")), tmp.path().join(format!("two{m}{extra:?}")));
         let mut args = vec!["--micro-batches", m];
         args.extend(extra);

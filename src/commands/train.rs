@@ -70,6 +70,11 @@ pub struct ModelArgs {
     /// again before its backward (GPipe's recomputation: less memory, one more G forward).
     #[arg(long)]
     pub recompute: bool,
+    /// With --micro-batches: batch norm's running statistics move once per pass from the
+    /// whole batch's statistics (torchgpipe's deferred batch norm), not once per micro-batch;
+    /// each micro-batch is still normalized by its own.
+    #[arg(long)]
+    pub deferred_bn: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -246,6 +251,7 @@ impl From<ModelArgs> for ModelOptions {
             device: a.device,
             micro_batches: a.micro_batches,
             recompute: a.recompute,
+            deferred_bn: a.deferred_bn,
         }
     }
 }

@@ -246,6 +246,35 @@ impl<B: Backend> Net<B> {
         }
     }
 
+    /// `--deferred-bn`: every batch-norm layer's running statistics wait for
+    /// `apply_deferred_bn` (`nn::batchnorm::DeferredStats`).
+    pub fn defer_bn(&mut self) {
+        for bn in self.stages.iter_mut().filter_map(|s| s.bn.as_mut()) {
+            bn.deferred = Some(Default::default());
+        }
+    }
+
+    /// The pass (0, 1, 2) the next forwards' deferred statistics belong to.
+    pub fn set_bn_slot(&mut self, slot: usize) {
+        for d in self.stages.iter_mut().filter_map(|s| s.bn.as_mut()).filter_map(|bn| bn.deferred.as_mut()) {
+            d.slot = slot;
+        }
+    }
+
+    /// Move the deferred running statistics (nothing where they are not deferred).
+    pub fn apply_deferred_bn(&mut self, be: &B) {
+        for bn in self.stages.iter_mut().filter_map(|s| s.bn.as_mut()) {
+            bn.apply_deferred(be, &mut self.store);
+        }
+    }
+
+    /// Drop the deferred sums gathered since the last apply (recomputed forwards).
+    pub fn discard_deferred_bn(&mut self) {
+        for bn in self.stages.iter_mut().filter_map(|s| s.bn.as_mut()) {
+            bn.discard_deferred();
+        }
+    }
+
     pub fn input_mut(&mut self) -> &mut B::Buf {
         &mut self.input
     }

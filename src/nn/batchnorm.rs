@@ -20,6 +20,22 @@ pub struct BatchNormLayer<B: Backend> {
     saved: B::Buf,
     /// Forward statistics or backward sums, [2C]; averaged over ranks with --sync-bn.
     sums: B::Buf,
+    /// `--deferred-bn`: the running statistics wait for a whole batch of micro-batches.
+    pub deferred: Option<DeferredStats>,
+}
+
+/// torchgpipe's deferred batch norm: each micro-batch is normalized by its own statistics,
+/// but the running statistics move once per pass over the whole batch, from the sums of all
+/// its micro-batches. A network's passes of one kind (D's real, fake and generator passes)
+/// each keep their own slot, so the running statistics move as often, and in the same order,
+/// as without micro-batches.
+#[derive(Clone, Debug, Default)]
+pub struct DeferredStats {
+    /// The pass the next forwards belong to.
+    pub slot: usize,
+    /// Per slot: (sum x, sum x^2) per channel [2C] in f64, and the elements they cover.
+    sums: [Vec<f64>; 3],
+    counts: [f64; 3],
 }
 
 /// The floats `BatchNormLayer::new` allocates for `channels` channels.
@@ -36,6 +52,7 @@ impl<B: Backend> BatchNormLayer<B> {
             running,
             saved: be.alloc(2 * geom.channels)?,
             sums: be.alloc(2 * geom.channels)?,
+            deferred: None,
         })
     }
 
@@ -66,9 +83,21 @@ impl<B: Backend> BatchNormLayer<B> {
         // unbiased variance of the running statistics).
         let ranks = sync.map_or(1, |s| s.all_sum(be, ViewMut::whole(&mut self.sums)));
         let (gr, br) = (self.gamma_range(), self.beta_range());
+        // Deferred, the running statistics stay (momentum 0 leaves them exactly) and the
+        // sums wait for the rest of the batch.
+        let mut geom = self.geom;
+        if let Some(d) = self.deferred.as_mut() {
+            let mut host = vec![0.0f32; 2 * geom.channels];
+            be.download(View::whole(&self.sums), &mut host);
+            let acc = &mut d.sums[d.slot];
+            acc.resize(host.len(), 0.0);
+            acc.iter_mut().zip(&host).for_each(|(a, &h)| *a += h as f64);
+            d.counts[d.slot] += (geom.count * ranks) as f64;
+            geom.momentum = 0.0;
+        }
         let ParamStore { value, state, .. } = p;
         be.bn_forward_apply(
-            &self.geom,
+            &geom,
             x,
             View::whole(&self.sums),
             (self.geom.count * ranks) as f64,
@@ -79,6 +108,33 @@ impl<B: Backend> BatchNormLayer<B> {
             ViewMut::whole(&mut self.saved),
             ViewMut::range(state, self.running.clone()),
         );
+    }
+
+    /// `--deferred-bn`: move the running statistics once per slot that saw forwards, in slot
+    /// order, from the sums of all its micro-batches (as one pass over them would); then
+    /// start afresh.
+    pub fn apply_deferred(&mut self, be: &B, p: &mut ParamStore<B>) {
+        let Some(d) = self.deferred.as_mut() else { return };
+        let (ch, m) = (self.geom.channels, self.geom.momentum as f64);
+        let mut running = vec![0.0f32; 2 * ch];
+        be.download(View::range(&p.state, self.running.clone()), &mut running);
+        for (sums, n) in d.sums.iter().zip(d.counts).filter(|(_, n)| *n > 0.0) {
+            let unbias = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
+            for c in 0..ch {
+                let (mean, var) = crate::ops::batchnorm::mean_var(sums[c], sums[ch + c], n);
+                running[c] = ((1.0 - m) * running[c] as f64 + m * mean) as f32;
+                running[ch + c] = ((1.0 - m) * running[ch + c] as f64 + m * var * unbias) as f32;
+            }
+        }
+        be.upload(&running, ViewMut::range(&mut p.state, self.running.clone()));
+        self.discard_deferred();
+    }
+
+    /// Forget the sums gathered since the last `apply_deferred` (forwards computed again).
+    pub fn discard_deferred(&mut self) {
+        if let Some(d) = self.deferred.as_mut() {
+            *d = DeferredStats { slot: d.slot, ..DeferredStats::default() };
+        }
     }
 
     /// Evaluation-mode forward with the running statistics.

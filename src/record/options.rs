@@ -78,6 +78,8 @@ pub struct ModelOptions {
     /// With micro-batches: keep only G's input of each and compute its forward again for
     /// backward, instead of keeping every micro-batch's activations.
     pub recompute: bool,
+    /// With micro-batches: the running statistics move once per pass over the whole batch.
+    pub deferred_bn: bool,
 }
 
 /// How the batch is split over the ranks and how gradients are exchanged.
@@ -171,6 +173,11 @@ impl ModelOptions {
         if m > 1 && self.loss == GanLoss::WganGp {
             anyhow::bail!("--micro-batches is built for --loss dcgan only: leave it out with --loss wgan-gp");
         }
+        if self.deferred_bn && m == 1 {
+            anyhow::bail!(
+                "--deferred-bn defers micro-batches' running statistics to the whole batch: add --micro-batches M (M > 1) or leave --deferred-bn out"
+            );
+        }
         if self.recompute && m == 1 {
             anyhow::bail!(
                 "--recompute recomputes micro-batches' forwards and saves memory only with several: add --micro-batches M (M > 1) or leave --recompute out"
@@ -238,6 +245,7 @@ impl Default for ModelOptions {
             device: DeviceChoice::Auto,
             micro_batches: 1,
             recompute: false,
+            deferred_bn: false,
         }
     }
 }

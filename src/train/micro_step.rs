@@ -127,6 +127,9 @@ impl<B: Backend> GanTrainer<B> {
             self.d_pass_scored(super::step::Score::Bce(0.0), Some(true), i + 1 == m, 1);
             self.check_interrupt()?;
         }
+        // `--deferred-bn`: the real and fake passes' and G's running statistics move now.
+        self.model.d.apply_deferred_bn(&self.be);
+        self.model.g.apply_deferred_bn(&self.be);
         self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
         let store = &mut self.model.d.store;
         let u = Update::next(store, lr_d);
@@ -164,6 +167,8 @@ impl<B: Backend> GanTrainer<B> {
             self.be.upload(&state, ViewMut::whole(&mut store.state));
             store.bn_batches_tracked = tracked;
         }
+        self.model.d.apply_deferred_bn(&self.be);
+        self.model.g.discard_deferred_bn();
         self.close_g_step(lr_g);
         let like = Losses::Dcgan { loss_d: 0.0, loss_g: 0.0, d_x: 0.0, d_g_z: 0.0, d_g_z2: 0.0 };
         self.end_step(&mut raw, like)

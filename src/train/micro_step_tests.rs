@@ -78,3 +78,23 @@ fn g_forwards_kept_take_what_the_plan_says() {
     let without = allocated::floats() - before;
     assert_eq!(with_forwards - without, 4 * saved);
 }
+
+/// `--deferred-bn`: after one step, G's first batch norm (whose inputs are the same images of
+/// the same noise however the batch is split) has the running statistics of one batch of 8,
+/// to f32 rounding; its micro-batches undeferred move them four times, far from it.
+#[test]
+fn deferred_batch_norm_moves_the_running_statistics_as_one_batch_does() {
+    let first_bn = |mut t: GanTrainer<Cpu>| {
+        let state = train(&mut t, 1).0[1].clone();
+        let channels = narrow(&GENERATOR_28)[0].c_out;
+        state[..2 * channels].to_vec()
+    };
+    let whole = first_bn(trainer(1, false));
+    let mut deferred = trainer(4, false);
+    deferred.model.g.defer_bn();
+    deferred.model.d.defer_bn();
+    let (deferred, undeferred) = (first_bn(deferred), first_bn(trainer(4, false)));
+    let distance = |a: &[f32]| a.iter().zip(&whole).fold(0.0f32, |m, (x, y)| m.max((x - y).abs() / y.abs().max(1e-3)));
+    assert!(distance(&deferred) < 1e-5, "deferred: {}", distance(&deferred));
+    assert!(distance(&undeferred) > 1e-2, "undeferred: {}", distance(&undeferred));
+}

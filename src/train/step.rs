@@ -228,6 +228,8 @@ impl<B: Backend> GanTrainer<B> {
     /// D forward, its output scored by `score` into `dlogits` and output buffer `which` (with
     /// micro-batches, into the micro-batch's own).
     fn d_forward_scored(&mut self, score: Score, which: usize) {
+        // `--deferred-bn` keeps each kind of pass's statistics apart.
+        self.model.d.set_bn_slot(which);
         let be = &self.be;
         let d: &mut Net<B> = &mut self.model.d;
         let mut obs = StepObserver {

@@ -78,6 +78,7 @@ impl<B: Backend> GanTrainer<B> {
             }
         }
         let mut receives: Vec<_> = (0..m).map(|_| comm.recv_f32(peer)).collect();
+        self.model.g.apply_deferred_bn(&self.be);
         let running = recompute.then(|| {
             let store = &self.model.g.store;
             (download(&self.be, &store.state), store.bn_batches_tracked)
@@ -104,6 +105,7 @@ impl<B: Backend> GanTrainer<B> {
             self.be.upload(&state, ViewMut::whole(&mut store.state));
             store.bn_batches_tracked = tracked;
         }
+        self.model.g.discard_deferred_bn();
         self.close_g_step(lr_g);
         for s in sends {
             comm.wait_sent(s)?;
@@ -134,6 +136,7 @@ impl<B: Backend> GanTrainer<B> {
             self.d_pass_scored(Score::Bce(0.0), Some(true), i + 1 == m, 1);
             self.check_interrupt()?;
         }
+        self.model.d.apply_deferred_bn(&self.be);
         self.exchange.flush(&self.be, NetId::D, &self.model.d.store, &mut self.timeline);
         let store = &mut self.model.d.store;
         let u = Update::next(store, lr_d);
@@ -155,6 +158,7 @@ impl<B: Backend> GanTrainer<B> {
             }
             sends.push(comm.send_f32(peer, grad));
         }
+        self.model.d.apply_deferred_bn(&self.be);
         for s in sends {
             comm.wait_sent(s)?;
         }

@@ -301,6 +301,10 @@ fn build<B: Backend>(
         if p.pipeline {
             t.pipeline = Some(PipelineStage::of_rank(world.rank, job.comm.clone()));
         }
+        if m.deferred_bn {
+            t.model.g.defer_bn();
+            t.model.d.defer_bn();
+        }
         Ok(t)
     });
     let mut trainer = job.agree(trainer)?;
