@@ -280,9 +280,21 @@ impl Summary {
             }
             _ => String::new(),
         };
+        let pipeline = match &self.pipeline {
+            Some(p) => {
+                let idle: Vec<String> = p.idle_fraction.iter().map(|f| format!("{:.0}%", 100.0 * f)).collect();
+                format!(
+                    "; idle per rank (G's stage, D's, ...): {} against a bubble of {:.0}% for {} micro-batches",
+                    idle.join(", "),
+                    100.0 * p.bubble_formula,
+                    p.micro_batches
+                )
+            }
+            None => String::new(),
+        };
         Some(format!(
             "step (rank 0, medians): {:.1} ms, {:.1} ms without its waits on other ranks; mean waits per step: {:.1} ms \
-             for gradient buckets, {:.1} ms for the other ranks at the step's end{cores}",
+             for gradient buckets, {:.1} ms for the other ranks at the step's end{cores}{pipeline}",
             self.ms_per_step,
             self.compute_ms_per_step,
             self.comm.exposed_comm_ms_per_step,
