@@ -95,6 +95,31 @@ impl<B: Backend> GanTrainer<B> {
         be.axpy(scale, View::whole(&mb.out_one), ViewMut::whole(out));
     }
 
+    /// With `recompute`: G's running statistics and batch count before its forwards run
+    /// again, for `restore_g_statistics`.
+    pub(super) fn g_statistics_kept(&self, recompute: bool) -> Option<(Vec<f32>, u64)> {
+        let store = &self.model.g.store;
+        recompute.then(|| (super::ddp::sync::download(&self.be, &store.state), store.bn_batches_tracked))
+    }
+
+    /// Undo what G's second forwards did to its running statistics and batch count.
+    pub(super) fn restore_g_statistics(&mut self, kept: Option<(Vec<f32>, u64)>) {
+        if let Some((state, tracked)) = kept {
+            let store = &mut self.model.g.store;
+            self.be.upload(&state, ViewMut::whole(&mut store.state));
+            store.bn_batches_tracked = tracked;
+        }
+    }
+
+    /// G's forward of micro-batch `i` in place for its backward: taken back from where D's
+    /// step put it, or, with recompute, computed again (the micro-batch set, same noise).
+    pub(super) fn g_forward_again(&mut self, i: usize) {
+        match self.micro.as_mut().filter(|mb| !mb.recompute) {
+            Some(mb) => self.model.g.swap_saved(&mut mb.saved[i]),
+            None => self.g_forward(self.cfg.seed),
+        }
+    }
+
     pub(super) fn set_micro(&mut self, i: usize) {
         if let Some(mb) = self.micro.as_mut() {
             mb.at = i;
@@ -136,17 +161,11 @@ impl<B: Backend> GanTrainer<B> {
         self.exchange.finish(&self.be, NetId::D, store, u, &mut self.timeline);
 
         // G's step: each micro-batch's fakes through the updated D and back through G.
-        let running = recompute.then(|| {
-            let store = &self.model.g.store;
-            (super::ddp::sync::download(&self.be, &store.state), store.bn_batches_tracked)
-        });
+        let kept = self.g_statistics_kept(recompute);
         let mut raw = [0.0f32; 6];
         for i in 0..m {
             self.set_micro(i);
-            match self.micro.as_mut().filter(|mb| !mb.recompute) {
-                Some(mb) => self.model.g.swap_saved(&mut mb.saved[i]),
-                None => self.g_forward(self.cfg.seed),
-            }
+            self.g_forward_again(i);
             self.check_interrupt()?;
             let Dcgan { g, d, .. } = &mut self.model;
             self.be.copy(View::whole(g.output()), ViewMut::whole(d.input_mut()));
@@ -162,11 +181,7 @@ impl<B: Backend> GanTrainer<B> {
             self.g_backward_pass(i > 0, i + 1 == m);
             self.check_interrupt()?;
         }
-        if let Some((state, tracked)) = running {
-            let store = &mut self.model.g.store;
-            self.be.upload(&state, ViewMut::whole(&mut store.state));
-            store.bn_batches_tracked = tracked;
-        }
+        self.restore_g_statistics(kept);
         self.model.d.apply_deferred_bn(&self.be);
         self.model.g.discard_deferred_bn();
         self.close_g_step(lr_g);

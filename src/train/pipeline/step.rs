@@ -79,10 +79,7 @@ impl<B: Backend> GanTrainer<B> {
         }
         let mut receives: Vec<_> = (0..m).map(|_| comm.recv_f32(peer)).collect();
         self.model.g.apply_deferred_bn(&self.be);
-        let running = recompute.then(|| {
-            let store = &self.model.g.store;
-            (download(&self.be, &store.state), store.bn_batches_tracked)
-        });
+        let kept = self.g_statistics_kept(recompute);
         let mut raw = [0.0f32; METRICS];
         for i in 0..m {
             self.set_micro(i);
@@ -92,19 +89,12 @@ impl<B: Backend> GanTrainer<B> {
                 raw.copy_from_slice(&grad[grad.len() - METRICS..]);
                 grad.truncate(grad.len() - METRICS);
             }
-            match self.micro.as_mut().filter(|mb| !mb.recompute) {
-                Some(mb) => self.model.g.swap_saved(&mut mb.saved[i]),
-                None => self.g_forward(self.cfg.seed),
-            }
+            self.g_forward_again(i);
             self.be.upload(&grad, ViewMut::whole(self.model.g.d_output_mut()));
             self.g_backward_pass(i > 0, i + 1 == m);
             self.check_interrupt()?;
         }
-        if let Some((state, tracked)) = running {
-            let store = &mut self.model.g.store;
-            self.be.upload(&state, ViewMut::whole(&mut store.state));
-            store.bn_batches_tracked = tracked;
-        }
+        self.restore_g_statistics(kept);
         self.model.g.discard_deferred_bn();
         self.close_g_step(lr_g);
         for s in sends {
