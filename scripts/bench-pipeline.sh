@@ -3,7 +3,7 @@
 # one rank with 1 thread, one rank with 2, 2-rank data parallelism (half the batch each) and
 # the 2-rank pipeline (--pipeline, 1 thread a stage) at each of --micro M, the variants taking
 # turns in each of --repeats rounds. Per run, over the steps after --skip: the mean step, and
-# for the pipeline each stage's time busy (its step less its waits) from metrics.jsonl.
+# for the pipeline each stage's time busy (summary.json) and per phase of the step (its trace).
 #
 #   scripts/bench-pipeline.sh [--batches 64,256] [--micro 1,2,4,8,16,32] [--steps 12]
 #                             [--skip 2] [--repeats 2] [--out DIR] [--data DIR|synthetic:N]
@@ -58,7 +58,7 @@ variants() {
     echo "one-2t 1 --threads 2 --batch-size $b"
     echo "ddp2 2 --threads 1 --batch-size $((b / 2))"
     for m in "${MS[@]}"; do
-        [ $((b % m)) -eq 0 ] && echo "pipe-m$m 2 --threads 1 --batch-size $b --pipeline --micro-batches $m"
+        [ $((b % m)) -eq 0 ] && echo "pipe-m$m 2 --threads 1 --batch-size $b --pipeline --micro-batches $m --trace TRACE"
     done
 }
 
@@ -66,6 +66,7 @@ for r in $(seq 1 "$REPEATS"); do
     for b in "${BS[@]}"; do
         while read -r name ranks opts; do
             dir="$OUT/r$r-b$b-$name"
+            opts="${opts/TRACE/$dir/trace.json --trace-steps $STEPS}"
             log "round $r/$REPEATS: batch $b, $name"
             # shellcheck disable=SC2086
             "${MPIEXEC[@]}" -n "$ranks" "$BIN" train "${DATA[@]}" $opts --max-steps "$STEPS" --no-progress \
