@@ -37,8 +37,9 @@
 #    binary    the release dcgan-train: --version, info, a training run, and the two
 #              batch-size errors (32-bit indexing, out of device memory)
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
-#              the bf16 wire, ranks checked identical; the same without the exchange; and
-#              overlap against --no-overlap, bitwise (scripts/gpu/same-weights.py)
+#              the bf16 wire, ranks checked identical; the same without the exchange;
+#              overlap against --no-overlap, and the 2-rank --pipeline against one rank
+#              with its micro-batches, bitwise (scripts/gpu/same-weights.py)
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 #    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (the weak-scaling
 #              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
@@ -312,6 +313,14 @@ stage_mpi() {
     # equal; a missing stream dependency on the copy-back shows up here.
     run_step mpi-overlap-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" \
       /tmp/mpi-train-auto /tmp/mpi-train-auto-no-overlap
+    # The pipeline (G's stage and D's on the one GPU) against one rank with the same
+    # micro-batches: the same kernels on the same micro-batches, so bitwise equal.
+    local micro=(--device cuda --data synthetic:4096 --max-steps 20 --micro-batches 4 --no-progress)
+    rm -rf /tmp/mpi-micro /tmp/mpi-pipeline
+    run_step mpi-micro-batches 120 mpiexec -n 1 "$BIN/dcgan-train-mpi" "${micro[@]}" --out /tmp/mpi-micro
+    run_step mpi-pipeline 120 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${micro[@]}" --pipeline --out /tmp/mpi-pipeline
+    cp /tmp/mpi-pipeline/summary.json "$OUT/mpi-pipeline-summary.json" 2>/dev/null || true
+    run_step mpi-pipeline-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" /tmp/mpi-micro /tmp/mpi-pipeline
   )
 }
 
