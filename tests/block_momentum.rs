@@ -75,3 +75,46 @@ fn a_resume_inside_a_block_continues_exactly() {
     assert_eq!(final_weights(&part), final_weights(&whole));
     assert_eq!(step_records(&part), step_records(&whole));
 }
+
+/// Each rank's model as (rank 0's from G and D, rank 1's own from the block state), laid out
+/// per network in parameter order, of a run whose block had not ended.
+fn ranks_models(run: &Path) -> [Vec<f32>; 2] {
+    let ck = dcgan_train::checkpoint::resolve(run).unwrap();
+    let own = read_safetensors(&ck.join("optimizer.safetensors"));
+    let rank0 = final_weights(run);
+    let layouts = [("G", param_layout(&GENERATOR_28).0), ("D", param_layout(&DISCRIMINATOR_28).0)];
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (net, layout) in &layouts {
+        for p in &layout.params {
+            a.extend(&rank0[&format!("{net} {}", p.name)]);
+        }
+        b.extend(&own[&format!("rank1.{net}.weights")]);
+    }
+    [a, b]
+}
+
+/// A block's sync overlaps the next step, which runs from each rank's own weights; what that
+/// step moved them by is carried onto the average. Without momentum the ranks' mean after it
+/// is then the mean of their own models after that step, as if nothing had been synced (a run
+/// whose first block is still open), while each rank holds its own step; synced before the
+/// step (--no-overlap), the mean is another.
+#[test]
+fn an_overlapped_sync_carries_the_next_step_onto_the_average() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |n: &str| tmp.path().join(n);
+    let sync = ["--sync-every", "2", "--block-momentum", "0"];
+    train(2, &dir("overlapped"), "3", &sync);
+    train(2, &dir("before"), "3", &[&sync[..], &["--no-overlap"]].concat());
+    train(2, &dir("alone"), "3", &["--sync-every", "4"]);
+    let mean = |run: &str| {
+        let [a, b] = ranks_models(&dir(run));
+        a.iter().zip(&b).map(|(x, y)| (*x as f64 + *y as f64) / 2.0).collect::<Vec<f64>>()
+    };
+    let farthest =
+        |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())).fold(0.0, f64::max);
+    let alone = mean("alone");
+    assert!(farthest(&mean("overlapped"), &alone) < 1e-6, "{}", farthest(&mean("overlapped"), &alone));
+    assert!(farthest(&mean("before"), &alone) > 1e-5, "synced before the step: {}", farthest(&mean("before"), &alone));
+    let [a, b] = ranks_models(&dir("overlapped"));
+    assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-6), "each rank carries its own step");
+}

@@ -37,8 +37,9 @@ local_mpiexec() {
 
 # The train options of an exchange variant (bench-wire.sh, bench-wire-quality.sh): no-exchange,
 # f32, bf16, 1bit, 1bit-frozen (Adam's variance frozen after the warm-up) or bmufK (block
-# momentum every K steps), the latter optionally followed by -bmX (block momentum X) and
-# -reset (Adam's moments reset every block): bmuf4-bm0-reset. Dies on an unknown name.
+# momentum every K steps), the latter optionally followed by -bmX (block momentum X), -reset
+# (Adam's moments reset every block) and -blocking (the sync before the next step, not
+# overlapping it): bmuf4-bm0-reset. Dies on an unknown name.
 variant_args() {
     case "$1" in
         no-exchange) echo "--no-exchange" ;;
@@ -47,12 +48,13 @@ variant_args() {
         1bit) echo "--wire 1bit" ;;
         1bit-frozen) echo "--wire 1bit --wire-freeze-variance" ;;
         bmuf*)
-            [[ "$1" =~ ^bmuf([1-9][0-9]*)(-bm([0-9.]+))?(-reset)?$ ]] \
-                || die "variant $1: bmufK[-bmX][-reset] with K a step count and X a momentum"
+            [[ "$1" =~ ^bmuf([1-9][0-9]*)(-bm([0-9.]+))?(-reset)?(-blocking)?$ ]] \
+                || die "variant $1: bmufK[-bmX][-reset][-blocking] with K a step count and X a momentum"
             local args="--sync-every ${BASH_REMATCH[1]}"
             [ -n "${BASH_REMATCH[3]}" ] && args="$args --block-momentum ${BASH_REMATCH[3]}"
             [ -n "${BASH_REMATCH[4]}" ] && args="$args --block-reset-adam"
+            [ -n "${BASH_REMATCH[5]}" ] && args="$args --no-overlap"
             echo "$args" ;;
-        *) die "unknown variant $1 (no-exchange, f32, bf16, 1bit, 1bit-frozen, bmufK[-bmX][-reset])" ;;
+        *) die "unknown variant $1 (no-exchange, f32, bf16, 1bit, 1bit-frozen, bmufK[-bmX][-reset][-blocking])" ;;
     esac
 }

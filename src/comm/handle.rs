@@ -278,16 +278,22 @@ impl CommHandle {
         self.post(HelperOp::RecvF32(from))
     }
 
+    /// Post an average over the ranks (`allreduce_mean`) and return at once; its result is
+    /// claimed by `wait_received`. Collective: every rank posts it in the same order.
+    pub fn post_mean_f32(&self, data: Vec<f32>) -> Posted {
+        self.post(HelperOp::MeanF32(data))
+    }
+
     /// Block until a posted send has left.
     pub fn wait_sent(&self, p: Posted) -> anyhow::Result<()> {
         self.await_reply(&p.done).map(|_| ())
     }
 
-    /// Block until a posted receive has arrived.
+    /// Block until a posted receive (or average) has arrived.
     pub fn wait_received(&self, p: Posted) -> anyhow::Result<Vec<f32>> {
         match self.await_reply(&p.done)? {
             HelperOut::F32(v) => Ok(v),
-            _ => unreachable!("RecvF32 answers F32"),
+            _ => unreachable!("RecvF32 and MeanF32 answer F32"),
         }
     }
 

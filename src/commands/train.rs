@@ -190,7 +190,8 @@ pub struct ParallelArgs {
     #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
     pub bucket_bytes: usize,
     /// Exchange gradients only after the whole backward (for comparison with the default,
-    /// which sends each bucket as soon as backward completes it).
+    /// which sends each bucket as soon as backward completes it); with --sync-every, average
+    /// the models before the next step instead of during it.
     #[arg(long)]
     pub no_overlap: bool,
     /// Benchmarking only: skip the gradient exchange (ranks drift apart) to isolate its cost.

@@ -9,9 +9,14 @@
 //! With bm = 0 and blr = 1 that is plain model averaging. Batch-norm running statistics are
 //! averaged at each sync. One exchange of the weights every K steps instead of the gradients
 //! every step: 1/K of the bytes.
+//!
+//! The exchange can overlap the next block's first step (`start_sync`, then `finish_sync`
+//! after that step): the step runs from the rank's own weights, and what it moved them by is
+//! carried onto the block's result, w = w_global' + (w_now - w_sent). The next block then
+//! starts one step in, from that; the ranks differ by their one step until the next sync.
 
 use super::sync::download;
-use crate::backend::{Backend, DeviceBuf, ViewMut};
+use crate::backend::{Backend, ViewMut};
 use crate::checkpoint::block::BlockCheckpoint;
 use crate::nn::params::ParamStore;
 use crate::train::job::Job;
@@ -37,13 +42,25 @@ impl BlockSettings {
 }
 
 /// The global model and the momentum of both networks, [param_len] each, on the host.
-#[derive(Clone, Debug, PartialEq)]
 pub struct BlockMomentum {
     pub settings: BlockSettings,
     /// [G, D]: the global model the current block started from (before any lookahead).
     pub global: [Vec<f32>; 2],
     /// [G, D]: the filtered block step.
     pub velocity: [Vec<f32>; 2],
+    /// A sync posted and not yet applied.
+    pending: Option<PendingSync>,
+}
+
+/// The averages of a block's end on their way, and what this rank sent.
+struct PendingSync {
+    /// [G, D] x [weights, running statistics] as they were sent.
+    sent: [[Vec<f32>; 2]; 2],
+    /// Their averages, in that order (statistics only where a network has some).
+    posted: Vec<crate::comm::handle::Posted>,
+    /// Carry the steps taken since onto the result (an overlapped sync).
+    carry: bool,
+    sent_before: u64,
 }
 
 /// One network's block update in place: from the global model `global`, the ranks' mean
@@ -64,7 +81,12 @@ impl BlockMomentum {
     pub fn start<B: Backend>(settings: BlockSettings, be: &B, stores: [&ParamStore<B>; 2]) -> Self {
         let global = stores.map(|s| download(be, &s.value));
         let velocity = [vec![0.0; global[0].len()], vec![0.0; global[1].len()]];
-        BlockMomentum { settings, global, velocity }
+        BlockMomentum { settings, global, velocity, pending: None }
+    }
+
+    /// Whether a sync was started and not yet finished.
+    pub fn pending(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// Whether the step just completed (`step`, counted from 1 since the ranks went parallel
@@ -77,14 +99,42 @@ impl BlockMomentum {
     /// block momentum, and reset Adam where asked. Collective. Returns the bytes this rank
     /// sent.
     pub fn sync<B: Backend>(&mut self, job: &Job, be: &B, stores: [&mut ParamStore<B>; 2]) -> Result<u64> {
+        self.start_sync(job, be, [&*stores[0], &*stores[1]], false);
+        self.finish_sync(job, be, stores)
+    }
+
+    /// Post the block's averages and return at once (`carry`: the steps taken before
+    /// `finish_sync` are carried onto its result). Collective, in the same order everywhere.
+    pub fn start_sync<B: Backend>(&mut self, job: &Job, be: &B, stores: [&ParamStore<B>; 2], carry: bool) {
         let sent_before = job.comm.helper_bytes_sent();
-        for (k, store) in stores.into_iter().enumerate() {
-            let mean = job.comm.allreduce_mean(download(be, &store.value))?;
+        let sent = stores.map(|s| [download(be, &s.value), download(be, &s.state)]);
+        let mut posted = Vec::new();
+        for [weights, stats] in &sent {
+            posted.push(job.comm.post_mean_f32(weights.clone()));
+            if !stats.is_empty() {
+                posted.push(job.comm.post_mean_f32(stats.clone()));
+            }
+        }
+        self.pending = Some(PendingSync { sent, posted, carry, sent_before });
+    }
+
+    /// Take the averages `start_sync` posted and apply the block momentum (the weights and
+    /// statistics moved since carried on, where it said so). Returns the bytes this rank sent.
+    pub fn finish_sync<B: Backend>(&mut self, job: &Job, be: &B, stores: [&mut ParamStore<B>; 2]) -> Result<u64> {
+        let Some(PendingSync { sent, posted, carry, sent_before }) = self.pending.take() else { return Ok(0) };
+        let mut posted = posted.into_iter();
+        // what + (now - then), the steps since the sync carried on (overlapped); else what.
+        let carried = |what: Vec<f32>, then: &[f32], now: &B::Buf| match carry {
+            true => what.iter().zip(then).zip(download(be, now)).map(|((w, t), n)| w + (n - t)).collect(),
+            false => what,
+        };
+        for (k, (store, [weights, stats])) in stores.into_iter().zip(&sent).enumerate() {
+            let mean = job.comm.wait_received(posted.next().expect("posted per network"))?;
             let next = block_update(&self.settings, &mut self.global[k], &mut self.velocity[k], &mean);
-            be.upload(&next, ViewMut::whole(&mut store.value));
-            if !store.state.is_empty() {
-                let stats = job.comm.allreduce_mean(download(be, &store.state))?;
-                be.upload(&stats, ViewMut::whole(&mut store.state));
+            be.upload(&carried(next, weights, &store.value), ViewMut::whole(&mut store.value));
+            if !stats.is_empty() {
+                let mean = job.comm.wait_received(posted.next().expect("posted statistics"))?;
+                be.upload(&carried(mean, stats, &store.state), ViewMut::whole(&mut store.state));
             }
             if self.settings.reset_adam {
                 let zeros = vec![0.0; store.layout.param_len()];
@@ -164,7 +214,7 @@ impl BlockMomentum {
         }
         let global = [g_global.to_vec(), d_global.to_vec()];
         let velocity = [g_velocity.to_vec(), d_velocity.to_vec()];
-        Ok(Some(BlockMomentum { settings, global, velocity }))
+        Ok(Some(BlockMomentum { settings, global, velocity, pending: None }))
     }
 }
 

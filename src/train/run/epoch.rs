@@ -43,17 +43,26 @@ impl<B: Backend> Run<'_, B> {
         self.args.parallel.distributed_after
     }
 
-    /// `--sync-every`: after the step that ends a block, average the models (block momentum).
-    /// Returns the time it took: communication the step waited for.
-    fn end_block_if_due(&mut self) -> Result<Duration> {
-        let from = self.parallel_from();
-        let Some(block) = self.block.as_mut().filter(|b| b.due(self.trainer.step, from)) else {
+    /// `--sync-every`: land the sync the previous step started, if any (this step's moves
+    /// carried on); after the step that ends a block, average the models (block momentum),
+    /// or with `overlap` start averaging them for the next step to land. Returns the time it
+    /// took: communication the step waited for.
+    fn end_block_if_due(&mut self, overlap: bool) -> Result<Duration> {
+        let (from, job) = (self.parallel_from(), self.job);
+        let Some(block) = self.block.as_mut() else { return Ok(Duration::ZERO) };
+        let due = block.due(self.trainer.step, from);
+        if !due && !block.pending() {
             return Ok(Duration::ZERO);
-        };
+        }
         let t0 = Instant::now();
         let t = &mut self.trainer;
         t.finish_pending();
-        let sent = block.sync(self.job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
+        let mut sent = block.finish_sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
+        if due && overlap {
+            block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true);
+        } else if due {
+            sent += block.sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
+        }
         self.facts.block_sent += sent;
         let t1 = Instant::now();
         t.timeline.span(Track::Compute, "block-sync", "models", t0, t1);
@@ -123,7 +132,15 @@ impl<B: Backend> Run<'_, B> {
             Err(e) if self.job.is_root() => return Err(e),
             Err(_) => return Err(PeerFailed.into()),
         };
-        let synced = self.end_block_if_due()?;
+        // A block's sync overlaps the next step, unless what follows this step (a checkpoint,
+        // the consistency check, the epoch's end, the run's) needs the models synced now.
+        let (p, n) = (&self.args.parallel, self.trainer.step);
+        let settled_now = i + 1 == self.shard.batches_per_epoch()
+            || n >= self.args.max_steps.unwrap_or(u64::MAX)
+            || self.last.stop
+            || self.args.checkpoints.checkpoint_every.is_some_and(|k| n.is_multiple_of(k))
+            || (p.check_consistency > 0 && n.is_multiple_of(p.check_consistency));
+        let synced = self.end_block_if_due(!p.no_overlap && !settled_now)?;
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let wait_ms = (self.trainer.waited() - waited_before + synced).as_secs_f64() * 1e3;
         let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;

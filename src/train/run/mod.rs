@@ -166,6 +166,10 @@ impl<B: Backend> Run<'_, B> {
         let (job, trainer) = (self.job, &mut self.trainer);
         trainer.finish_pending();
         job.or_fail(trainer.share_pipeline_models());
+        if let Some(block) = self.block.as_mut() {
+            let stores = [&mut trainer.model.g.store, &mut trainer.model.d.store];
+            job.or_fail(block.finish_sync(job, &trainer.be, stores));
+        }
         let stores = [&trainer.model.g.store, &trainer.model.d.store];
         let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
         let lens = stores.map(|s| s.layout.param_len());
