@@ -60,13 +60,24 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
     let batch = args.model.batch_size as usize;
     let size = args.model.image_size;
     args.model.check_loss_options()?;
-    let mut model = Dcgan::new(&be, size, batch, args.model.seed, super::config::discriminator(args.model.loss))
-        .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
+    args.model.check_micro_batches(batch)?;
+    let micro = args.model.micro_batches as usize;
+    // With micro-batches the networks are built for one of them (train/micro_step.rs).
+    let mut model =
+        Dcgan::new(&be, size, batch / micro, args.model.seed, super::config::discriminator(args.model.loss))
+            .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
     model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);
-    let macs = step_macs(&model);
+    let macs = step_macs(&model) * micro as u64;
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed: args.model.seed, rank: 0, world: 1, overlap_steps: true };
     let mut trainer = GanTrainer::new(be, model, exchange, cfg, Timeline::disabled())?;
+    if micro > 1 {
+        trainer.use_micro_batches(micro, args.model.recompute)?;
+    }
+    if args.model.deferred_bn {
+        trainer.model.g.defer_bn();
+        trainer.model.d.defer_bn();
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();
     if args.model.loss == GanLoss::WganGp {
@@ -95,6 +106,7 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
             "device": trainer.be_describe(),
             "image_size": size,
             "batch_size": batch,
+            "micro_batches": micro,
             "steps": args.steps,
             "threads": threads,
             "ms_per_step": median,
