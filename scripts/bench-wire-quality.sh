@@ -12,7 +12,8 @@
 # quality.png (`python3 scripts/reports wire-quality OUT`): the distance against the epoch and
 # against the training time. The runs share this machine's cores, not emulated links, so
 # their times say what each costs in compute, not on a slow network (bench-wire.sh measures
-# that). DCGAN_TRAIN picks the binary.
+# that; `python3 scripts/reports wire-quality OUT --links WIRE/results.json` then sets the
+# distance against the time the epochs take on those links). DCGAN_TRAIN picks the binary.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

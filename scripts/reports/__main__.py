@@ -8,7 +8,7 @@ and set against targets and the cost model.
     python3 scripts/reports quality OUT [--no-plot]
     python3 scripts/reports losses OUT [--no-plot]
     python3 scripts/reports wire OUT
-    python3 scripts/reports wire-quality OUT
+    python3 scripts/reports wire-quality OUT [--links WIRE/results.json]
     python3 scripts/reports pipeline OUT
 
 Python's standard library only, but for the plot (matplotlib).
@@ -62,6 +62,8 @@ def main():
 
     wq = sub.add_parser("wire-quality", help="results.md, results.json and quality.png of a bench-wire-quality.sh folder")
     wq.add_argument("out", metavar="OUT", help="the folder bench-wire-quality.sh wrote")
+    wq.add_argument("--links", metavar="RESULTS.json",
+                    help="a bench-wire.sh results.json: the distance also against the time on those links")
 
     pp = sub.add_parser("pipeline", help="results.md and results.json of a bench-pipeline.sh folder")
     pp.add_argument("out", metavar="OUT", help="the folder bench-pipeline.sh wrote")
@@ -78,7 +80,7 @@ def main():
     elif args.command == "wire":
         wire_report.main(args.out)
     elif args.command == "wire-quality":
-        wire_quality_report.main(args.out)
+        wire_quality_report.main(args.out, args.links)
     elif args.command == "pipeline":
         pipeline_report.main(args.out)
     else:
