@@ -13,7 +13,9 @@ use crate::comm::stall::{self, STALL_EXIT_CODE};
 use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::counting::Counting;
 use crate::comm::transport::group::Group;
-use crate::comm::transport::{CommError, TAG_HELPER, TAG_PIPELINE, TAG_RESERVED, Tag, Transport, f32_bytes};
+use crate::comm::transport::{
+    CommError, TAG_HELPER, TAG_PIPELINE, TAG_RESERVED, Tag, Transport, f32_bytes, f32s_from_bytes,
+};
 use anyhow::{anyhow, bail};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -260,11 +262,7 @@ impl CommThread {
             HelperOp::MeanF64(v) => collectives::mean_f64(t, &v, TAG_HELPER).map(HelperOut::F64),
             HelperOp::BroadcastF32(root, v) => {
                 let mut bytes = f32_bytes(&v).to_vec();
-                collectives::broadcast(t, root, &mut bytes, TAG_HELPER).map(|_| {
-                    HelperOut::F32(
-                        bytes.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                    )
-                })
+                collectives::broadcast(t, root, &mut bytes, TAG_HELPER).map(|_| HelperOut::F32(f32s_from_bytes(&bytes)))
             }
             HelperOp::BroadcastBytes(root, mut v) => {
                 collectives::broadcast(t, root, &mut v, TAG_HELPER).map(|_| HelperOut::Bytes(v))
@@ -272,9 +270,7 @@ impl CommThread {
             HelperOp::GatherBytes(v) => collectives::gather(t, v, TAG_HELPER).map(HelperOut::Gathered),
             HelperOp::Barrier => collectives::barrier(t, TAG_HELPER).map(|_| HelperOut::Unit),
             HelperOp::SendF32(to, v) => t.send(to, TAG_PIPELINE, f32_bytes(&v)).map(|_| HelperOut::Unit),
-            HelperOp::RecvF32(from) => t.recv_vec(from, TAG_PIPELINE).map(|b| {
-                HelperOut::F32(b.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect())
-            }),
+            HelperOp::RecvF32(from) => t.recv_vec(from, TAG_PIPELINE).map(|b| HelperOut::F32(f32s_from_bytes(&b))),
             HelperOp::Residuals | HelperOp::SetResiduals(_) | HelperOp::SetBucketGroup(_) => {
                 unreachable!("answered above")
             }

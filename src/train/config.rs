@@ -41,7 +41,7 @@ impl Settings {
         };
         args.model.check_micro_batches(per_rank_batch)?;
         // A pipeline's two ranks share one batch.
-        let global_batch = per_rank_batch * data_parallel_ranks(args, ranks);
+        let global_batch = per_rank_batch * data_place(args, 0, ranks).1;
         let ratio = global_batch as f64 / REFERENCE_BATCH;
         let scale = match p.lr_scaling {
             LrScaling::None => 1.0,
@@ -61,10 +61,10 @@ impl Settings {
     }
 }
 
-/// The ranks that hold their own part of the global batch: every rank, or one pipeline of
-/// two ranks each.
-pub fn data_parallel_ranks(args: &TrainOptions, ranks: usize) -> usize {
-    if args.parallel.pipeline { ranks / 2 } else { ranks }
+/// (place, places): which part of the global batch (and noise) rank `rank` of `ranks`
+/// computes, of how many. Both stages of a pipeline compute the same part.
+pub fn data_place(args: &TrainOptions, rank: usize, ranks: usize) -> (usize, usize) {
+    if args.parallel.pipeline { (rank / 2, ranks / 2) } else { (rank, ranks) }
 }
 
 /// Refuses `--pipeline` where it cannot run.

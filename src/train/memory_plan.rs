@@ -43,8 +43,8 @@ fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -
     // The step's own buffers: the logits' gradient and three pairs of outputs (train/step.rs).
     let mut trainer = batch.div_ceil(micro) as u64 + 6;
     if micro > 1 {
-        // One micro-batch's outputs, and its zeros and images on the host (counted here).
-        trainer += 2 + (batch.div_ceil(micro) * (1 + image_size * image_size)) as u64;
+        // One micro-batch's outputs and zeros, and its images on the host (counted here).
+        trainer += (2 + batch.div_ceil(micro).max(2) + batch.div_ceil(micro) * image_size * image_size) as u64;
         if !model.recompute {
             trainer += (micro * g.saved_floats) as u64;
         }

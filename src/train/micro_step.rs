@@ -13,7 +13,7 @@
 
 use super::ddp::exchange::{NetId, Update};
 use super::step::GanTrainer;
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, DeviceBuf, View, ViewMut};
 use crate::model::dcgan::Dcgan;
 use crate::model::net::NetSaved;
 use crate::record::{Losses, StepMetrics};
@@ -29,8 +29,9 @@ pub struct MicroBatches<B: Backend> {
     pub(super) saved: Vec<NetSaved<B>>,
     /// [b, H, W]: one micro-batch's real images on the host.
     pub(super) images: Vec<f32>,
-    /// [b]: zeros, to clear an output gradient before a scaled copy into it.
-    zeros: Vec<f32>,
+    /// [b] zeros on the device: clears an output gradient (and [2] outputs) before a scaled
+    /// sum into it, with no host copy in the step.
+    zeros: B::Buf,
     /// [2]: one micro-batch's (loss, mean sigmoid) before it is averaged in.
     pub(super) out_one: B::Buf,
     /// The micro-batch running (its noise stream and whether outputs start afresh).
@@ -61,7 +62,11 @@ impl<B: Backend> GanTrainer<B> {
             recompute,
             saved,
             images: vec![0.0; b * plane],
-            zeros: vec![0.0; b],
+            zeros: {
+                let mut z = self.be.alloc(b.max(2))?;
+                self.be.upload(&vec![0.0; b.max(2)], ViewMut::whole(&mut z));
+                z
+            },
             out_one: self.be.alloc(2)?,
             at: 0,
         });
@@ -82,7 +87,7 @@ impl<B: Backend> GanTrainer<B> {
         let Some(mb) = self.micro.as_mut() else { return };
         let be = &self.be;
         let d_out = self.model.d.d_output_mut();
-        be.upload(&mb.zeros, ViewMut::whole(d_out));
+        be.copy(View::range(&mb.zeros, 0..self.dlogits.len()), ViewMut::whole(d_out));
         be.axpy(scale, View::whole(&self.dlogits), ViewMut::whole(d_out));
         let out = match which {
             0 => &mut self.out_real,
@@ -90,7 +95,7 @@ impl<B: Backend> GanTrainer<B> {
             _ => &mut self.out_g,
         };
         if first {
-            be.upload(&[0.0, 0.0], ViewMut::whole(out));
+            be.copy(View::range(&mb.zeros, 0..2), ViewMut::whole(out));
         }
         be.axpy(scale, View::whole(&mb.out_one), ViewMut::whole(out));
     }

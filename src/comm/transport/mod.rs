@@ -306,6 +306,11 @@ pub fn f32_bytes(x: &[f32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
 }
 
+/// The f32s `f32_bytes` made of them (native byte order, as they travelled).
+pub fn f32s_from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

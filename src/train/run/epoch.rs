@@ -43,6 +43,17 @@ impl<B: Backend> Run<'_, B> {
         self.args.parallel.distributed_after
     }
 
+    /// `--checkpoint-every`: whether a checkpoint follows step `n` (counted from 1).
+    fn checkpoint_due(&self, n: u64) -> bool {
+        self.args.checkpoints.checkpoint_every.is_some_and(|k| n.is_multiple_of(k))
+    }
+
+    /// `--check-consistency`: whether the ranks are compared after step `n`.
+    fn consistency_due(&self, n: u64) -> bool {
+        let k = self.args.parallel.check_consistency;
+        k > 0 && n.is_multiple_of(k)
+    }
+
     /// `--sync-every`: land the sync the previous step started, if any (this step's moves
     /// carried on); after the step that ends a block, average the models (block momentum),
     /// or with `overlap` start averaging them for the next step to land. Returns the time it
@@ -92,10 +103,9 @@ impl<B: Backend> Run<'_, B> {
                 _ => &order,
             };
             self.step(epoch, i, order, &mut done)?;
-            let k = self.args.parallel.check_consistency;
             // Inside a block of --sync-every the ranks' models differ by design.
             let between_blocks = self.block.as_ref().is_none_or(|b| b.due(self.trainer.step, self.parallel_from()));
-            if k > 0 && self.trainer.step.is_multiple_of(k) && between_blocks {
+            if self.consistency_due(self.trainer.step) && between_blocks {
                 self.trainer.finish_pending();
                 let (t, p) = (&self.trainer, &self.args.parallel);
                 sync::check_consistency(self.job, &t.be, [&t.model.g, &t.model.d], t.step, !p.no_exchange)?;
@@ -106,7 +116,7 @@ impl<B: Backend> Run<'_, B> {
                 self.stopped = true;
                 break;
             }
-            if self.args.checkpoints.checkpoint_every.is_some_and(|n| self.trainer.step.is_multiple_of(n)) {
+            if self.checkpoint_due(self.trainer.step) {
                 self.save_checkpoint();
             }
         }
@@ -134,13 +144,13 @@ impl<B: Backend> Run<'_, B> {
         };
         // A block's sync overlaps the next step, unless what follows this step (a checkpoint,
         // the consistency check, the epoch's end, the run's) needs the models synced now.
-        let (p, n) = (&self.args.parallel, self.trainer.step);
+        let n = self.trainer.step;
         let settled_now = i + 1 == self.shard.batches_per_epoch()
             || n >= self.args.max_steps.unwrap_or(u64::MAX)
             || self.last.stop
-            || self.args.checkpoints.checkpoint_every.is_some_and(|k| n.is_multiple_of(k))
-            || (p.check_consistency > 0 && n.is_multiple_of(p.check_consistency));
-        let synced = self.end_block_if_due(!p.no_overlap && !settled_now)?;
+            || self.checkpoint_due(n)
+            || self.consistency_due(n);
+        let synced = self.end_block_if_due(!self.args.parallel.no_overlap && !settled_now)?;
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let wait_ms = (self.trainer.waited() - waited_before + synced).as_secs_f64() * 1e3;
         let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;

@@ -14,7 +14,7 @@ use crate::model::noise::fixed_noise;
 use crate::nn::BnSync;
 use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
-use crate::train::config::{Settings, block_settings, training_config};
+use crate::train::config::{Settings, block_settings, data_place, training_config};
 use crate::train::ddp::block_momentum::BlockMomentum;
 use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
@@ -313,12 +313,6 @@ fn build<B: Backend>(
     }
     trainer.solo = solo_first;
     Ok(Built { trainer, outputs, ck, parked })
-}
-
-/// (place, places): which part of the global batch (and noise) this rank computes, of how
-/// many. Both stages of a pipeline compute the same part.
-fn data_place(args: &TrainOptions, rank: usize, ranks: usize) -> (usize, usize) {
-    if args.parallel.pipeline { (rank / 2, ranks / 2) } else { (rank, ranks) }
 }
 
 /// The progress of a run that has not started.
