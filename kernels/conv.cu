@@ -22,18 +22,36 @@
 // Tiles: BM x BN outputs per block of 256 threads, each thread TM x TN of them, K in steps of
 // BK = 16 through double-buffered shared memory, with the next step's global loads in flight
 // (in registers) while the current step is multiplied.
+//
+// PREC says how a tile is multiplied (`--precision`, src/ops/conv/cuda.rs):
+//   PREC_FP32    FFMA on the CUDA cores, every tile shape.
+//   PREC_TF32    tensor-core MMAs (tensor_core.cuh) on operands rounded to TF32 as they are
+//                stored to shared memory: products of 10-bit mantissas, sums in f32.
+//   PREC_3XTF32  CUTLASS's error-corrected TF32: each operand split as big = tf32(x) and
+//                small = tf32(x - big), and a*b as small*big + big*small + big*big (the
+//                small*small term, 2^-22 of the product, is dropped): FP32 accuracy.
+// The tensor-core kernels exist for the two wide tiles, whose 8 warps each own a
+// (BM/2) x (BN/4) piece; the narrow tiles (M <= 16) stay FFMA in every precision.
 #include "common.cuh"
+#include "tensor_core.cuh"
 
 #define MODE_FWD 0
 #define MODE_BWD_DATA 1
 #define MODE_BWD_DATA_DENSE 2
 #define MODE_BWD_WEIGHT 3
 #define BK 16
+#define PREC_FP32 0
+#define PREC_TF32 1
+#define PREC_3XTF32 2
 
-template <int MODE, int BM, int BN, int TM, int TN>
+template <int MODE, int BM, int BN, int TM, int TN, int PREC>
 __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __restrict__ A,
                                           const float* __restrict__ B, float* __restrict__ C) {
   static_assert((BM / TM) * (BN / TN) == THREADS, "a tile must use all THREADS threads");
+  // Tensor cores: 8 warps as 2 x 4, each (BM/2) x (BN/4) outputs in 16 x 8 MMA tiles, which
+  // puts TM = 2 * (BM/2)/16 and TN = 2 * (BN/4)/8 accumulators in each thread.
+  static_assert(PREC == PREC_FP32 || (THREADS == 256 && TM * 16 == BM && TN * 16 == BN),
+                "a tensor-core tile is 8 warps of (BM/2) x (BN/4) outputs");
   static_assert(THREADS % BN == 0 && THREADS % BK == 0 && THREADS % BM == 0, "load mappings");
   constexpr int A_LOADS = (BM * BK + THREADS - 1) / THREADS;
   constexpr int B_LOADS = BK * BN / THREADS;
@@ -42,9 +60,12 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
 
   // Padded by 4 floats so that column-wise stores hit different banks; rows stay 16-byte
   // aligned for vector loads. Two of each: step t multiplies one while step t+1's tile is
-  // stored into the other, so each K step needs one barrier instead of two.
-  __shared__ __align__(16) float As[2][BK][BM + 4];
-  __shared__ __align__(16) float Bs[2][BK][BN + 4];
+  // stored into the other, so each K step needs one barrier instead of two. The MMA
+  // fragments read rows k = t and columns g (t < 4, g < 8): a pad of 8 puts those 32 reads
+  // in 32 different banks.
+  constexpr int PAD = PREC == PREC_FP32 ? 4 : 8;
+  __shared__ __align__(16) float As[2][BK][BM + PAD];
+  __shared__ __align__(16) float Bs[2][BK][BN + PAD];
 
   const int tid = threadIdx.x;
   const int m0 = blockIdx.y * BM;
@@ -245,24 +266,28 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
     }
   };
 
-  // Registers -> shared memory buffer `buf`.
+  // Registers -> shared memory buffer `buf` (TF32: rounded once here, not per fragment).
+  auto stored = [](float v) {
+    if constexpr (PREC == PREC_TF32) return tf32_round(v);
+    else return v;
+  };
   auto store_tile = [&](int buf) {
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
       if constexpr (A_ALONG_M) {
         const int kcol = a_k + i * (THREADS / BM);
-        if (kcol < BK) As[buf][kcol][a_m] = a_reg[i];
+        if (kcol < BK) As[buf][kcol][a_m] = stored(a_reg[i]);
       } else {
         const int row = a_m + i * (THREADS / BK);
-        if (row < BM) As[buf][a_k][row] = a_reg[i];
+        if (row < BM) As[buf][a_k][row] = stored(a_reg[i]);
       }
     }
 #pragma unroll
     for (int i = 0; i < B_LOADS; ++i) {
       if constexpr (B_ALONG_K)
-        Bs[buf][b_k][b_n + i * (THREADS / BK)] = b_reg[i];
+        Bs[buf][b_k][b_n + i * (THREADS / BK)] = stored(b_reg[i]);
       else
-        Bs[buf][b_k + i * (THREADS / BN)][b_n] = b_reg[i];
+        Bs[buf][b_k + i * (THREADS / BN)][b_n] = stored(b_reg[i]);
     }
   };
 
@@ -270,12 +295,22 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   // A thread owns TM rows and TN columns of the tile, in groups of (up to) 4 consecutive
   // ones, the groups a quarter/half tile apart: its shared-memory reads are then 16-byte
   // vectors that a warp reads without bank conflicts.
+  // With tensor cores, acc[2*mi + h][2*ni + e] is the output at row 16*mi + g + 8*h and
+  // column 8*ni + 2*t + e of the warp's piece (the MMA's d fragment, tensor_core.cuh).
   constexpr int GM = TM % 4 == 0 ? 4 : TM;
   constexpr int GN = TN % 4 == 0 ? 4 : TN;
   const int tx = tid % (BN / TN);
   const int ty = tid / (BN / TN);
-  auto row_of = [&](int i) { return ty * GM + i % GM + (i / GM) * (BM / TM) * GM; };
-  auto col_of = [&](int j) { return tx * GN + j % GN + (j / GN) * (BN / TN) * GN; };
+  const int lane_g = (tid & 31) >> 2, lane_t = tid & 3;
+  const int warp_m0 = (tid >> 5) / 4 * (BM / 2), warp_n0 = (tid >> 5) % 4 * (BN / 4);
+  auto row_of = [&](int i) {
+    if constexpr (PREC == PREC_FP32) return ty * GM + i % GM + (i / GM) * (BM / TM) * GM;
+    else return warp_m0 + (i >> 1) * 16 + lane_g + 8 * (i & 1);
+  };
+  auto col_of = [&](int j) {
+    if constexpr (PREC == PREC_FP32) return tx * GN + j % GN + (j / GN) * (BN / TN) * GN;
+    else return warp_n0 + (j >> 1) * 8 + 2 * lane_t + (j & 1);
+  };
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -291,17 +326,22 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   for (int t = 0; t < steps; ++t) {
     const int cur = t & 1;
     if (t + 1 < steps) load_tile(kbeg + (t + 1) * BK);
+    if constexpr (PREC == PREC_FP32) {
 #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      float av[TM], bv[TN];
+      for (int kk = 0; kk < BK; ++kk) {
+        float av[TM], bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = As[cur][kk][row_of(i)];
+        for (int i = 0; i < TM; ++i) av[i] = As[cur][kk][row_of(i)];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][kk][col_of(j)];
+        for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][kk][col_of(j)];
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+        for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+      }
+    } else {
+      mma_step<PREC == PREC_3XTF32, TM / 2, TN / 2>(As[cur], Bs[cur], warp_m0 + lane_g,
+                                                    warp_n0 + lane_g, lane_t, acc);
     }
     // The other buffer was last read in step t-1, which every thread finished before the
     // barrier that ended it.
@@ -363,12 +403,17 @@ __device__ __forceinline__ void conv_gemm(const ConvParams& p, const float* __re
   }
 }
 
-#define CONV_KERNEL(name, MODE, BM, BN, TM, TN)                                          \
+#define CONV_KERNEL_P(name, MODE, BM, BN, TM, TN, PREC)                                  \
   extern "C" __global__ void __launch_bounds__(THREADS)                                  \
       name(ConvParams p, const float* __restrict__ a, const float* __restrict__ b,       \
            float* __restrict__ c) {                                                      \
-    conv_gemm<MODE, BM, BN, TM, TN>(p, a, b, c);                                         \
+    conv_gemm<MODE, BM, BN, TM, TN, PREC>(p, a, b, c);                                   \
   }
+#define CONV_KERNEL(name, MODE, BM, BN, TM, TN) CONV_KERNEL_P(name, MODE, BM, BN, TM, TN, PREC_FP32)
+// The wide tiles also on tensor cores: name_tf32 and name_3xtf32.
+#define CONV_KERNEL_TC(name, MODE, BM, BN, TM, TN)                   \
+  CONV_KERNEL_P(name##_tf32, MODE, BM, BN, TM, TN, PREC_TF32)        \
+  CONV_KERNEL_P(name##_3xtf32, MODE, BM, BN, TM, TN, PREC_3XTF32)
 
 // Four tile shapes: 128x128 (8x8 per thread) for large GEMMs, 64x64 where 128-wide tiles
 // would leave multiprocessors idle, 16x128 and 4x256 for layers with few output rows
@@ -390,6 +435,14 @@ CONV_KERNEL(conv_bwd_weight_128x128, MODE_BWD_WEIGHT, 128, 128, 8, 8)
 CONV_KERNEL(conv_bwd_weight_64x64, MODE_BWD_WEIGHT, 64, 64, 4, 4)
 CONV_KERNEL(conv_bwd_weight_16x128, MODE_BWD_WEIGHT, 16, 128, 2, 4)
 CONV_KERNEL(conv_bwd_weight_4x256, MODE_BWD_WEIGHT, 4, 256, 1, 4)
+CONV_KERNEL_TC(conv_fwd_128x128, MODE_FWD, 128, 128, 8, 8)
+CONV_KERNEL_TC(conv_fwd_64x64, MODE_FWD, 64, 64, 4, 4)
+CONV_KERNEL_TC(conv_bwd_data_128x128, MODE_BWD_DATA, 128, 128, 8, 8)
+CONV_KERNEL_TC(conv_bwd_data_64x64, MODE_BWD_DATA, 64, 64, 4, 4)
+CONV_KERNEL_TC(conv_bwd_data_dense_128x128, MODE_BWD_DATA_DENSE, 128, 128, 8, 8)
+CONV_KERNEL_TC(conv_bwd_data_dense_64x64, MODE_BWD_DATA_DENSE, 64, 64, 4, 4)
+CONV_KERNEL_TC(conv_bwd_weight_128x128, MODE_BWD_WEIGHT, 128, 128, 8, 8)
+CONV_KERNEL_TC(conv_bwd_weight_64x64, MODE_BWD_WEIGHT, 64, 64, 4, 4)
 
 // Backward-data into a single input channel (C_in = 1: the image side of G's last
 // ConvTranspose and of D's first conv). As a GEMM this has one row, so a tile computes mostly

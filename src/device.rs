@@ -2,6 +2,7 @@
 //! code generic over `Backend` on whichever was chosen.
 
 use crate::backend::Backend;
+pub use crate::backend::Precision;
 use crate::backend::cpu::Cpu;
 use anyhow::Result;
 
@@ -41,9 +42,26 @@ impl Device {
     }
 }
 
-/// The backend for this rank (GPU = local rank modulo the visible GPUs), and for `auto`
-/// falling back to the CPU, the reason as a one-line notice.
-pub fn select(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Option<String>)> {
+/// The backend for this rank (GPU = local rank modulo the visible GPUs) with its convolutions
+/// in `precision`, and for `auto` falling back to the CPU, the reason as a one-line notice.
+pub fn select(choice: DeviceChoice, precision: Precision, local_rank: usize) -> Result<(Device, Option<String>)> {
+    let (device, notice) = select_backend(choice, local_rank)?;
+    if matches!(device, Device::Cpu(_)) && precision != Precision::Fp32 {
+        // `auto`'s notice says why: "device: the CPU (no GPU: ...)".
+        let on = notice.as_deref().and_then(|n| n.strip_prefix("device: ")).unwrap_or("the CPU");
+        anyhow::bail!(
+            "--precision {} is for a GPU's tensor cores, and this rank computes on {on}: use --precision fp32, or --device cuda on a GPU",
+            precision.name()
+        );
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cu) = device {
+        return Ok((Device::Cuda(Box::new(cu.with_precision(precision)?)), notice));
+    }
+    Ok((device, notice))
+}
+
+fn select_backend(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Option<String>)> {
     #[cfg(feature = "cuda")]
     {
         use crate::backend::cuda::{self, Cuda};

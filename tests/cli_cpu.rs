@@ -1,5 +1,6 @@
 //! The command line around training, on one rank: what `sample --out` may replace, where runs
-//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, and `info`.
+//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, `info`, and
+//! `--precision` on the CPU.
 
 mod common;
 
@@ -208,4 +209,23 @@ fn info_prints_the_hosts_memory_on_the_cpu() {
     let total = kib("MemTotal:") / (1u64 << 20) as f64;
     assert!((gib[0] - total).abs() <= 0.051, "{line}: MemTotal is {total:.2} GiB");
     assert!(gib[1] > 0.0 && gib[1] <= gib[0], "{line}");
+}
+
+#[test]
+fn tensor_core_precisions_are_refused_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    for precision in ["tf32", "3xtf32"] {
+        let o = train(&out, "1", &["--precision", precision]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("--precision {precision} is for a GPU")) && err.contains("--precision fp32"),
+            "{err}"
+        );
+        assert!(!out.exists(), "a refused run wrote {}", out.display());
+    }
+    let o = train(&out, "1", &["--precision", "fp32"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }

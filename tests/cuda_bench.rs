@@ -1,8 +1,9 @@
 //! Kernel benchmark (ignored by default; scripts/gpu/gpu-check.sh runs it on a GPU): every conv
 //! direction and batch-norm pass at the DCGAN's layer shapes, timed as the step loop sees them
 //! (launch included: host clock around N back-to-back launches and one synchronization).
-//! One JSON line per (op, layer, batch): microseconds per call and GFLOP/s for convolutions.
-//! Each timed op is first checked against the CPU backend, so every figure is of a correct run.
+//! One JSON line per (op, layer, batch, and for convolutions each `--precision`): microseconds
+//! per call and GFLOP/s for convolutions. Each timed op is first checked against the CPU
+//! backend (within its precision's tolerance), so every figure is of a correct run.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
@@ -10,7 +11,7 @@ mod cuda_common;
 use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::cuda::Cuda;
-use dcgan_train::backend::{Backend, View, ViewMut};
+use dcgan_train::backend::{Backend, Precision, View, ViewMut};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::batchnorm::BnGeom;
 use dcgan_train::ops::conv::ConvGeom;
@@ -61,10 +62,13 @@ fn layers(batch: usize) -> Vec<(&'static str, ConvGeom)> {
     ]
 }
 
+/// Every convolution is timed in each precision.
+const PRECISIONS: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::ThreeTf32];
+
 #[test]
 #[ignore]
 fn bench_kernels() {
-    let Some(cu) = engines("bench_kernels").into_iter().find(|c| !c.is_emulated() || bench_on_emulator()) else {
+    let Some(mut cu) = engines("bench_kernels").into_iter().find(|c| !c.is_emulated() || bench_on_emulator()) else {
         eprintln!("bench_kernels: skipped: needs a GPU");
         return;
     };
@@ -73,46 +77,10 @@ fn bench_kernels() {
     let mut rng = rng(31);
     for batch in bench_batches() {
         for (name, g) in layers(batch) {
-            cu.prepare_conv(&g).unwrap();
-            let x = random(&mut rng, g.x_len(), 1.0);
-            let w = random(&mut rng, g.w_len(), 0.1);
-            let dy = random(&mut rng, g.y_len(), 1.0);
-            let (bx, bw, bdy) = (up(&cu, &x), up(&cu, &w), up(&cu, &dy));
-            let mut by = cu.alloc(g.y_len()).unwrap();
-            let mut bdx = cu.alloc(g.x_len()).unwrap();
-            let mut bdw = cu.alloc(g.w_len()).unwrap();
-            // Correct first: compare one call of each direction with the CPU.
-            cu.conv2d_forward(&g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by));
-            cu.conv2d_backward_data(&g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx));
-            cu.conv2d_backward_weight(&g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false);
-            let (mut cy, mut cdx, mut cdw) = (vec![0.0; g.y_len()], vec![0.0; g.x_len()], vec![0.0; g.w_len()]);
-            Cpu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut cy));
-            Cpu.conv2d_backward_data(&g, View::whole(&dy), View::whole(&w), ViewMut::whole(&mut cdx));
-            Cpu.conv2d_backward_weight(&g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut cdw), false);
-            assert_close(&format!("{name} forward"), &down(&cu, &by), &cy, 1e-4);
-            assert_close(&format!("{name} backward-data"), &down(&cu, &bdx), &cdx, 1e-4);
-            assert_close(&format!("{name} backward-weight"), &down(&cu, &bdw), &cdw, 1e-4);
-
-            let gflop = 2.0 * g.macs() as f64 / 1e9;
-            let report = |op: &str, us: f64| {
-                println!(
-                    "{{\"gpu\": \"{gpu}\", \"op\": \"conv {op}\", \"layer\": \"{name}\", \"batch\": {batch}, \"us\": {us:.2}, \"gflops\": {:.1}, \"plan\": \"{}\"}}",
-                    gflop / (us / 1e6),
-                    plan_summary(&cu, &g, op)
-                )
-            };
-            let us = time_us(&cu, iters, || {
-                cu.conv2d_forward(&g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by))
-            });
-            report("forward", us);
-            let us = time_us(&cu, iters, || {
-                cu.conv2d_backward_data(&g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx))
-            });
-            report("backward-data", us);
-            let us = time_us(&cu, iters, || {
-                cu.conv2d_backward_weight(&g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false)
-            });
-            report("backward-weight", us);
+            for precision in PRECISIONS {
+                cu.set_precision(precision).unwrap();
+                bench_conv(&cu, name, &g, batch, &mut rng, iters);
+            }
         }
         for (name, c, pix) in [("G28.bn1", 256, 49), ("G28.bn2", 128, 196), ("D28.bn2", 128, 49)] {
             let g = BnGeom::new(c, batch * pix);
@@ -176,4 +144,48 @@ fn bench_kernels() {
             assert!(out.iter().all(|v| v.is_finite()));
         }
     }
+}
+
+/// Check the three directions of `g` against the CPU in `cu`'s precision, then time each.
+fn bench_conv(cu: &Cuda, name: &str, g: &ConvGeom, batch: usize, rng: &mut rand_chacha::ChaCha8Rng, iters: usize) {
+    let gpu = cu.describe();
+    cu.prepare_conv(g).unwrap();
+    let (precision, tol) = (cu.precision().name(), if cu.precision() == Precision::Tf32 { 2e-3 } else { 1e-4 });
+    let x = random(rng, g.x_len(), 1.0);
+    let w = random(rng, g.w_len(), 0.1);
+    let dy = random(rng, g.y_len(), 1.0);
+    let (bx, bw, bdy) = (up(cu, &x), up(cu, &w), up(cu, &dy));
+    let mut by = cu.alloc(g.y_len()).unwrap();
+    let mut bdx = cu.alloc(g.x_len()).unwrap();
+    let mut bdw = cu.alloc(g.w_len()).unwrap();
+    // Correct first: compare one call of each direction with the CPU.
+    cu.conv2d_forward(g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by));
+    cu.conv2d_backward_data(g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx));
+    cu.conv2d_backward_weight(g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false);
+    let (mut cy, mut cdx, mut cdw) = (vec![0.0; g.y_len()], vec![0.0; g.x_len()], vec![0.0; g.w_len()]);
+    Cpu.conv2d_forward(g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut cy));
+    Cpu.conv2d_backward_data(g, View::whole(&dy), View::whole(&w), ViewMut::whole(&mut cdx));
+    Cpu.conv2d_backward_weight(g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut cdw), false);
+    assert_close(&format!("{name} {precision} forward"), &down(cu, &by), &cy, tol);
+    assert_close(&format!("{name} {precision} backward-data"), &down(cu, &bdx), &cdx, tol);
+    assert_close(&format!("{name} {precision} backward-weight"), &down(cu, &bdw), &cdw, tol);
+
+    let gflop = 2.0 * g.macs() as f64 / 1e9;
+    let report = |op: &str, us: f64| {
+        println!(
+            "{{\"gpu\": \"{gpu}\", \"op\": \"conv {op}\", \"layer\": \"{name}\", \"batch\": {batch}, \"precision\": \"{precision}\", \"us\": {us:.2}, \"gflops\": {:.1}, \"plan\": \"{}\"}}",
+            gflop / (us / 1e6),
+            plan_summary(cu, g, op)
+        )
+    };
+    let us = time_us(cu, iters, || cu.conv2d_forward(g, View::whole(&bx), View::whole(&bw), ViewMut::whole(&mut by)));
+    report("forward", us);
+    let us = time_us(cu, iters, || {
+        cu.conv2d_backward_data(g, View::whole(&bdy), View::whole(&bw), ViewMut::whole(&mut bdx))
+    });
+    report("backward-data", us);
+    let us = time_us(cu, iters, || {
+        cu.conv2d_backward_weight(g, View::whole(&bx), View::whole(&bdy), ViewMut::whole(&mut bdw), false)
+    });
+    report("backward-weight", us);
 }

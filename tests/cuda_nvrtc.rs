@@ -206,3 +206,36 @@ fn the_kernel_cache_stores_reuses_and_refreshes_images() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_convolutions_keep_their_registers_and_use_tensor_cores_where_asked() {
+    if !nvrtc_or_skip("the_convolutions_keep_their_registers") {
+        return;
+    }
+    let conv = Family::Conv.kernels();
+    let compile = |arch: u32, output: Output, extra: &[&str]| {
+        let mut options = nvrtc::options(&Target { arch, output });
+        options.extend(extra.iter().map(|o| o.to_string()));
+        nvrtc::compile("kernels/conv.cu", conv.source, &nvrtc::headers(), &options, output)
+            .unwrap_or_else(|e| panic!("compute_{arch}: {e:#}"))
+    };
+    // No kernel spills registers to local memory on the CI architecture.
+    let log = compile(CI_ARCH, Output::Cubin, &["--ptxas-options=-v"]).log;
+    let entries = log.matches("Compiling entry function").count();
+    assert!(entries >= 30, "{entries} entries in:\n{log}");
+    assert_eq!(log.matches(" 0 bytes spill stores").count(), entries, "a kernel spills:\n{log}");
+    // The TF32 kernels are MMAs on rounded operands; the fp32 ones have neither.
+    let ptx = String::from_utf8(compile(CI_ARCH, Output::Ptx, &[]).image).unwrap();
+    let mut tensor_core_entries = 0;
+    for body in ptx.split(".entry ").skip(1) {
+        let name = body.split('(').next().unwrap().trim();
+        let tensor_cores = name.ends_with("tf32");
+        tensor_core_entries += tensor_cores as usize;
+        assert_eq!(body.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), tensor_cores, "{name}");
+        assert_eq!(body.contains("cvt.rna.tf32.f32"), tensor_cores, "{name}");
+    }
+    assert_eq!(tensor_core_entries, 16);
+    // Before compute capability 8.0 the tensor-core kernels still compile (and trap if run;
+    // the backend refuses them there first).
+    compile(75, Output::Ptx, &[]);
+}

@@ -58,6 +58,10 @@ struct State {
   int warp_count[kMaxThreads / 32];
   unsigned warp_gen[kMaxThreads / 32];
   unsigned long long warp_buf[kMaxThreads / 32][32];
+  // Each lane's A and B fragments (mma_tf32), in two buffers used in turn.
+  float mma_a[2][kMaxThreads / 32][32][4];
+  float mma_b[2][kMaxThreads / 32][32][2];
+  unsigned mma_count[kMaxThreads];
   unsigned long long progress = 0;
   void (*tramp)(void**) = nullptr;
   void** args = nullptr;
@@ -124,6 +128,52 @@ inline T __shfl_xor_sync(unsigned int, T v, int lane_mask) {
   return r;
 }
 
+inline unsigned int __float_as_uint(float x) {
+  unsigned int u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned int u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+// kernels/tensor_core.cuh, emulated. cvt.rna.tf32.f32: add half of the last kept bit to the
+// magnitude and clear the 13 dropped bits (ties away from zero); NaN stays NaN.
+inline float tf32_round(float x) {
+  if (x != x) return x;
+  return __uint_as_float((__float_as_uint(x) + 0x1000u) & ~0x1fffu);
+}
+
+// mma.sync m16n8k8 TF32 for the calling thread's warp: every lane posts its fragments, then
+// computes its four outputs from the whole warp's. The tensor cores read only the TF32 bits
+// of each operand, so the low 13 are dropped here too; products of TF32 values are exact in
+// f32, and they are added to d in k order. A lane's next MMA posts into the other buffer, and
+// cannot get further before every lane has reached it, so one warp barrier per MMA suffices.
+inline void mma_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
+  const int lane_id = emu::S.fibers[emu::S.cur].linear;
+  const int w = lane_id >> 5, lane = lane_id & 31;
+  const int buf = emu::S.mma_count[lane_id]++ & 1;
+  auto tf32_bits = [](float v) { return __uint_as_float(__float_as_uint(v) & ~0x1fffu); };
+  for (int i = 0; i < 4; ++i) emu::S.mma_a[buf][w][lane][i] = tf32_bits(a[i]);
+  for (int i = 0; i < 2; ++i) emu::S.mma_b[buf][w][lane][i] = tf32_bits(b[i]);
+  emu::warp_sync(w);
+  const int g = lane >> 2, t = lane & 3;
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+    float s = d[q];
+    for (int k = 0; k < 8; ++k) {
+      // A[row][k] is held by lane (row % 8) * 4 + k % 4, register (k / 4) * 2 + row / 8;
+      // B[k][col] by lane col * 4 + k % 4, register k / 4.
+      const float av = emu::S.mma_a[buf][w][(row & 7) * 4 + (k & 3)][(k >> 2) * 2 + (row >> 3)];
+      const float bv = emu::S.mma_b[buf][w][col * 4 + (k & 3)][k >> 2];
+      s += av * bv;
+    }
+    d[q] = s;
+  }
+}
+
 inline unsigned int __umulhi(unsigned int a, unsigned int b) {
   return (unsigned int)(((unsigned long long)a * b) >> 32);
 }
@@ -174,6 +224,7 @@ extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
           f.tid = {t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
           f.linear = t;
           f.done = false;
+          S.mma_count[t] = 0;
         }
         int alive = n;
         while (alive > 0) {

@@ -30,10 +30,10 @@
 #              staging through pinned memory, probe (DCGAN_TEST_ENGINES=gpu)
 #    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
 #              (small shapes), the DCGAN gradient test, and a short training run (memcheck)
-#    bench     per-kernel times and the whole step at batch 64 and 256 (JSON lines, five
-#              runs each), the step also with DCGAN_CONV_TILE=64 (no 128x128 tiles)
+#    bench     per-kernel times in each --precision and the whole step at batch 64 and 256
+#              in each --precision (JSON lines, five runs each)
 #    torch     scripts/bench-torch.py at batch 64 and 256, cuDNN with TF32 (PyTorch's
-#              default) and without
+#              default) and without, and torch.compile(mode="max-autotune") with TF32
 #    binary    the release dcgan-train: --version, info, a training run, and the two
 #              batch-size errors (32-bit indexing, out of device memory)
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
@@ -49,7 +49,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
-TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_dcgan cuda_bench)
+TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_dcgan cuda_bench)
 
 if [[ "${1:-}" == "--build" ]]; then
   set -e
@@ -225,18 +225,17 @@ stage_bench() {
   fi
   if have_bin dcgan-train bench-step; then
     # The training step of the program itself (D step + G step, Adam), as users run it: five
-    # runs per batch size (compare() quotes the median of their medians, as bench-torch.py
-    # does over its runs), alternating with the 128x128 conv tile switched off.
+    # runs per batch size and precision, the precisions alternating (compare() quotes the
+    # median of their medians, as bench-torch.py does over its runs).
     for rep in 1 2 3 4 5; do
       for b in 64 256; do
-        run_step "bench-step-$b-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda --batch-size "$b" \
-          --steps 100 --warmup 20 --json
-        DCGAN_CONV_TILE=64 run_step "bench-step-$b-tile64-run$rep" 150 "$BIN/dcgan-train" bench-step \
-          --device cuda --batch-size "$b" --steps 100 --warmup 20 --json
+        for p in fp32 tf32 3xtf32; do
+          run_step "bench-step-$b-$p-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda \
+            --batch-size "$b" --precision "$p" --steps 100 --warmup 20 --json
+        done
       done
     done
-    grep -h '^{' "$OUT"/bench-step-{64,256}-run*.log >"$OUT/bench-step.jsonl" || true
-    grep -h '^{' "$OUT"/bench-step-*-tile64-run*.log >"$OUT/bench-step-tile64.jsonl" || true
+    grep -h '^{' "$OUT"/bench-step-*-run*.log >"$OUT/bench-step.jsonl" || true
   fi
 }
 
@@ -245,7 +244,8 @@ stage_torch() {
   : >"$OUT/bench-torch.jsonl"
   run_step bench-torch-tf32 150 python3 scripts/bench-torch.py --batch-size 64 256 --json
   run_step bench-torch-fp32 150 python3 scripts/bench-torch.py --batch-size 64 256 --json --no-tf32
-  grep -h '^{' "$OUT/bench-torch-tf32.log" "$OUT/bench-torch-fp32.log" >"$OUT/bench-torch.jsonl" || true
+  run_step bench-torch-compile 400 python3 scripts/bench-torch.py --batch-size 64 256 --json --compile
+  grep -h '^{' "$OUT"/bench-torch-{tf32,fp32,compile}.log >"$OUT/bench-torch.jsonl" || true
 }
 
 stage_binary() {
@@ -410,25 +410,29 @@ def load(name):
 import statistics
 runs = {}
 for r in load("bench-step.jsonl"):
-    runs.setdefault(r["batch_size"], []).append(r)
+    runs.setdefault((r["batch_size"], r.get("precision", "fp32")), []).append(r)
 ours = {}
-for b, rs in runs.items():
+for key, rs in runs.items():
     # The run whose median step time is the median of the runs'.
     rs.sort(key=lambda r: r["ms_per_step"])
-    ours[b] = dict(rs[len(rs) // 2], tflops=rs[len(rs) // 2]["gflops"] / 1e3, runs=[r["ms_per_step"] for r in rs])
+    ours[key] = dict(rs[len(rs) // 2], tflops=rs[len(rs) // 2]["gflops"] / 1e3, runs=[r["ms_per_step"] for r in rs])
 torch = load("bench-torch.jsonl")
 print("\nstep time, 28x28 DCGAN (median ms/step; images/s; TFLOP/s)")
-for b, o in sorted(ours.items()):
-    print(f"ours at batch {b}: run medians " + ", ".join(f"{v:.3f}" for v in o["runs"]))
-for b in sorted(set(ours) | {r["batch"] for r in torch}):
-    o = ours.get(b)
-    line = f"batch {b:4d}: ours " + (f"{o['ms_per_step']:.3f} ms, {o['images_per_s']:.0f} img/s, {o['tflops']:.2f} TFLOP/s" if o else "-")
+for (b, p), o in sorted(ours.items()):
+    print(f"ours at batch {b} {p}: run medians " + ", ".join(f"{v:.3f}" for v in o["runs"]))
+def torch_tag(r):
+    how = "compiled" if r.get("impl", "").startswith("pytorch-compile") else "eager"
+    return f"{how} {'tf32' if r['tf32'] else 'fp32'}"
+for b in sorted({k[0] for k in ours} | {r["batch"] for r in torch}):
     for r in torch:
         if r["batch"] == b:
-            tag = "tf32" if r["tf32"] else "fp32"
-            ratio = f" (ours/torch {o['ms_per_step'] / r['ms_per_step']:.2f})" if o else ""
-            line += f" | torch {tag} {r['ms_per_step']:.3f} ms, {r['images_per_s']:.0f} img/s, {r['tflops']:.2f} TFLOP/s{ratio}"
-    print(line)
+            print(f"batch {b:4d}: torch {torch_tag(r)} {r['ms_per_step']:.3f} ms, {r['images_per_s']:.0f} img/s, {r['tflops']:.2f} TFLOP/s")
+    for (bb, p), o in sorted(ours.items()):
+        if bb != b:
+            continue
+        line = f"batch {b:4d}: ours {p} {o['ms_per_step']:.3f} ms, {o['images_per_s']:.0f} img/s, {o['tflops']:.2f} TFLOP/s"
+        ratios = [f"/torch {torch_tag(r)} {o['ms_per_step'] / r['ms_per_step']:.2f}" for r in torch if r["batch"] == b]
+        print(line + (" (ours" + ", ".join(ratios) + ")" if ratios else ""))
 if torch:
     print("GPU:", torch[0]["gpu"], "| PyTorch", torch[0]["torch"], "cuDNN", torch[0]["cudnn"])
 PY

@@ -24,7 +24,7 @@ pub mod staging;
 pub use cudarc::driver::{CudaEvent, PinnedHostSlice};
 pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
 
-use super::{DeviceBuf, View, ViewMut};
+use super::{DeviceBuf, Precision, View, ViewMut};
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
 use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty};
@@ -151,6 +151,8 @@ enum Engine {
 pub struct Cuda {
     engine: Engine,
     sm_count: usize,
+    /// How the convolutions multiply.
+    precision: Precision,
     mem: Arc<MemStats>,
     /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
     /// (`reserve_workspace` grows it up front so that the step loop never allocates).
@@ -162,7 +164,13 @@ impl Cuda {
     /// `$DCGAN_KERNEL_CACHE`, default ~/.cache/dcgan-train/kernels) on device `ordinal`.
     pub fn new(ordinal: usize) -> Result<Cuda> {
         let d = driver::Driver::new(ordinal)?;
-        Ok(Cuda { sm_count: d.sm_count, engine: Engine::Driver(d), mem: Arc::default(), workspace: Mutex::new(None) })
+        Ok(Cuda {
+            sm_count: d.sm_count,
+            engine: Engine::Driver(d),
+            precision: Precision::Fp32,
+            mem: Arc::default(),
+            workspace: Mutex::new(None),
+        })
     }
 
     /// The kernels run on the CPU by the emulator (tests and debugging; needs a C++ compiler).
@@ -171,9 +179,39 @@ impl Cuda {
         Ok(Cuda {
             engine: Engine::Emulator(emu::Emulator::new()?),
             sm_count: sm_count.max(1),
+            precision: Precision::Fp32,
             mem: Arc::default(),
             workspace: Mutex::new(None),
         })
+    }
+
+    /// This backend with its convolutions in `precision`. TF32's tensor-core instructions need
+    /// compute capability 8.0 or newer; the emulator runs every precision.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Cuda> {
+        self.set_precision(precision)?;
+        Ok(self)
+    }
+
+    /// From now on, convolutions in `precision` (see `with_precision`).
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        if let Engine::Driver(d) = &self.engine
+            && precision != Precision::Fp32
+            && d.probe.cc.0 < 8
+        {
+            bail!(
+                "--precision {}: TF32 tensor cores need a GPU of compute capability 8.0 or newer, and this one is {}.{}: use --precision fp32",
+                precision.name(),
+                d.probe.cc.0,
+                d.probe.cc.1
+            );
+        }
+        self.precision = precision;
+        Ok(())
+    }
+
+    /// How the convolutions multiply.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Whether this backend runs on the emulator (tests use their small shapes there).

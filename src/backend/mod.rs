@@ -21,6 +21,38 @@ use crate::ops::conv::ConvGeom;
 use anyhow::Result;
 use std::ops::Range;
 
+/// How the CUDA convolutions multiply (`--precision`). Everything else (batch norm, the
+/// losses, reductions, Adam) and the CPU backend always compute in f32.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Precision {
+    /// FFMA on the CUDA cores.
+    #[default]
+    #[value(name = "fp32")]
+    #[serde(rename = "fp32")]
+    Fp32,
+    /// Tensor cores on operands rounded to TF32 (10 mantissa bits): relative errors of about
+    /// 1e-3.
+    #[value(name = "tf32")]
+    #[serde(rename = "tf32")]
+    Tf32,
+    /// Tensor cores, each operand split into two TF32 parts and three products summed
+    /// (CUTLASS's 3xTF32): FP32's accuracy.
+    #[value(name = "3xtf32")]
+    #[serde(rename = "3xtf32")]
+    ThreeTf32,
+}
+
+impl Precision {
+    /// The name `--precision` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::ThreeTf32 => "3xtf32",
+        }
+    }
+}
+
 /// A device buffer of f32.
 pub trait DeviceBuf: Send {
     fn len(&self) -> usize;

@@ -5,7 +5,7 @@ use super::comm_args::CommArgs;
 use super::parse::{
     adam_beta, at_least_one, batch_size, image_size, non_negative_f32, parse_bytes, positive_f32, positive_f64,
 };
-use crate::device::DeviceChoice;
+use crate::device::{DeviceChoice, Precision};
 use crate::record::{
     CheckpointOptions, CriticNorm, EvalOptions, GanLoss, LrScaling, ModelOptions, ParallelOptions, ProgressChoice,
     TrainOptions,
@@ -61,6 +61,12 @@ pub struct ModelArgs {
     /// cuda-emulated (the CUDA kernels on the CPU: slow, for checking without a GPU).
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// How the CUDA convolutions multiply: fp32 (FFMA), tf32 (tensor cores, operands rounded
+    /// to 10 mantissa bits: about 1e-3 relative error) or 3xtf32 (tensor cores, three TF32
+    /// products per product: fp32's accuracy). Needs a GPU of compute capability 8.0+ for
+    /// tf32 and 3xtf32; the CPU computes in fp32 only.
+    #[arg(long, value_enum, default_value_t = Precision::Fp32)]
+    pub precision: Precision,
     /// Compute each rank's batch in M micro-batches (a divisor of it), summing their
     /// gradients: batch norm sees M-th batches, as M data-parallel ranks would, and the
     /// activations of one micro-batch at a time are in flight (--recompute).
@@ -250,6 +256,7 @@ impl From<ModelArgs> for ModelOptions {
             seed: a.seed,
             threads: a.threads,
             device: a.device,
+            precision: a.precision,
             micro_batches: a.micro_batches,
             recompute: a.recompute,
             deferred_bn: a.deferred_bn,

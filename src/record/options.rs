@@ -4,7 +4,7 @@
 //! ran as if it had been left at its default.
 
 use crate::comm::CommOptions;
-use crate::device::DeviceChoice;
+use crate::device::{DeviceChoice, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -72,6 +72,8 @@ pub struct ModelOptions {
     /// Compute threads per rank (None: the host's cores divided by its ranks).
     pub threads: Option<usize>,
     pub device: DeviceChoice,
+    /// How the CUDA convolutions multiply (the CPU computes in f32 only).
+    pub precision: Precision,
     /// Each rank's batch is computed in this many micro-batches, their gradients summed
     /// (batch norm's statistics per micro-batch).
     pub micro_batches: u64,
@@ -243,6 +245,7 @@ impl Default for ModelOptions {
             seed: 1,
             threads: None,
             device: DeviceChoice::Auto,
+            precision: Precision::Fp32,
             micro_batches: 1,
             recompute: false,
             deferred_bn: false,

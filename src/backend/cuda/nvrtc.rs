@@ -9,6 +9,8 @@ use std::ffi::{CStr, CString, c_char, c_int};
 
 /// common.cuh, included by every family.
 pub const COMMON_HEADER: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/common.cuh"));
+/// tensor_core.cuh, the TF32 MMA primitives of the convolutions.
+pub const TENSOR_CORE_HEADER: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/tensor_core.cuh"));
 
 /// What NVRTC should produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,9 +93,14 @@ pub fn options(target: &Target) -> Vec<String> {
     vec![format!("--gpu-architecture={}", target.arch_flag()), "--std=c++17".into(), "-lineinfo".into()]
 }
 
-/// The headers every family is compiled with: common.cuh and the generated params.cuh.
+/// The headers every family is compiled with: common.cuh, tensor_core.cuh and the generated
+/// params.cuh.
 pub fn headers() -> Vec<(&'static str, String)> {
-    vec![("common.cuh", COMMON_HEADER.to_string()), ("params.cuh", super::params_header())]
+    vec![
+        ("common.cuh", COMMON_HEADER.to_string()),
+        ("tensor_core.cuh", TENSOR_CORE_HEADER.to_string()),
+        ("params.cuh", super::params_header()),
+    ]
 }
 
 /// Compile `family` for `target`. An error carries NVRTC's log (file and line of each error).

@@ -5,7 +5,7 @@
 use super::ConvGeom;
 use crate::backend::cuda::kernel_table::{DevPtr, Dims, FastDiv, cuda_kernels, device_struct};
 use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_dims};
-use crate::backend::{View, ViewMut};
+use crate::backend::{Precision, View, ViewMut};
 
 device_struct! {
     /// One conv launch (`ConvParams` in kernels/conv.cu, declared from this struct).
@@ -63,6 +63,22 @@ cuda_kernels! {
     fn conv_bwd_weight_64x64(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_16x128(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_weight_4x256(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_fwd_128x128_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_fwd_128x128_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_fwd_64x64_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_fwd_64x64_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_128x128_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_128x128_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_64x64_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_64x64_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_dense_128x128_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_dense_128x128_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_dense_64x64_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_data_dense_64x64_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_weight_128x128_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_weight_128x128_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_weight_64x64_tf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
+    fn conv_bwd_weight_64x64_3xtf32(p: ConvParams, a: DevPtr, b: DevPtr, c: DevPtr);
     fn conv_bwd_data_cin1(p: ConvParams, w: DevPtr, dy: DevPtr, dx: DevPtr);
     fn conv_splitk_reduce(ws: DevPtr, out: DevPtr, mn: i64, splits: i32, accumulate: i32);
 }
@@ -286,7 +302,35 @@ fn params(g: &ConvGeom, p: &GemmPlan, accumulate: bool) -> ConvParams {
 
 type GemmKernel = fn(&Cuda, Dims, ConvParams, DevPtr, DevPtr, DevPtr);
 
-fn kernel(dir: Direction, tile: Tile) -> GemmKernel {
+/// The kernel of a direction and tile in a precision: the wide tiles have tensor-core
+/// kernels, the narrow ones (M <= 16 rows) multiply with FFMA in every precision.
+fn kernel(dir: Direction, tile: Tile, precision: Precision) -> GemmKernel {
+    use Direction::*;
+    use Precision::*;
+    use Tile::*;
+    match (dir, tile, precision) {
+        (_, T16x128 | T4x256, _) | (_, _, Fp32) => fp32_kernel(dir, tile),
+        (Forward, T128x128, Tf32) => launch::conv_fwd_128x128_tf32,
+        (Forward, T128x128, ThreeTf32) => launch::conv_fwd_128x128_3xtf32,
+        (Forward, T64x64, Tf32) => launch::conv_fwd_64x64_tf32,
+        (Forward, T64x64, ThreeTf32) => launch::conv_fwd_64x64_3xtf32,
+        (BackwardData, T128x128, Tf32) => launch::conv_bwd_data_128x128_tf32,
+        (BackwardData, T128x128, ThreeTf32) => launch::conv_bwd_data_128x128_3xtf32,
+        (BackwardData, T64x64, Tf32) => launch::conv_bwd_data_64x64_tf32,
+        (BackwardData, T64x64, ThreeTf32) => launch::conv_bwd_data_64x64_3xtf32,
+        (BackwardDataDense, T128x128, Tf32) => launch::conv_bwd_data_dense_128x128_tf32,
+        (BackwardDataDense, T128x128, ThreeTf32) => launch::conv_bwd_data_dense_128x128_3xtf32,
+        (BackwardDataDense, T64x64, Tf32) => launch::conv_bwd_data_dense_64x64_tf32,
+        (BackwardDataDense, T64x64, ThreeTf32) => launch::conv_bwd_data_dense_64x64_3xtf32,
+        (BackwardWeight, T128x128, Tf32) => launch::conv_bwd_weight_128x128_tf32,
+        (BackwardWeight, T128x128, ThreeTf32) => launch::conv_bwd_weight_128x128_3xtf32,
+        (BackwardWeight, T64x64, Tf32) => launch::conv_bwd_weight_64x64_tf32,
+        (BackwardWeight, T64x64, ThreeTf32) => launch::conv_bwd_weight_64x64_3xtf32,
+        (BackwardDataOneChannel, ..) => unreachable!("conv_bwd_data_cin1 is not a tiled GEMM"),
+    }
+}
+
+fn fp32_kernel(dir: Direction, tile: Tile) -> GemmKernel {
     use Direction::*;
     use Tile::*;
     match (dir, tile) {
@@ -317,7 +361,7 @@ fn run(cu: &Cuda, g: &ConvGeom, p: &GemmPlan, a: DevPtr, b: DevPtr, c: DevPtr, a
     }
     let dims = Dims::grid3((p.n.div_ceil(p.tile.cols()), p.m.div_ceil(p.tile.rows()), p.z), THREADS);
     let params = params(g, p, accumulate);
-    let launch = kernel(p.dir, p.tile);
+    let launch = kernel(p.dir, p.tile, cu.precision());
     if p.splits > 1 {
         let ws = cu.workspace(p.workspace_floats());
         launch(cu, dims, params, a, b, ws);

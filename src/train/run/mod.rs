@@ -58,7 +58,8 @@ pub fn run(args: &TrainOptions, given: &BTreeSet<String>) -> Result<()> {
 /// Pick this rank's backend (every rank must manage), then train on it; `from`: rank 0's
 /// checkpoint to resume from.
 fn train(job: &Job, args: &TrainOptions, from: Option<&ResumeFrom>) -> Result<()> {
-    let (device, notice) = job.agree(crate::device::select(args.model.device, job.world.local_rank))?;
+    let (device, notice) =
+        job.agree(crate::device::select(args.model.device, args.model.precision, job.world.local_rank))?;
     if let Some(n) = notice.filter(|_| job.is_root()) {
         eprintln!("{n}");
     }
