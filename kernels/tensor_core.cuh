@@ -44,6 +44,13 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const float (&a)[4], con
 }
 #endif  // __CUDA_ARCH__
 
+// x = big + small, both TF32: x becomes big = tf32(x), `small` what that left off, rounded.
+__device__ __forceinline__ void split_tf32(float& x, float& small) {
+  const float big = tf32_round(x);
+  small = tf32_round(x - big);
+  x = big;
+}
+
 // One shared-memory step of KS (a multiple of 8) for a warp's MI x NI MMA tiles: As [KS][LDA]
 // and Bs [KS][LDB] k-major, acc [2*MI][2*NI] with acc[2*mi + h][2*ni + e] the output at row
 // 16*mi + g + 8*h and column 8*ni + 2*t + e of the warp's piece. `row` and `col` are this
@@ -76,19 +83,11 @@ __device__ __forceinline__ void mma_step(const float (&As)[KS][LDA], const float
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float big = tf32_round(a[mi][q]);
-          a_small[mi][q] = tf32_round(a[mi][q] - big);
-          a[mi][q] = big;
-        }
+        for (int q = 0; q < 4; ++q) split_tf32(a[mi][q], a_small[mi][q]);
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float big = tf32_round(b[ni][q]);
-          b_small[ni][q] = tf32_round(b[ni][q] - big);
-          b[ni][q] = big;
-        }
+        for (int q = 0; q < 2; ++q) split_tf32(b[ni][q], b_small[ni][q]);
     }
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
