@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod codec;
 pub mod comm;
 pub mod commands;
 pub mod data;

@@ -8,7 +8,7 @@ use crate::ops::adam::{self, AdamStep};
 use crate::ops::batchnorm::{self, BnGeom};
 use crate::ops::conv::{self, ConvGeom};
 use crate::ops::cpu_helpers::keep_awake;
-use crate::ops::{elementwise, loss, penalty};
+use crate::ops::{elementwise, loss, penalty, wire};
 use anyhow::Result;
 
 #[derive(Clone, Debug, Default)]
@@ -73,6 +73,19 @@ impl Backend for Cpu {
 
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cpu::axpy(a, s(x), sm(y));
+    }
+
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
+        wire::cpu::bf16_encode(s(x), sm(out));
+    }
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cpu::bf16_decode(s(enc), sm(out));
+    }
+    fn wire_onebit_quantize(&self, cols: View<Self>, values: View<Self>, residual: ViewMut<Self>, out: ViewMut<Self>) {
+        wire::cpu::onebit_quantize(s(cols), s(values), sm(residual), sm(out));
+    }
+    fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cpu::onebit_decode(s(cols), s(enc), sm(out));
     }
 
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {

@@ -27,7 +27,7 @@ pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
 use super::{DeviceBuf, Precision, View, ViewMut};
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty};
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty, wire};
 use anyhow::{Result, anyhow, bail};
 use cudarc::driver::HostSlice;
 use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
@@ -45,10 +45,11 @@ pub enum Family {
     BatchNorm,
     Conv,
     Penalty,
+    Wire,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Elementwise,
         Family::Activation,
         Family::Loss,
@@ -56,6 +57,7 @@ impl Family {
         Family::BatchNorm,
         Family::Conv,
         Family::Penalty,
+        Family::Wire,
     ];
 
     /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
@@ -68,6 +70,7 @@ impl Family {
             Family::BatchNorm => &batchnorm::cuda::KERNELS,
             Family::Conv => &conv::cuda::KERNELS,
             Family::Penalty => &penalty::cuda::KERNELS,
+            Family::Wire => &wire::cuda::KERNELS,
         }
     }
 }

@@ -181,6 +181,17 @@ pub trait Backend: Sized + 'static {
     /// y += a * x
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>);
 
+    // ---- the wire formats (ops/wire, codec/): encodings as raw bits in f32 buffers ----
+    /// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float.
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>);
+    /// out [n] = the values of the bf16 encodings enc [ceil(n/2)].
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>);
+    /// The 1-bit columns of table `cols` ([3 * columns] words, `codec::onebit::column_words`)
+    /// of values + residual into `out`, the residual left with what they miss.
+    fn wire_onebit_quantize(&self, cols: View<Self>, values: View<Self>, residual: ViewMut<Self>, out: ViewMut<Self>);
+    /// out = the values of the 1-bit columns `cols` of `enc`.
+    fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>);
+
     // ---- convolution (ops/conv): x [C_in,B,H,W], w [C_out,C_in,k,k], y [C_out,B,OH,OW] ----
     /// y = conv(x, w)
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>);

@@ -10,3 +10,4 @@ pub mod cpu_scratch;
 pub mod elementwise;
 pub mod loss;
 pub mod penalty;
+pub mod wire;

@@ -7,7 +7,7 @@ use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty};
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty, wire};
 use anyhow::Result;
 
 fn check_len(what: &str, got: usize, want: usize) {
@@ -88,6 +88,19 @@ impl Backend for Cuda {
 
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>) {
         elementwise::cuda::axpy(self, a, x, y);
+    }
+
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
+        wire::cuda::bf16_encode(self, x, out);
+    }
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cuda::bf16_decode(self, enc, out);
+    }
+    fn wire_onebit_quantize(&self, cols: View<Self>, values: View<Self>, residual: ViewMut<Self>, out: ViewMut<Self>) {
+        wire::cuda::onebit_quantize(self, cols, values, residual, out);
+    }
+    fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cuda::onebit_decode(self, cols, enc, out);
     }
 
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {

@@ -2,8 +2,9 @@
 //! SGD): the column quantizer (`quantize`) and the allreduce over stripe owners that sums
 //! quantized values in f32 and requantizes the sum (`stripes`).
 
-pub mod quantize;
 pub mod stripes;
+
+pub use crate::codec::onebit as quantize;
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@
 //!
 //! Each rank sends 2 (p-1) stripes of n/p values at about 1/28 of their f32 size.
 
-use super::quantize::{Land, decode, encoded_len, quantize};
+use crate::codec::onebit::{Land, decode, encoded_len, quantize};
 use crate::comm::allreduce::{inv_ranks, part};
 use crate::comm::reduce;
 use crate::comm::transport::{CommError, Tag, Transport};

@@ -6,12 +6,59 @@
 //! Encoded column: `[r+ f32][r- f32][ceil(len/32) u32 words]`, little-endian, bit i of the
 //! column in word i/32 at bit i%32 (set: non-negative, decoded as r+).
 
+/// One column of a column table: `len` values from value `start` on, encoded from byte
+/// `byte` of the encoding on. A device quantizes a whole bucket (every stripe of every
+/// fragment, each a vector of its own) in one launch by such a table (`ops::wire`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub start: usize,
+    pub len: usize,
+    pub byte: usize,
+}
+
+/// The columns of vectors `(value start, length, encoding's first byte)`, each encoded as
+/// `quantize` encodes a vector: its columns one after the other.
+pub fn columns(vectors: impl IntoIterator<Item = (usize, usize, usize)>) -> Vec<Column> {
+    let mut out = Vec::new();
+    for (start, len, byte) in vectors {
+        let mut at = byte;
+        for c in (0..len).step_by(COLUMN) {
+            let n = COLUMN.min(len - c);
+            out.push(Column { start: start + c, len: n, byte: at });
+            at += column_bytes(n);
+        }
+    }
+    out
+}
+
+/// The table as the kernels read it: start, length and first 32-bit word of each column.
+pub fn column_words(cols: &[Column]) -> Vec<u32> {
+    let word = |v: usize| u32::try_from(v).expect("a 1-bit column table past 2^32");
+    cols.iter().flat_map(|c| [word(c.start), word(c.len), word(c.byte / 4)]).collect()
+}
+
+/// `quantize` by a column table: each column of `values` + `residual` into `out` at its
+/// byte, `residual` left with what the encoding misses.
+pub fn quantize_columns(cols: &[Column], values: &[f32], residual: &mut [f32], out: &mut [u8]) {
+    for c in cols {
+        let r = c.start..c.start + c.len;
+        quantize_column(&values[r.clone()], &mut residual[r], &mut out[c.byte..c.byte + column_bytes(c.len)]);
+    }
+}
+
+/// `decode` by a column table.
+pub fn decode_columns(cols: &[Column], enc: &[u8], out: &mut [f32], land: Land) {
+    for c in cols {
+        decode(&enc[c.byte..c.byte + column_bytes(c.len)], &mut out[c.start..c.start + c.len], land);
+    }
+}
+
 /// Values per column: each costs 8 bytes of reconstruction values, so a column of 512 sends
 /// 64 + 8 bytes for 2048 bytes of f32 (28.4x fewer; at 256 it would be 25.6x).
 pub const COLUMN: usize = 512;
 
-/// Bytes of one encoded column of `len` values.
-fn column_bytes(len: usize) -> usize {
+/// Bytes of one encoded column of `len` values (a multiple of 4).
+pub fn column_bytes(len: usize) -> usize {
     8 + len.div_ceil(32) * 4
 }
 

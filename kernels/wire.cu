@@ -1,0 +1,80 @@
+// wire.cu: the gradient wire formats packed and unpacked on the device (src/codec/), so that
+// the copies between device and host, and the comm thread, carry the small form. Every kernel
+// here computes bit for bit what its CPU side (src/ops/wire/cpu.rs, i.e. src/codec/) does.
+#include "common.cuh"
+
+// bf16 of v: round to nearest, ties to even; a NaN stays NaN, quiet (codec::bf16::encode).
+__device__ __forceinline__ unsigned short bf16_encode_one(float v) {
+  const unsigned int x = __float_as_uint(v);
+  const unsigned int rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+  return (unsigned short)(nan ? ((x >> 16) | 0x0040u) : rounded);
+}
+
+// out[i] = bf16(x[i]): n values, two to a 32-bit word (value 2j in word j's low half).
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_bf16_encode(const float* __restrict__ x, unsigned short* __restrict__ out, long long n) {
+  GRID_STRIDE_LOOP(i, n) { out[i] = bf16_encode_one(x[i]); }
+}
+
+// out[i] = the f32 of bf16 enc[i] (exact).
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_bf16_decode(const unsigned short* __restrict__ enc, float* __restrict__ out, long long n) {
+  GRID_STRIDE_LOOP(i, n) { out[i] = __uint_as_float((unsigned int)enc[i] << 16); }
+}
+
+// CNTK's 1-bit columns (codec::onebit): cols[3c..3c+3] = value start, length, first 32-bit
+// word of column c's encoding [r+][r-][sign bits]. A thread per column: its sums run in the
+// CPU's order, one value after the other, so that the encodings are the same bits.
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_onebit_quantize(const unsigned int* __restrict__ cols, int ncols, const float* __restrict__ values,
+                     float* __restrict__ residual, unsigned int* __restrict__ out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= ncols) return;
+  const unsigned int start = cols[3 * c], len = cols[3 * c + 1], word = cols[3 * c + 2];
+  const float* v = values + start;
+  float* r = residual + start;
+  // x = value + residual, kept in the residual until the reconstruction values are known.
+  float pos_sum = 0.0f, neg_sum = 0.0f;
+  unsigned int pos_n = 0;
+  for (unsigned int i = 0; i < len; ++i) {
+    const float x = __fadd_rn(v[i], r[i]);
+    r[i] = x;
+    if (x >= 0.0f) {
+      pos_sum = __fadd_rn(pos_sum, x);
+      ++pos_n;
+    } else {
+      neg_sum = __fadd_rn(neg_sum, x);
+    }
+  }
+  const unsigned int neg_n = len - pos_n;
+  const float pos = pos_n > 0 ? pos_sum / (float)pos_n : 0.0f;
+  const float neg = neg_n > 0 ? neg_sum / (float)neg_n : 0.0f;
+  out[word] = __float_as_uint(pos);
+  out[word + 1] = __float_as_uint(neg);
+  for (unsigned int w = 0; 32 * w < len; ++w) {
+    const unsigned int end = imin(32, (int)(len - 32 * w));
+    unsigned int bits = 0;
+    for (unsigned int i = 0; i < end; ++i) {
+      const float x = r[32 * w + i];
+      const bool non_negative = x >= 0.0f;
+      bits |= (unsigned int)non_negative << i;
+      r[32 * w + i] = __fsub_rn(x, non_negative ? pos : neg);
+    }
+    out[word + 2 + w] = bits;
+  }
+}
+
+// out = the decoded columns: a block per column (grid.x = ncols), its values across threads.
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_onebit_decode(const unsigned int* __restrict__ cols, const unsigned int* __restrict__ enc,
+                   float* __restrict__ out) {
+  const int c = blockIdx.x;
+  const unsigned int start = cols[3 * c], len = cols[3 * c + 1], word = cols[3 * c + 2];
+  const float pos = __uint_as_float(enc[word]);
+  const float neg = __uint_as_float(enc[word + 1]);
+  for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) {
+    const unsigned int bits = enc[word + 2 + i / 32];
+    out[start + i] = (bits >> (i & 31)) & 1u ? pos : neg;
+  }
+}

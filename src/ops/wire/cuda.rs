@@ -1,0 +1,46 @@
+//! CUDA launchers of the wire formats (kernels/wire.cu).
+
+use crate::backend::cuda::kernel_table::{DevPtr, Dims, cuda_kernels};
+use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_dims};
+use crate::backend::{View, ViewMut};
+
+cuda_kernels! {
+    family: Family::Wire, file: "wire.cu";
+    fn wire_bf16_encode(x: DevPtr, out: DevPtr, n: i64);
+    fn wire_bf16_decode(enc: DevPtr, out: DevPtr, n: i64);
+    fn wire_onebit_quantize(cols: DevPtr, ncols: i32, values: DevPtr, residual: DevPtr, out: DevPtr);
+    fn wire_onebit_decode(cols: DevPtr, enc: DevPtr, out: DevPtr);
+}
+
+/// out [bf16_floats(x.len)] = the bf16 encodings of x.
+pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
+    assert_eq!(out.len, super::bf16_floats(x.len), "bf16_encode: output length");
+    launch::wire_bf16_encode(cu, elementwise_dims(cu, x.len), dptr(x), dptr_mut(&out), x.len as i64);
+}
+
+/// out = the values of the bf16 encodings `enc`.
+pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
+    assert_eq!(enc.len, super::bf16_floats(out.len), "bf16_decode: input length");
+    launch::wire_bf16_decode(cu, elementwise_dims(cu, out.len), dptr(enc), dptr_mut(&out), out.len as i64);
+}
+
+/// The 1-bit columns `cols` (a table of words) of values + residual into `out`; a thread per
+/// column.
+pub fn onebit_quantize(cu: &Cuda, cols: View<Cuda>, values: View<Cuda>, residual: ViewMut<Cuda>, out: ViewMut<Cuda>) {
+    assert_eq!(values.len, residual.len, "onebit_quantize: values and residual");
+    let ncols = cols.len / 3;
+    if ncols == 0 {
+        return;
+    }
+    let dims = Dims::linear(ncols.div_ceil(THREADS as usize), THREADS);
+    launch::wire_onebit_quantize(cu, dims, dptr(cols), ncols as i32, dptr(values), dptr_mut(&residual), dptr_mut(&out));
+}
+
+/// The values of the 1-bit columns `cols` of `enc`, into out; a block per column.
+pub fn onebit_decode(cu: &Cuda, cols: View<Cuda>, enc: View<Cuda>, out: ViewMut<Cuda>) {
+    let ncols = cols.len / 3;
+    if ncols == 0 {
+        return;
+    }
+    launch::wire_onebit_decode(cu, Dims::linear(ncols, THREADS), dptr(cols), dptr(enc), dptr_mut(&out));
+}
