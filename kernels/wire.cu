@@ -25,10 +25,12 @@ wire_bf16_decode(const unsigned short* __restrict__ enc, float* __restrict__ out
 
 // CNTK's 1-bit columns (codec::onebit): cols[3c..3c+3] = value start, length, first 32-bit
 // word of column c's encoding [r+][r-][sign bits]. A thread per column: its sums run in the
-// CPU's order, one value after the other, so that the encodings are the same bits.
+// CPU's order, one value after the other, so that the encodings are the same bits. col_sq[c]:
+// the sum of squares of the column's new residual (summed in double; each square is exact).
 extern "C" __global__ void __launch_bounds__(THREADS)
 wire_onebit_quantize(const unsigned int* __restrict__ cols, int ncols, const float* __restrict__ values,
-                     float* __restrict__ residual, unsigned int* __restrict__ out) {
+                     float* __restrict__ residual, unsigned int* __restrict__ out,
+                     float* __restrict__ col_sq) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= ncols) return;
   const unsigned int start = cols[3 * c], len = cols[3 * c + 1], word = cols[3 * c + 2];
@@ -52,6 +54,7 @@ wire_onebit_quantize(const unsigned int* __restrict__ cols, int ncols, const flo
   const float neg = neg_n > 0 ? neg_sum / (float)neg_n : 0.0f;
   out[word] = __float_as_uint(pos);
   out[word + 1] = __float_as_uint(neg);
+  double sq = 0.0;
   for (unsigned int w = 0; 32 * w < len; ++w) {
     const unsigned int end = imin(32, (int)(len - 32 * w));
     unsigned int bits = 0;
@@ -59,10 +62,13 @@ wire_onebit_quantize(const unsigned int* __restrict__ cols, int ncols, const flo
       const float x = r[32 * w + i];
       const bool non_negative = x >= 0.0f;
       bits |= (unsigned int)non_negative << i;
-      r[32 * w + i] = __fsub_rn(x, non_negative ? pos : neg);
+      const float left = __fsub_rn(x, non_negative ? pos : neg);
+      r[32 * w + i] = left;
+      sq += (double)left * (double)left;
     }
     out[word + 2 + w] = bits;
   }
+  col_sq[c] = (float)sq;
 }
 
 // out = the decoded columns: a block per column (grid.x = ncols), its values across threads.

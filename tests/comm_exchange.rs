@@ -42,7 +42,7 @@ fn exchange(comm: Rc<CommHandle>) -> CommExchange<Cpu> {
         stages: vec![stage],
     };
     let g = vec![bucket(0, "G[1]", 0), bucket(1, "G[2]", 1)];
-    CommExchange::new(&Cpu, comm, [g, Vec::new()], (2, 0), true).unwrap()
+    CommExchange::new(&Cpu, comm, [g, Vec::new()], (2, 0), true, false).unwrap()
 }
 
 /// A store of `floats` parameters whose gradients are `grad(rank, i)`.

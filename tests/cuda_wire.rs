@@ -103,7 +103,15 @@ fn onebit_packing_is_the_comm_threads_bit_for_bit_over_steps_of_feedback() {
         let engines = engines("1-bit wire");
         let mut devices: Vec<_> = engines
             .iter()
-            .map(|cu| (up(cu, &table), up(cu, &vec![0.0; n]), cu.alloc(n).unwrap(), cu.alloc(n).unwrap()))
+            .map(|cu| {
+                (
+                    up(cu, &table),
+                    up(cu, &vec![0.0; n]),
+                    cu.alloc(n).unwrap(),
+                    cu.alloc(n).unwrap(),
+                    cu.alloc(cols.len()).unwrap(),
+                )
+            })
             .collect();
         let mut cpu_residual = vec![0.0f32; n];
         let mut want_residual = vec![0.0f32; n];
@@ -124,26 +132,32 @@ fn onebit_packing_is_the_comm_threads_bit_for_bit_over_steps_of_feedback() {
             let used = |w: &[u32]| -> Vec<u32> {
                 vectors.iter().flat_map(|&(_, len, byte)| w[byte / 4..(byte + encoded_len(len)) / 4].to_vec()).collect()
             };
+            // Each column's residual's sum of squares, in f64 from the definition.
+            let want_sq: Vec<f64> = cols
+                .iter()
+                .map(|c| want_residual[c.start..c.start + c.len].iter().map(|&x| (x as f64).powi(2)).sum())
+                .collect();
+            let close_sq = |got: &[f32]| got.iter().zip(&want_sq).all(|(&g, &w)| (g as f64 - w).abs() <= 1e-6 * w);
             let mut cpu_enc = vec![0.0; n];
+            let mut cpu_sq = vec![0.0; cols.len()];
             Cpu.wire_onebit_quantize(
                 View::whole(&table),
                 View::whole(&g),
                 ViewMut::whole(&mut cpu_residual),
                 ViewMut::whole(&mut cpu_enc),
+                ViewMut::whole(&mut cpu_sq),
             );
             assert_eq!(used(&bits(&cpu_enc)), used(&want_words), "CPU n={n} step {step}");
             assert_eq!(bits(&cpu_residual), bits(&want_residual), "CPU residual n={n} step {step}");
-            for (cu, (btable, bres, benc, bdec)) in engines.iter().zip(&mut devices) {
+            assert!(close_sq(&cpu_sq), "CPU squares n={n} step {step}");
+            for (cu, (btable, bres, benc, bdec, bsq)) in engines.iter().zip(&mut devices) {
                 let bg = up(cu, &g);
-                cu.wire_onebit_quantize(
-                    View::whole(btable),
-                    View::whole(&bg),
-                    ViewMut::whole(bres),
-                    ViewMut::whole(benc),
-                );
+                let (t, v) = (View::whole(&*btable), View::whole(&bg));
+                cu.wire_onebit_quantize(t, v, ViewMut::whole(bres), ViewMut::whole(benc), ViewMut::whole(bsq));
                 let who = format!("{} n={n} frag={frag} p={p} step {step}", cu.describe());
                 assert_eq!(used(&bits(&down(cu, benc))), used(&want_words), "{who}");
                 assert_eq!(bits(&down(cu, bres)), bits(&want_residual), "{who}: residual");
+                assert_eq!(bits(&down(cu, bsq)), bits(&cpu_sq), "{who}: squares");
                 cu.wire_onebit_decode(View::whole(btable), View::whole(benc), ViewMut::whole(bdec));
                 assert_eq!(bits(&down(cu, bdec)), bits(&want_decoded), "{who}: decoded");
             }

@@ -12,6 +12,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "backend",
             "checkpoint",
+            "codec",
             "comm",
             "data",
             "device",

@@ -39,7 +39,9 @@
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
 #              the bf16 wire, ranks checked identical; the same without the exchange;
 #              overlap against --no-overlap, and the 2-rank --pipeline against one rank
-#              with its micro-batches, bitwise (scripts/gpu/same-weights.py)
+#              with its micro-batches, bitwise (scripts/gpu/same-weights.py); --wire 1bit
+#              packed on the GPU against packed by the comm thread, bitwise, and its trace
+#              replayed to 8 GPUs
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 #    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (the weak-scaling
 #              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
@@ -321,6 +323,22 @@ stage_mpi() {
     run_step mpi-pipeline 120 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${micro[@]}" --pipeline --out /tmp/mpi-pipeline
     cp /tmp/mpi-pipeline/summary.json "$OUT/mpi-pipeline-summary.json" 2>/dev/null || true
     run_step mpi-pipeline-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" /tmp/mpi-micro /tmp/mpi-pipeline
+    # --wire 1bit quantized and decoded on the GPU (the copies carry the encodings) against
+    # the comm thread quantizing (DCGAN_WIRE_PACKING=host): the same bits, and the comm
+    # thread's time per step of each (summary.json) beside f32's above; then the scaling
+    # replay of the packed run's trace to 8 GPUs on 100 Gbit/s links (0.08 ns a byte, 5 us
+    # a message).
+    local onebit=(--device cuda --data synthetic:4096 --max-steps 60 --wire 1bit --wire-warmup-steps 5
+      --check-consistency 10 --trace /tmp/mpi-1bit-trace.json --no-progress)
+    rm -rf /tmp/mpi-1bit /tmp/mpi-1bit-host
+    run_step mpi-1bit 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${onebit[@]}" --out /tmp/mpi-1bit
+    DCGAN_WIRE_PACKING=host run_step mpi-1bit-host 180 mpiexec -n 2 -x DCGAN_WIRE_PACKING \
+      "$BIN/dcgan-train-mpi" "${onebit[@]}" --out /tmp/mpi-1bit-host
+    cp /tmp/mpi-1bit/summary.json "$OUT/mpi-1bit-summary.json" 2>/dev/null || true
+    cp /tmp/mpi-1bit-host/summary.json "$OUT/mpi-1bit-host-summary.json" 2>/dev/null || true
+    run_step mpi-1bit-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" /tmp/mpi-1bit /tmp/mpi-1bit-host
+    run_step mpi-1bit-simulate 120 "$BIN/dcgan-train-mpi" simulate-scaling --summary /tmp/mpi-1bit/summary.json \
+      --trace /tmp/mpi-1bit-trace.json --nodes 2,4,8 --alpha 5 --beta 0.08
   )
 }
 

@@ -81,8 +81,15 @@ impl Backend for Cpu {
     fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
         wire::cpu::bf16_decode(s(enc), sm(out));
     }
-    fn wire_onebit_quantize(&self, cols: View<Self>, values: View<Self>, residual: ViewMut<Self>, out: ViewMut<Self>) {
-        wire::cpu::onebit_quantize(s(cols), s(values), sm(residual), sm(out));
+    fn wire_onebit_quantize(
+        &self,
+        cols: View<Self>,
+        v: View<Self>,
+        res: ViewMut<Self>,
+        out: ViewMut<Self>,
+        sq: ViewMut<Self>,
+    ) {
+        wire::cpu::onebit_quantize(s(cols), s(v), sm(res), sm(out), sm(sq));
     }
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
         wire::cpu::onebit_decode(s(cols), s(enc), sm(out));

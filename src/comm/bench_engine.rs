@@ -52,6 +52,7 @@ pub fn run(args: &BenchOptions) -> anyhow::Result<(Vec<Row>, usize)> {
                 before_fragment: None,
                 after_fragment: None,
                 exact: true,
+                packed: false,
             };
             let t0 = Instant::now();
             let done = comm.wait(comm.submit(req))?;

@@ -188,6 +188,10 @@ impl CommThread {
                     let mut t = Bf16Wire::new(among, &mut self.bf16_stage);
                     allreduce_mean(&mut t, algorithm, data, tag)
                 }
+                Wire::OneBit if req.packed => {
+                    let res = self.residuals.get_mut(&req.id).expect("made above").range_mut(f.clone());
+                    onebit::allreduce_mean_packed(among, data, res.stripe, &mut self.onebit_stage, tag).map(|_| ())
+                }
                 Wire::OneBit => {
                     let res = self.residuals.get_mut(&req.id).expect("made above").range_mut(f.clone());
                     onebit::allreduce_mean(among, data, res, &mut self.onebit_stage, tag).map(|_| ())

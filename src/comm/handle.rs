@@ -54,6 +54,11 @@ pub struct BucketRequest {
     /// Travels as f32 whatever `--wire` says (the per-step metrics: losses are reported, not
     /// trained on, so they keep every bit).
     pub exact: bool,
+    /// `--wire 1bit` quantized by the device already: each fragment's f32 range holds, from
+    /// its start, this rank's encodings of its stripes (`onebit::packed_layout`, which must
+    /// fit: `onebit::packed_fits`), and gets back the quantized means in the same layout
+    /// (`onebit::allreduce_mean_packed`). The device keeps the rank's own residual.
+    pub packed: bool,
 }
 
 impl BucketRequest {
@@ -66,6 +71,7 @@ impl BucketRequest {
             before_fragment: None,
             after_fragment: None,
             exact: false,
+            packed: false,
         }
     }
 

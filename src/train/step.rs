@@ -354,7 +354,7 @@ impl<B: Backend> GanTrainer<B> {
             // One rank copies its own metrics: nothing to wait for, nothing to draw.
             self.timeline.span(Track::Compute, "wait", "metrics", t_wait, t_done);
         }
-        let residuals = self.exchange.residual_norms();
+        let residuals = self.exchange.residual_norms(&self.be);
         let metrics = StepMetrics {
             losses: like.from_raw(&raw[..5]),
             stop: raw[5] > 0.0,

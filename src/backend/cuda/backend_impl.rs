@@ -90,14 +90,24 @@ impl Backend for Cuda {
         elementwise::cuda::axpy(self, a, x, y);
     }
 
+    fn packs_wire(&self) -> bool {
+        true
+    }
     fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
         wire::cuda::bf16_encode(self, x, out);
     }
     fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
         wire::cuda::bf16_decode(self, enc, out);
     }
-    fn wire_onebit_quantize(&self, cols: View<Self>, values: View<Self>, residual: ViewMut<Self>, out: ViewMut<Self>) {
-        wire::cuda::onebit_quantize(self, cols, values, residual, out);
+    fn wire_onebit_quantize(
+        &self,
+        cols: View<Self>,
+        v: View<Self>,
+        res: ViewMut<Self>,
+        out: ViewMut<Self>,
+        sq: ViewMut<Self>,
+    ) {
+        wire::cuda::onebit_quantize(self, cols, v, res, out, sq);
     }
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
         wire::cuda::onebit_decode(self, cols, enc, out);

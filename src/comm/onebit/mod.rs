@@ -9,4 +9,6 @@ pub use crate::codec::onebit as quantize;
 #[cfg(test)]
 mod tests;
 
-pub use stripes::{OneBitStage, Residuals, ResidualsMut, allreduce_mean};
+pub use stripes::{
+    OneBitStage, Residuals, ResidualsMut, allreduce_mean, allreduce_mean_packed, packed_fits, packed_layout,
+};

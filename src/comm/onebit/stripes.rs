@@ -11,6 +11,10 @@
 //!    same bits.
 //!
 //! Each rank sends 2 (p-1) stripes of n/p values at about 1/28 of their f32 size.
+//!
+//! Where a device quantizes (step 1) beside the gradients, it hands over the encodings
+//! instead of the values, laid out by `packed_layout`, and takes back the quantized means in
+//! the same layout to decode them itself (`allreduce_mean_packed`): the same bits either way.
 
 use crate::codec::onebit::{Land, decode, encoded_len, quantize};
 use crate::comm::allreduce::{inv_ranks, part};
@@ -69,7 +73,7 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
     stage: &mut OneBitStage,
     tag: Tag,
 ) -> Result<usize, CommError> {
-    let (p, r, n) = (t.size(), t.rank(), data.len());
+    let (p, n) = (t.size(), data.len());
     assert_eq!((res.own.len(), res.stripe.len()), (n, n), "1-bit residuals of another length");
     if p == 1 || n == 0 {
         return Ok(0);
@@ -80,6 +84,71 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
         stage.out[j].resize(encoded_len(s.len()), 0);
         quantize(&data[s.clone()], &mut res.own[s], &mut stage.out[j]);
     }
+    exchange(t, n, res.stripe, stage, tag, |j, enc| decode(enc, &mut data[part(n, p, j)], Land::Copy))
+}
+
+/// Where a device puts its quantization of a fragment of `n` values for `p` ranks
+/// (`BucketRequest::packed`): for each stripe, (first value, length, first byte of its
+/// encoding) within the fragment, the encodings one after the other from its first byte on.
+pub fn packed_layout(n: usize, p: usize) -> Vec<(usize, usize, usize)> {
+    let mut byte = 0;
+    (0..p)
+        .map(|j| {
+            let s = part(n, p, j);
+            let stripe = (s.start, s.len(), byte);
+            byte += encoded_len(s.len());
+            stripe
+        })
+        .collect()
+}
+
+/// Whether the packed encodings of a fragment of `n` values fit in its own f32 bytes (not
+/// when stripes are only a few values long: a column costs 12 bytes at least).
+pub fn packed_fits(n: usize, p: usize) -> bool {
+    packed_layout(n, p).last().is_none_or(|&(_, len, byte)| byte + encoded_len(len) <= 4 * n)
+}
+
+/// `allreduce_mean` of a fragment a device has quantized already: `data` holds, as raw bytes
+/// laid out by `packed_layout`, this rank's quantization of each stripe (with the residual the
+/// device keeps), and afterwards, in the same layout, the quantized means every rank decodes
+/// into the same bits. `stripe_res` is the owner's residual ([data.len()], its stripe used).
+pub fn allreduce_mean_packed<T: Transport + ?Sized>(
+    t: &mut T,
+    data: &mut [f32],
+    stripe_res: &mut [f32],
+    stage: &mut OneBitStage,
+    tag: Tag,
+) -> Result<usize, CommError> {
+    let (p, n) = (t.size(), data.len());
+    assert!(packed_fits(n, p), "1-bit: {n} values packed for {p} ranks do not fit");
+    if p == 1 || n == 0 {
+        return Ok(0);
+    }
+    let layout = packed_layout(n, p);
+    // SAFETY: every byte pattern is a valid f32 and u8 has alignment 1; the length is exact.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), 4 * n) };
+    stage.out.resize_with(p, Vec::new);
+    for (out, &(_, len, at)) in stage.out.iter_mut().zip(&layout) {
+        out.clear();
+        out.extend_from_slice(&bytes[at..at + encoded_len(len)]);
+    }
+    exchange(t, n, stripe_res, stage, tag, |j, enc| {
+        let at = layout[j].2;
+        bytes[at..at + enc.len()].copy_from_slice(enc);
+    })
+}
+
+/// Steps 2 to 4 from this rank's quantized stripes in `stage.out`: each stripe's quantized
+/// mean goes to `land(stripe, encoding)`, this rank's own first.
+fn exchange<T: Transport + ?Sized>(
+    t: &mut T,
+    n: usize,
+    stripe_res: &mut [f32],
+    stage: &mut OneBitStage,
+    tag: Tag,
+    mut land: impl FnMut(usize, &[u8]),
+) -> Result<usize, CommError> {
+    let (p, r) = (t.size(), t.rank());
     let mine = part(n, p, r);
     stage.sum.resize(mine.len(), 0.0);
     decode(&stage.out[r], &mut stage.sum, Land::Copy);
@@ -94,15 +163,14 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
     reduce::scale(&mut stage.sum, inv_ranks(p));
     // The owner's quantized mean replaces its stripe's encoding: what goes out to everyone.
     let mut owned = std::mem::take(&mut stage.out[r]);
-    quantize(&stage.sum, &mut res.stripe[mine.clone()], &mut owned);
-    decode(&owned, &mut data[mine], Land::Copy);
+    quantize(&stage.sum, &mut stripe_res[mine], &mut owned);
+    land(r, &owned);
     for k in 1..p {
         let (to, from) = ((r + k) % p, (r + p - k) % p);
-        let theirs = part(n, p, from);
-        stage.inb.resize(encoded_len(theirs.len()), 0);
+        stage.inb.resize(encoded_len(part(n, p, from).len()), 0);
         t.sendrecv(to, &owned, from, &mut stage.inb, tag)?;
         sent += owned.len();
-        decode(&stage.inb, &mut data[theirs], Land::Copy);
+        land(from, &stage.inb);
     }
     stage.out[r] = owned;
     Ok(sent)

@@ -108,3 +108,54 @@ fn over_steps_the_results_add_up_to_the_exact_means() {
     let plain: f64 = (0..n).map(|i| (got[0].0[i] - exact[i]).abs()).fold(0.0, f64::max);
     assert!(plain > 10.0 * worst, "{plain} vs {worst}");
 }
+
+/// A fragment quantized elsewhere (a device, `packed_layout`) and averaged packed decodes to
+/// the very bits `allreduce_mean` leaves, with the same owner residuals, step after step.
+#[test]
+fn a_packed_fragment_ends_as_the_unpacked_one_does() {
+    use super::{allreduce_mean_packed, packed_fits, packed_layout};
+    use crate::codec::onebit::{Land, decode, encoded_len, quantize};
+    for p in 2..=5usize {
+        for n in [4 * p, 7 * COLUMN + 13, 2 * p * COLUMN + 5] {
+            assert!(packed_fits(n, p), "p {p} n {n}");
+            let got = on_ranks(p, |t| {
+                let (mut plain_res, mut packed_res) = (Residuals::zeros(n), Residuals::zeros(n));
+                let (mut stage, mut packed_stage) = (OneBitStage::default(), OneBitStage::default());
+                let mut out = Vec::new();
+                for step in 0..3 {
+                    let mut plain = gradient(t.rank(), step, n);
+                    let g = plain.clone();
+                    allreduce_mean(t, &mut plain, plain_res.range_mut(0..n), &mut stage, 4).unwrap();
+                    // The device's part, done here: each stripe quantized into its place.
+                    let mut packed = vec![0.0f32; n];
+                    let mut bytes = vec![0u8; 4 * n];
+                    for (start, len, at) in packed_layout(n, p) {
+                        let r = start..start + len;
+                        quantize(&g[r.clone()], &mut packed_res.own[r], &mut bytes[at..at + encoded_len(len)]);
+                    }
+                    packed
+                        .iter_mut()
+                        .zip(bytes.chunks(4))
+                        .for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
+                    allreduce_mean_packed(t, &mut packed, &mut packed_res.stripe, &mut packed_stage, 5).unwrap();
+                    let bytes: Vec<u8> = packed.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let mut decoded = vec![0.0f32; n];
+                    for (start, len, at) in packed_layout(n, p) {
+                        decode(&bytes[at..at + encoded_len(len)], &mut decoded[start..start + len], Land::Copy);
+                    }
+                    out.push((plain, decoded));
+                }
+                (out, plain_res, packed_res)
+            });
+            for (r, (steps, plain_res, packed_res)) in got.iter().enumerate() {
+                for (step, (plain, decoded)) in steps.iter().enumerate() {
+                    let same = plain.iter().zip(decoded).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "p {p} n {n} rank {r} step {step}: packed and unpacked results differ");
+                }
+                assert_eq!(plain_res, packed_res, "p {p} n {n} rank {r}: residuals");
+            }
+        }
+    }
+    // Stripes of a value or two cannot hold a column's 12 bytes in their f32 bytes.
+    assert!(!packed_fits(3, 2) && !packed_fits(8, 8));
+}

@@ -46,9 +46,15 @@ pub fn bf16_decode(enc: &[f32], out: &mut [f32]) {
     }
 }
 
-/// The 1-bit columns `cols` (a table of words) of values + residual into `out`.
-pub fn onebit_quantize(cols: &[f32], values: &[f32], residual: &mut [f32], out: &mut [f32]) {
-    onebit::quantize_columns(&table(cols), values, residual, bytes_mut(out));
+/// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each
+/// column's residual's sum of squares (in f64, in order) into col_sq [columns].
+pub fn onebit_quantize(cols: &[f32], values: &[f32], residual: &mut [f32], out: &mut [f32], col_sq: &mut [f32]) {
+    let table = table(cols);
+    assert_eq!(col_sq.len(), table.len(), "onebit_quantize: a square sum per column");
+    onebit::quantize_columns(&table, values, residual, bytes_mut(out));
+    for (c, sq) in table.iter().zip(col_sq) {
+        *sq = residual[c.start..c.start + c.len].iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() as f32;
+    }
 }
 
 /// The values of the 1-bit columns `cols` of `enc`, into out.

@@ -8,7 +8,7 @@ cuda_kernels! {
     family: Family::Wire, file: "wire.cu";
     fn wire_bf16_encode(x: DevPtr, out: DevPtr, n: i64);
     fn wire_bf16_decode(enc: DevPtr, out: DevPtr, n: i64);
-    fn wire_onebit_quantize(cols: DevPtr, ncols: i32, values: DevPtr, residual: DevPtr, out: DevPtr);
+    fn wire_onebit_quantize(cols: DevPtr, ncols: i32, values: DevPtr, residual: DevPtr, out: DevPtr, col_sq: DevPtr);
     fn wire_onebit_decode(cols: DevPtr, enc: DevPtr, out: DevPtr);
 }
 
@@ -24,16 +24,25 @@ pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
     launch::wire_bf16_decode(cu, elementwise_dims(cu, out.len), dptr(enc), dptr_mut(&out), out.len as i64);
 }
 
-/// The 1-bit columns `cols` (a table of words) of values + residual into `out`; a thread per
-/// column.
-pub fn onebit_quantize(cu: &Cuda, cols: View<Cuda>, values: View<Cuda>, residual: ViewMut<Cuda>, out: ViewMut<Cuda>) {
+/// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each
+/// column's residual's sum of squares into col_sq [columns]; a thread per column.
+pub fn onebit_quantize(
+    cu: &Cuda,
+    cols: View<Cuda>,
+    values: View<Cuda>,
+    residual: ViewMut<Cuda>,
+    out: ViewMut<Cuda>,
+    col_sq: ViewMut<Cuda>,
+) {
     assert_eq!(values.len, residual.len, "onebit_quantize: values and residual");
     let ncols = cols.len / 3;
+    assert_eq!(col_sq.len, ncols, "onebit_quantize: a square sum per column");
     if ncols == 0 {
         return;
     }
     let dims = Dims::linear(ncols.div_ceil(THREADS as usize), THREADS);
-    launch::wire_onebit_quantize(cu, dims, dptr(cols), ncols as i32, dptr(values), dptr_mut(&residual), dptr_mut(&out));
+    let (res, enc, sq) = (dptr_mut(&residual), dptr_mut(&out), dptr_mut(&col_sq));
+    launch::wire_onebit_quantize(cu, dims, dptr(cols), ncols as i32, dptr(values), res, enc, sq);
 }
 
 /// The values of the 1-bit columns `cols` of `enc`, into out; a block per column.

@@ -6,11 +6,12 @@
 //! overlap.
 
 use super::buckets::Bucket;
+use super::device_packing::PackedBucket;
 use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
+use super::over_ranks::MetricsOverRanks;
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
-use crate::nn::BnSync;
 use crate::nn::params::ParamStore;
 use crate::train::timeline::{Timeline, Track};
 use anyhow::Result;
@@ -99,6 +100,10 @@ struct InFlight {
     step: u64,
     /// Sent as f32 whatever the wire (the 1-bit warm-up).
     exact: bool,
+    /// Quantized by the device (`device_packing`): what comes back is encoded.
+    packed: bool,
+    /// Bytes copied to the host (and back): the encodings' where packed.
+    copied: usize,
     /// The middle of its staging out: where the trace's hand-off arrow starts.
     staged_at: Instant,
     /// Each fragment (elements of the bucket) and the waiter of its copy to the host.
@@ -106,18 +111,31 @@ struct InFlight {
     progress: Arc<FragmentProgress>,
 }
 
-/// Copy averaged `fragments` of `bucket` from its host memory back into the gradients.
+/// Copy averaged fragments `first..` of `bucket` (`fragments`) from its host memory back
+/// into the gradients; packed ones into the device's encodings, decoded there.
+#[allow(clippy::too_many_arguments)]
 fn copy_back<B: Backend>(
     be: &B,
     host: &B::Host,
     grad: &mut B::Buf,
     bucket: &Bucket,
+    first: usize,
     fragments: &[(Range<usize>, StageWaiter)],
+    mut packed: Option<&mut PackedBucket<B>>,
     comm: &CommHandle,
 ) {
-    for (f, _) in fragments {
-        let dst = ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end);
-        if let Err(e) = be.stage_in(host, f.start, dst) {
+    for (k, (f, _)) in (first..).zip(fragments) {
+        let r = match packed.as_deref_mut() {
+            Some(pk) => be.stage_in(host, f.start, pk.encodings_mut(k, f)).map(|()| {
+                pk.unpack(be, k, ViewMut::range(grad, bucket.range.clone()));
+            }),
+            None => be.stage_in(
+                host,
+                f.start,
+                ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end),
+            ),
+        };
+        if let Err(e) = r {
             comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
         }
     }
@@ -127,36 +145,7 @@ fn copy_back<B: Backend>(
 /// for the whole bucket (where the stall watchdog lives).
 const FRAGMENT_PATIENCE: Duration = Duration::from_secs(1);
 
-/// The bucket id of the per-step metrics (after every gradient bucket's).
-const METRICS_ID: u32 = 1000;
-
-/// The per-step metrics averaged over ranks: one exact (f32) allreduce through the comm
-/// thread. `--no-exchange` keeps it, so that its ranks stay in step and report the same
-/// losses (and the same stop and divergence decisions) as a run that exchanges gradients.
-pub struct MetricsOverRanks {
-    comm: Rc<CommHandle>,
-    in_flight: Option<Ticket>,
-}
-
-impl MetricsOverRanks {
-    pub fn new(comm: Rc<CommHandle>) -> Self {
-        MetricsOverRanks { comm, in_flight: None }
-    }
-
-    pub fn start(&mut self, values: &[f32]) {
-        let req = BucketRequest::new(METRICS_ID, "metrics", values.to_vec()).exact();
-        self.in_flight = Some(self.comm.submit(req));
-    }
-
-    pub fn finish(&mut self, out: &mut [f32]) {
-        let ticket = self.in_flight.take().expect("start_metrics first");
-        match self.comm.wait(ticket) {
-            Ok(mut done) => out.copy_from_slice(done.data.as_mut_slice()),
-            Err(e) => self.comm.abort(1, &format!("metrics exchange failed: {e:#}")),
-        }
-    }
-}
-
+/// The exchange of several ranks: gradient buckets averaged by the comm thread.
 pub struct CommExchange<B: Backend> {
     comm: Rc<CommHandle>,
     nets: [NetBuckets<B::Host>; 2],
@@ -168,6 +157,9 @@ pub struct CommExchange<B: Backend> {
     /// The last step that submitted a bucket, and whether it was compressed (counts
     /// `stats.sent_steps`).
     last_submit: Option<u64>,
+    /// `--wire 1bit` packed on the device: per network and bucket (None: the comm thread
+    /// quantizes it).
+    packed: [Vec<Option<PackedBucket<B>>>; 2],
     pub stats: ExchangeStats,
 }
 
@@ -185,13 +177,15 @@ impl<B: Backend> Drop for CommExchange<B> {
 }
 
 impl<B: Backend> CommExchange<B> {
-    /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts.
+    /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts; `pack_1bit`: the
+    /// wire is 1-bit and the backend quantizes (`Backend::packs_wire`).
     pub fn new(
         be: &B,
         comm: Rc<CommHandle>,
         buckets: [Vec<Bucket>; 2],
         stages: (usize, usize),
         overlap: bool,
+        pack_1bit: bool,
     ) -> Result<Self> {
         let [g, d] = buckets;
         let mut stats = ExchangeStats::default();
@@ -204,6 +198,18 @@ impl<B: Backend> CommExchange<B> {
             });
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
+        let ranks = comm.world().size;
+        let packed_net = |nb: &NetBuckets<B::Host>| -> Result<Vec<_>> {
+            nb.plan
+                .iter()
+                .zip(&nb.fragments)
+                .map(|(b, f)| match pack_1bit {
+                    true => PackedBucket::new(be, b.range.len(), f, ranks),
+                    false => Ok(None),
+                })
+                .collect()
+        };
+        let packed = [packed_net(&nets[0])?, packed_net(&nets[1])?];
         Ok(CommExchange {
             metrics: MetricsOverRanks::new(comm.clone()),
             comm,
@@ -211,6 +217,7 @@ impl<B: Backend> CommExchange<B> {
             overlap,
             compressed_from: 0,
             last_submit: None,
+            packed,
             stats,
         })
     }
@@ -221,20 +228,29 @@ impl<B: Backend> CommExchange<B> {
     fn submit(&mut self, be: &B, net: NetId, store: &ParamStore<B>, b: usize, tl: &mut Timeline) {
         let nb = &mut self.nets[net as usize];
         let bucket = &nb.plan[b];
+        let exact = tl.step < self.compressed_from;
+        let mut packed = self.packed[net as usize][b].as_mut().filter(|_| !exact);
         let t0 = Instant::now();
-        let mut staged = Vec::new();
-        for f in &nb.fragments[b] {
-            let src = View::range(&store.grad, bucket.range.start + f.start..bucket.range.start + f.end);
+        if let Some(pk) = packed.as_deref_mut() {
+            pk.pack(be, View::range(&store.grad, bucket.range.clone()));
+        }
+        let (mut staged, mut copied) = (Vec::new(), 0);
+        for (k, f) in nb.fragments[b].iter().enumerate() {
+            let src = match packed.as_deref() {
+                Some(pk) => pk.encodings(k, f),
+                None => View::range(&store.grad, bucket.range.start + f.start..bucket.range.start + f.end),
+            };
+            copied += 4 * src.len;
             match be.stage_out(src, &mut nb.host[b], f.start) {
                 Ok(w) => staged.push((f.clone(), w)),
                 Err(e) => self.comm.abort(1, &format!("staging {}: {e:#}", bucket.label)),
             }
         }
         let t1 = Instant::now();
-        tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, t1, bucket.bytes(), "");
+        tl.span_with(Track::CopyStream, "device-to-host", bucket.label, t0, t1, copied, "");
         let for_comm = staged.clone();
         let (progress, sender) = FragmentProgress::new();
-        let exact = tl.step < self.compressed_from;
+        let packed = packed.is_some();
         if self.last_submit != Some(tl.step) {
             self.last_submit = Some(tl.step);
             self.stats.sent_steps[usize::from(!exact)] += 1;
@@ -253,9 +269,11 @@ impl<B: Backend> CommExchange<B> {
             })),
             after_fragment: Some(Box::new(move |f| sender.averaged(f.end))),
             exact,
+            packed,
         });
         let staged_at = t0 + (t1 - t0) / 2;
-        nb.in_flight.push(InFlight { bucket: b, ticket, step: tl.step, exact, staged_at, staged, progress });
+        let flight = InFlight { bucket: b, ticket, step: tl.step, exact, packed, copied, staged_at, staged, progress };
+        nb.in_flight.push(flight);
     }
 
     /// Wait for one submitted bucket, copy its average back fragment by fragment and run
@@ -269,7 +287,7 @@ impl<B: Backend> CommExchange<B> {
         u: Update,
         tl: &mut Timeline,
     ) {
-        let InFlight { bucket: b, ticket, step, exact, staged_at, staged, progress } = flight;
+        let InFlight { bucket: b, ticket, step, exact, packed, copied, staged_at, staged, progress } = flight;
         // On an asynchronous device the bucket may still be computing or copying: that
         // wait is the device's work, not communication, so it is timed apart.
         let t0 = Instant::now();
@@ -280,14 +298,15 @@ impl<B: Backend> CommExchange<B> {
         // Each fragment goes back as soon as it is averaged, while the next is averaged.
         let nb = &self.nets[net as usize];
         let (host, bucket) = (&nb.host[b], &nb.plan[b]);
-        let back = |fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
-            copy_back(be, host, grad, bucket, fragments, &self.comm)
+        let mut device_side = self.packed[net as usize][b].as_mut().filter(|_| packed);
+        let mut back = |first: usize, fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
+            copy_back(be, host, grad, bucket, first, fragments, device_side.as_deref_mut(), &self.comm)
         };
         let mut t_first_back = None;
         let mut returned = 0;
         while returned < staged.len() && progress.wait_for(staged[returned].0.end, FRAGMENT_PATIENCE) {
             t_first_back.get_or_insert_with(Instant::now);
-            back(&staged[returned..returned + 1], &mut store.grad);
+            back(returned, &staged[returned..returned + 1], &mut store.grad);
             returned += 1;
         }
         let done = match self.comm.wait(ticket) {
@@ -295,7 +314,7 @@ impl<B: Backend> CommExchange<B> {
             Err(e) => self.comm.abort(1, &format!("gradient exchange failed: {e:#}")),
         };
         let t1 = Instant::now();
-        back(&staged[returned..], &mut store.grad);
+        back(returned, &staged[returned..], &mut store.grad);
         self.stats.device_wait += t_ready - t0;
         self.stats.exposed += t1 - t_ready;
         self.stats.comm_busy += done.busy;
@@ -336,7 +355,7 @@ impl<B: Backend> CommExchange<B> {
             bucket.label,
             t_first_back.unwrap_or(t1),
             t2,
-            bucket.bytes(),
+            copied,
             "",
         );
         store.adam(be, bucket.range.clone(), u.lr, u.t);
@@ -403,12 +422,28 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.stats.clone()
     }
 
-    fn residuals(&self) -> Result<Option<crate::checkpoint::RankResiduals>> {
-        super::residuals::collect(&self.comm, [&self.nets[0].plan, &self.nets[1].plan])
+    fn residuals(&self, be: &B) -> Result<Option<crate::checkpoint::RankResiduals>> {
+        let mut held = super::residuals::collect(&self.comm, [&self.nets[0].plan, &self.nets[1].plan])?;
+        // Buckets packed on the device: their own residuals are there.
+        for ((nb, packed), [own, _]) in self.nets.iter().zip(&self.packed).zip(held.iter_mut().flatten()) {
+            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_ref()?))) {
+                own[b.range.clone()].copy_from_slice(&pk.residual(be));
+            }
+        }
+        Ok(held)
     }
 
-    fn set_residuals(&mut self, r: &crate::checkpoint::RankResiduals) -> Result<()> {
-        let squares = super::residuals::install(&self.comm, [&self.nets[0].plan, &self.nets[1].plan], r)?;
+    fn set_residuals(&mut self, be: &B, r: &crate::checkpoint::RankResiduals) -> Result<()> {
+        // Buckets packed on the device take their own residuals there; the comm thread keeps
+        // zeros in their place (so that its sums of squares count each value once).
+        let mut r = r.clone();
+        for ((nb, packed), [own, _]) in self.nets.iter().zip(&mut self.packed).zip(r.iter_mut()) {
+            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_mut()?))) {
+                pk.set_residual(be, &own[b.range.clone()]);
+                own[b.range.clone()].fill(0.0);
+            }
+        }
+        let squares = super::residuals::install(&self.comm, [&self.nets[0].plan, &self.nets[1].plan], &r)?;
         // The norms the metrics report until each bucket travels again.
         for (nb, sq) in self.nets.iter_mut().zip(squares) {
             nb.residual_sq = sq.into_iter().map(Some).collect();
@@ -420,11 +455,13 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.compressed_from = step;
     }
 
-    fn residual_norms(&self) -> Option<[f32; 2]> {
-        let norm = |nb: &NetBuckets<B::Host>| -> Option<f32> {
-            nb.residual_sq.iter().copied().sum::<Option<f64>>().map(|s| s.sqrt() as f32)
+    fn residual_norms(&self, be: &B) -> Option<[f32; 2]> {
+        let norm = |nb: &NetBuckets<B::Host>, packed: &[Option<PackedBucket<B>>]| -> Option<f32> {
+            let held = nb.residual_sq.iter().copied().sum::<Option<f64>>()?;
+            let on_device: f64 = packed.iter().flatten().map(|pk| pk.residual_sq(be)).sum();
+            Some((held + on_device).sqrt() as f32)
         };
-        Some([norm(&self.nets[0])?, norm(&self.nets[1])?])
+        Some([norm(&self.nets[0], &self.packed[0])?, norm(&self.nets[1], &self.packed[1])?])
     }
 
     fn exposed(&self) -> Duration {
@@ -437,33 +474,5 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
 
     fn finish_metrics(&mut self, out: &mut [f32]) {
         self.metrics.finish(out);
-    }
-}
-
-/// `--sync-bn`: batch-norm sums over ranks through the comm thread.
-pub struct CommBnSync {
-    pub comm: Rc<CommHandle>,
-    host: Vec<f32>,
-}
-
-impl CommBnSync {
-    pub fn new(comm: Rc<CommHandle>) -> Self {
-        CommBnSync { comm, host: Vec::new() }
-    }
-}
-
-impl<B: Backend> BnSync<B> for CommBnSync {
-    fn all_sum(&mut self, be: &B, mut buf: ViewMut<B>) -> usize {
-        self.host.resize(buf.len, 0.0);
-        be.download(buf.as_view(), &mut self.host);
-        let mut sums = match self.comm.allreduce_mean(std::mem::take(&mut self.host)) {
-            Ok(v) => v,
-            Err(e) => self.comm.abort(1, &format!("batch-norm statistics exchange failed: {e:#}")),
-        };
-        let ranks = self.comm.world().size;
-        sums.iter_mut().for_each(|v| *v *= ranks as f32);
-        be.upload(&sums, buf.rb());
-        self.host = sums;
-        ranks
     }
 }

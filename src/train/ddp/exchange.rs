@@ -3,7 +3,7 @@
 //! applies Adam per bucket as each one arrives.
 
 use super::buckets::{Bucket, plan_net};
-use super::comm_exchange::MetricsOverRanks;
+use super::over_ranks::MetricsOverRanks;
 use crate::backend::Backend;
 use crate::model::dcgan::Dcgan;
 use crate::nn::params::ParamStore;
@@ -98,15 +98,15 @@ pub trait Exchange<B: Backend> {
     /// `--wire 1bit`: gradients of steps from `step` on travel compressed (before: exact).
     fn compress_from(&mut self, _step: u64) {}
     /// `--wire 1bit`: the L2 norm of this rank's residuals of (G, D) after their last exchange.
-    fn residual_norms(&self) -> Option<[f32; 2]> {
+    fn residual_norms(&self, _be: &B) -> Option<[f32; 2]> {
         None
     }
     /// `--wire 1bit`: this rank's residuals (`ddp::residuals`); None before any travelled.
-    fn residuals(&self) -> anyhow::Result<Option<crate::checkpoint::RankResiduals>> {
+    fn residuals(&self, _be: &B) -> anyhow::Result<Option<crate::checkpoint::RankResiduals>> {
         Ok(None)
     }
     /// `--wire 1bit`: continue from a checkpoint's residuals.
-    fn set_residuals(&mut self, _r: &crate::checkpoint::RankResiduals) -> anyhow::Result<()> {
+    fn set_residuals(&mut self, _be: &B, _r: &crate::checkpoint::RankResiduals) -> anyhow::Result<()> {
         Ok(())
     }
     /// Totals so far (none for one rank).

@@ -5,7 +5,9 @@
 pub mod block_momentum;
 pub mod buckets;
 pub mod comm_exchange;
+pub mod device_packing;
 pub mod exchange;
 pub mod fragment_progress;
+pub mod over_ranks;
 pub mod residuals;
 pub mod sync;

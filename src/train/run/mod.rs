@@ -174,7 +174,7 @@ impl<B: Backend> Run<'_, B> {
         let stores = [&trainer.model.g.store, &trainer.model.d.store];
         let rank_states = job.or_fail(sync::gather_rank_states(job, &trainer.be, stores));
         let lens = stores.map(|s| s.layout.param_len());
-        let mine = job.or_fail(trainer.exchange.residuals());
+        let mine = job.or_fail(trainer.exchange.residuals(&trainer.be));
         let residuals = job.or_fail(residuals::gather(job, mine, lens));
         let block = self.block.as_ref().and_then(|b| job.or_fail(b.gather(job, &trainer.be, stores)));
         // Recorded on every rank, so that all skip the same saves.

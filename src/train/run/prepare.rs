@@ -16,9 +16,10 @@ use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
 use crate::train::config::{Settings, block_settings, data_place, training_config};
 use crate::train::ddp::block_momentum::BlockMomentum;
-use crate::train::ddp::comm_exchange::{CommBnSync, CommExchange, MetricsOverRanks};
+use crate::train::ddp::comm_exchange::CommExchange;
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
-use crate::train::ddp::{residuals, sync};
+use crate::train::ddp::over_ranks::{CommBnSync, MetricsOverRanks};
+use crate::train::ddp::{device_packing, residuals, sync};
 use crate::train::interrupt::Interrupt;
 use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
@@ -144,7 +145,7 @@ impl<'a, B: Backend> Run<'a, B> {
             let t = &mut self.trainer;
             let lens = [t.model.g.store.layout.param_len(), t.model.d.store.layout.param_len()];
             if let Some(r) = residuals::scatter(job, ck.map(|c| &c.residuals[..]), lens)? {
-                t.exchange.set_residuals(&r)?;
+                t.exchange.set_residuals(&t.be, &r)?;
             }
             if let Some(settings) = block_settings(self.args, job.world.size) {
                 let stores = [&mut t.model.g.store, &mut t.model.d.store];
@@ -271,7 +272,10 @@ fn build<B: Backend>(
         Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
-        Box::new(job.agree(CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap))?)
+        let pack_1bit =
+            args.comm.wire == crate::comm::Wire::OneBit && be.packs_wire() && device_packing::on_device_allowed();
+        let exchange = CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap, pack_1bit);
+        Box::new(job.agree(exchange)?)
     };
     let solo_first = world.size > 1 && !p.no_exchange && p.distributed_after > 0;
     let mut parked = None;

@@ -1,0 +1,119 @@
+//! `--wire 1bit` packed on the device: each bucket's own quantization (the first step of the
+//! 1-bit allreduce, `comm::onebit`) runs as one kernel beside its gradients, so that the copy
+//! to the host and the comm thread carry the encodings (about 1/28 of the f32 bytes), and
+//! the quantized means come back encoded and are decoded by the device. The device keeps
+//! this rank's own residual of the bucket; the comm thread keeps the residuals of the stripes
+//! this rank owns (`onebit::allreduce_mean_packed`). The result is the same bits as the comm
+//! thread's own quantization would give.
+
+use crate::backend::{Backend, View, ViewMut};
+use crate::codec::onebit::{column_words, columns, encoded_len};
+use crate::comm::onebit::{packed_fits, packed_layout};
+use anyhow::Result;
+use std::ops::Range;
+
+/// `DCGAN_WIRE_PACKING=host` leaves the 1-bit quantization to the comm thread on every
+/// backend (to measure what packing on the device saves); read once.
+pub fn on_device_allowed() -> bool {
+    static HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*HOST.get_or_init(|| std::env::var("DCGAN_WIRE_PACKING").is_ok_and(|v| v == "host"))
+}
+
+/// One bucket's device side of the packed 1-bit exchange.
+pub struct PackedBucket<B: Backend> {
+    /// The column table of every stripe of every fragment ([3 * columns] words as f32 bits).
+    table: B::Buf,
+    /// Per fragment: its columns (a range of the table's) and the floats its encodings take
+    /// from the fragment's first value on.
+    fragments: Vec<(Range<usize>, usize)>,
+    /// The encodings [bucket floats]: each fragment's where its values are.
+    enc: B::Buf,
+    /// This rank's own residual [bucket floats].
+    residual: B::Buf,
+    /// Each column's residual's sum of squares after the last quantization [columns].
+    col_sq: B::Buf,
+    /// A resumed residual's sum of squares, reported until the bucket is quantized again.
+    resumed_sq: Option<f64>,
+}
+
+impl<B: Backend> PackedBucket<B> {
+    /// The device side of a bucket of `len` values cut into `fragments`, for `ranks` ranks;
+    /// None where a fragment's encodings would not fit in its own floats (stripes of a few
+    /// values): that bucket is quantized by the comm thread.
+    pub fn new(be: &B, len: usize, fragments: &[Range<usize>], ranks: usize) -> Result<Option<Self>> {
+        if !fragments.iter().all(|f| packed_fits(f.len(), ranks)) {
+            return Ok(None);
+        }
+        let (mut all, mut per_fragment) = (Vec::new(), Vec::new());
+        for f in fragments {
+            let layout = packed_layout(f.len(), ranks);
+            let cols = columns(layout.iter().map(|&(start, n, byte)| (f.start + start, n, 4 * f.start + byte)));
+            let floats = layout.last().map_or(0, |&(_, n, byte)| (byte + encoded_len(n)) / 4);
+            per_fragment.push((all.len()..all.len() + cols.len(), floats));
+            all.extend(cols);
+        }
+        let words: Vec<f32> = column_words(&all).into_iter().map(f32::from_bits).collect();
+        let mut table = be.alloc(words.len())?;
+        be.upload(&words, ViewMut::whole(&mut table));
+        Ok(Some(PackedBucket {
+            table,
+            fragments: per_fragment,
+            enc: be.alloc(len)?,
+            residual: be.alloc(len)?,
+            col_sq: be.alloc(all.len())?,
+            resumed_sq: None,
+        }))
+    }
+
+    /// Quantize the bucket's gradients `grad` [bucket floats] with the residual.
+    pub fn pack(&mut self, be: &B, grad: View<B>) {
+        self.resumed_sq = None;
+        let (res, sq) = (ViewMut::whole(&mut self.residual), ViewMut::whole(&mut self.col_sq));
+        be.wire_onebit_quantize(View::whole(&self.table), grad, res, ViewMut::whole(&mut self.enc), sq);
+    }
+
+    /// Floats of fragment `k` (values `f`) that hold its encodings.
+    fn encoded(&self, k: usize, f: &Range<usize>) -> Range<usize> {
+        f.start..f.start + self.fragments[k].1
+    }
+
+    /// Fragment `k`'s encodings, to copy to the host at the fragment's start.
+    pub fn encodings(&self, k: usize, f: &Range<usize>) -> View<'_, B> {
+        View::range(&self.enc, self.encoded(k, f))
+    }
+
+    /// Where fragment `k`'s quantized means come back from the host.
+    pub fn encodings_mut(&mut self, k: usize, f: &Range<usize>) -> ViewMut<'_, B> {
+        let r = self.encoded(k, f);
+        ViewMut::range(&mut self.enc, r)
+    }
+
+    /// Decode fragment `k`'s quantized means (back in `enc`) into grad [bucket floats].
+    pub fn unpack(&self, be: &B, k: usize, grad: ViewMut<B>) {
+        let c = &self.fragments[k].0;
+        be.wire_onebit_decode(View::range(&self.table, 3 * c.start..3 * c.end), View::whole(&self.enc), grad);
+    }
+
+    /// The sum of squares of the residual after the last quantization (a small download).
+    pub fn residual_sq(&self, be: &B) -> f64 {
+        if let Some(sq) = self.resumed_sq {
+            return sq;
+        }
+        let mut sq = vec![0.0f32; self.fragments.last().map_or(0, |(c, _)| c.end)];
+        be.download(View::whole(&self.col_sq), &mut sq);
+        sq.iter().map(|&s| f64::from(s)).sum()
+    }
+
+    /// This rank's own residual [bucket floats].
+    pub fn residual(&self, be: &B) -> Vec<f32> {
+        let mut out = vec![0.0; crate::backend::DeviceBuf::len(&self.residual)];
+        be.download(View::whole(&self.residual), &mut out);
+        out
+    }
+
+    /// Continue from residual `r` [bucket floats] (a checkpoint's).
+    pub fn set_residual(&mut self, be: &B, r: &[f32]) {
+        be.upload(r, ViewMut::whole(&mut self.residual));
+        self.resumed_sq = Some(r.iter().map(|&x| f64::from(x) * f64::from(x)).sum());
+    }
+}

@@ -1,0 +1,120 @@
+//! `--wire 1bit` packed on the device (`train::ddp::device_packing`) against the comm thread's
+//! own quantization: three ranks (Local transport, each with the CUDA emulator) run the real
+//! exchange over three steps, buckets cut into several fragments, one bucket too small to
+//! pack beside them; the weights after each step's Adam and every rank's residuals must be
+//! the same bits both ways, and the residual norms the same to f32 rounding.
+#![cfg(feature = "cuda")]
+
+mod cuda_common;
+
+use dcgan_train::backend::cuda::Cuda;
+use dcgan_train::backend::{Backend, View, ViewMut};
+use dcgan_train::checkpoint::RankResiduals;
+use dcgan_train::comm::allreduce::select::Policy;
+use dcgan_train::comm::{CommConfig, Wire, start_local_group};
+use dcgan_train::nn::params::{Init, ParamLayout, ParamStore};
+use dcgan_train::train::ddp::buckets::Bucket;
+use dcgan_train::train::ddp::comm_exchange::CommExchange;
+use dcgan_train::train::ddp::exchange::{Exchange, NetId, Update};
+use dcgan_train::train::timeline::Timeline;
+use std::rc::Rc;
+use std::time::Duration;
+
+const RANKS: usize = 3;
+/// G's buckets: two of several fragments, and one of 4 values (stripes of one or two values,
+/// whose encodings do not fit in their floats: the comm thread quantizes it).
+const BUCKETS: [usize; 3] = [4000, 2600, 4];
+const STEPS: u64 = 3;
+
+fn config() -> CommConfig {
+    CommConfig {
+        policy: Policy::Threshold(1024),
+        fragment_bytes: 4 * 1500,
+        stall_timeout: Duration::from_secs(30),
+        abort_on_failure: false,
+        wire: Wire::OneBit,
+    }
+}
+
+fn grad(rank: usize, step: u64, i: usize) -> f32 {
+    let x = (i as u64 * 2654435761 + rank as u64 * 97 + step * 7919) % 10007;
+    (x as f32 / 10007.0 - 0.45) * (1.0 + step as f32)
+}
+
+/// What one rank ends with: its weights, its residuals, the residual norms, and the comm
+/// thread's own residuals of the packable buckets' values (zeros where the device holds them).
+type RankEnd = (Vec<f32>, Option<RankResiduals>, Option<[f32; 2]>, Vec<f32>);
+
+fn run(pack_on_device: bool) -> Vec<RankEnd> {
+    let handles = start_local_group(RANKS, config()).unwrap();
+    std::thread::scope(|s| {
+        let threads: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, handle)| {
+                s.spawn(move || {
+                    let cu = Cuda::emulated(4).unwrap();
+                    let comm = Rc::new(handle);
+                    let mut at = 0;
+                    let plan: Vec<Bucket> = BUCKETS
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &n)| {
+                            at += n;
+                            Bucket { id: k as u32, label: "G", range: at - n..at, stages: vec![k] }
+                        })
+                        .collect();
+                    let total = at;
+                    let stages = (BUCKETS.len(), 0);
+                    let mut ex =
+                        CommExchange::new(&cu, comm.clone(), [plan, Vec::new()], stages, true, pack_on_device).unwrap();
+                    ex.compress_from(0);
+                    let mut layout = ParamLayout::default();
+                    layout.add_param("w".into(), &[total], Init::Constant(0.5));
+                    let mut st = ParamStore::new(&cu, layout, 1).unwrap();
+                    let mut tl = Timeline::disabled();
+                    for step in 0..STEPS {
+                        let g: Vec<f32> = (0..total).map(|i| grad(rank, step, i)).collect();
+                        cu.upload(&g, ViewMut::whole(&mut st.grad));
+                        for k in 0..BUCKETS.len() {
+                            ex.group_ready(&cu, NetId::G, &st, k, &mut tl);
+                        }
+                        ex.flush(&cu, NetId::G, &st, &mut tl);
+                        let u = Update::next(&mut st, 1e-2);
+                        ex.finish(&cu, NetId::G, &mut st, u, &mut tl);
+                    }
+                    let mut w = vec![0.0; total];
+                    cu.download(View::whole(&st.value), &mut w);
+                    let held = comm.residuals().unwrap();
+                    let comm_own: Vec<f32> =
+                        held.iter().filter(|(id, _)| *id < 2).flat_map(|(_, r)| r.own.clone()).collect();
+                    (w, ex.residuals(&cu).unwrap(), ex.residual_norms(&cu), comm_own)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("rank thread panicked")).collect()
+    })
+}
+
+#[test]
+fn packing_on_the_device_gives_the_comm_threads_bits() {
+    if !dcgan_train::backend::cuda::emu::is_available() {
+        eprintln!("device_packing: skipped: no C++ compiler for the emulator");
+        return;
+    }
+    let host = run(false);
+    let device = run(true);
+    for (rank, ((hw, hr, hn, host_own), (dw, dr, dn, device_own))) in host.iter().zip(&device).enumerate() {
+        // It did pack: the comm thread held no own residual of the packable buckets.
+        assert!(device_own.iter().all(|&x| x == 0.0), "rank {rank}: the comm thread quantized");
+        assert!(host_own.iter().any(|&x| x != 0.0), "rank {rank}: no residual without packing");
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same(hw, dw), "rank {rank}: the weights differ");
+        assert!(hw.iter().any(|&w| w != 0.5), "rank {rank}: nothing was trained");
+        assert_eq!(hr, dr, "rank {rank}: the residuals differ");
+        let (hn, dn) = (hn.expect("norms"), dn.expect("norms"));
+        for k in 0..2 {
+            assert!((hn[k] - dn[k]).abs() <= 1e-6 * hn[k].abs(), "rank {rank}: norms {hn:?} vs {dn:?}");
+        }
+    }
+}
