@@ -13,11 +13,12 @@
 #    once (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
 # 2. On the GPU machine, from the repository root, with target/gpu-bin (and .ompi) copied there:
 #
-#      bash scripts/gpu/gpu-check.sh [STAGE...]    (default: every stage but ncu, scaling and
-#                                                   two-level; "all": every stage but the last two)
+#      bash scripts/gpu/gpu-check.sh [STAGE...]    (default: every stage but quality, ncu,
+#                                                   scaling and two-level; "all": every stage
+#                                                   but the last two)
 #
-#    Stages: env nvrtc tests sanitize bench torch binary mpi ncu scaling two-level. Everything
-#    measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
+#    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level.
+#    Everything measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
 #    To bring everything back as one file:
 #      OUT=/tmp/gc bash scripts/gpu/gpu-check.sh; tar czf gc.tgz -C /tmp gc
@@ -42,6 +43,9 @@
 #              with its micro-batches, bitwise (scripts/gpu/same-weights.py); --wire 1bit
 #              packed on the GPU against packed by the comm thread, bitwise, and its trace
 #              replayed to 8 GPUs
+#    quality   5 epochs of Fashion-MNIST in each --precision, FID and KID every epoch (the
+#              data and feature network that --build puts in target/gpu-bin; without .ompi
+#              the carried set stays under 64 MiB; not default)
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 #    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (the weak-scaling
 #              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
@@ -83,7 +87,14 @@ for line in sys.stdin:
   cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
   # Without debug info the set is a tenth of the size, quicker to copy; panics still name
   # functions.
-  for f in "$BIN"/*; do strip --strip-debug "$f"; done
+  for f in "$BIN"/*; do [[ -f $f ]] && strip --strip-debug "$f"; done
+  # For the quality stage: Fashion-MNIST and its feature network (trained here once), 33 MB.
+  fm=/usr/share/datasets/fashion-mnist
+  if [[ -d $fm ]]; then
+    mkdir -p "$BIN/fashion-mnist"
+    cp "$fm"/*.gz "$BIN/fashion-mnist/"
+    target/release/dcgan-train classifier --data "$fm" --out "$BIN/fashion-mnist/feature-net.safetensors"
+  fi
   du -sh "$BIN"
   echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
   exit 0
@@ -342,6 +353,35 @@ stage_mpi() {
   )
 }
 
+# Sample quality per --precision: tf32's rounding against fp32 (and 3xtf32) at 5 epochs.
+stage_quality() {
+  ensure_nvrtc
+  have_bin dcgan-train quality || return
+  local data="$BIN/fashion-mnist"
+  if [[ ! -f $data/feature-net.safetensors ]]; then
+    note "$(printf '%-34s SKIP   no %s (--build where Fashion-MNIST is installed)' quality "$data")"
+    return
+  fi
+  for p in fp32 tf32 3xtf32; do
+    rm -rf "/tmp/quality-$p"
+    run_step "quality-$p" 300 "$BIN/dcgan-train" --device cuda --precision "$p" --data "$data" \
+      --classifier "$data/feature-net.safetensors" --epochs 5 --eval-every 1 --no-progress \
+      --out "/tmp/quality-$p"
+    cp "/tmp/quality-$p/metrics.jsonl" "$OUT/quality-$p-metrics.jsonl" 2>/dev/null || true
+  done
+  python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
+import json, os, sys
+out = sys.argv[1]
+print("\nFID by epoch (Fashion-MNIST, batch 64, 1 GPU)")
+for p in ("fp32", "tf32", "3xtf32"):
+    path = os.path.join(out, f"quality-{p}-metrics.jsonl")
+    if not os.path.exists(path):
+        continue
+    fids = [r["fid"] for r in map(json.loads, open(path)) if r.get("type") == "epoch" and "fid" in r]
+    print(f"{p:7s} " + " ".join(f"{f:7.2f}" for f in fids))
+PY
+}
+
 # The copied Open MPI for an emulated cluster (scaling, two-level), in the calling subshell.
 cluster_mpi_env() {
   # shellcheck source=gpu-mpi-env.sh
@@ -458,12 +498,12 @@ PY
 
 STAGES=("$@")
 [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi)
-[[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi ncu)
+[[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi quality ncu)
 for s in "${STAGES[@]}"; do
   case $s in
-    env | nvrtc | tests | sanitize | bench | torch | binary | mpi | ncu | scaling) "stage_$s" ;;
+    env | nvrtc | tests | sanitize | bench | torch | binary | mpi | quality | ncu | scaling) "stage_$s" ;;
     two-level) stage_two_level ;;
-    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi ncu scaling two-level all)" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level all)" >&2; exit 2 ;;
   esac
 done
 compare

@@ -324,6 +324,9 @@ impl<B: Backend> CommExchange<B> {
         if let Some(sq) = done.residual_sq {
             self.nets[net as usize].residual_sq[b] = Some(sq);
         }
+        if let Some(pk) = self.packed[net as usize][b].as_mut().filter(|_| packed) {
+            pk.exchanged(be);
+        }
         // The stats list G's buckets, then D's.
         let first_of_net = if net == NetId::D { self.nets[0].plan.len() } else { 0 };
         let per_bucket = &mut self.stats.buckets[first_of_net + b];

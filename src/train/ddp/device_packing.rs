@@ -32,7 +32,10 @@ pub struct PackedBucket<B: Backend> {
     residual: B::Buf,
     /// Each column's residual's sum of squares after the last quantization [columns].
     col_sq: B::Buf,
-    /// A resumed residual's sum of squares, reported until the bucket is quantized again.
+    /// The same as of the last exchange finished (the metrics report the residuals after it,
+    /// while the next one may be in flight already) [columns].
+    finished_sq: B::Buf,
+    /// A resumed residual's sum of squares, reported until an exchange of the bucket ends.
     resumed_sq: Option<f64>,
 }
 
@@ -61,13 +64,13 @@ impl<B: Backend> PackedBucket<B> {
             enc: be.alloc(len)?,
             residual: be.alloc(len)?,
             col_sq: be.alloc(all.len())?,
+            finished_sq: be.alloc(all.len())?,
             resumed_sq: None,
         }))
     }
 
     /// Quantize the bucket's gradients `grad` [bucket floats] with the residual.
     pub fn pack(&mut self, be: &B, grad: View<B>) {
-        self.resumed_sq = None;
         let (res, sq) = (ViewMut::whole(&mut self.residual), ViewMut::whole(&mut self.col_sq));
         be.wire_onebit_quantize(View::whole(&self.table), grad, res, ViewMut::whole(&mut self.enc), sq);
     }
@@ -94,13 +97,19 @@ impl<B: Backend> PackedBucket<B> {
         be.wire_onebit_decode(View::range(&self.table, 3 * c.start..3 * c.end), View::whole(&self.enc), grad);
     }
 
-    /// The sum of squares of the residual after the last quantization (a small download).
+    /// The exchange of the last quantization is over: its residual is the one to report.
+    pub fn exchanged(&mut self, be: &B) {
+        self.resumed_sq = None;
+        be.copy(View::whole(&self.col_sq), ViewMut::whole(&mut self.finished_sq));
+    }
+
+    /// The sum of squares of the residual as of the last exchange finished (a small download).
     pub fn residual_sq(&self, be: &B) -> f64 {
         if let Some(sq) = self.resumed_sq {
             return sq;
         }
         let mut sq = vec![0.0f32; self.fragments.last().map_or(0, |(c, _)| c.end)];
-        be.download(View::whole(&self.col_sq), &mut sq);
+        be.download(View::whole(&self.finished_sq), &mut sq);
         sq.iter().map(|&s| f64::from(s)).sum()
     }
 
