@@ -55,7 +55,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
-TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_dcgan cuda_bench)
+TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_wire cuda_dcgan cuda_bench)
 
 if [[ "${1:-}" == "--build" ]]; then
   set -e

@@ -113,32 +113,27 @@ struct InFlight {
 
 /// Copy averaged fragments `first..` of `bucket` (`fragments`) from its host memory back
 /// into the gradients; packed ones into the device's encodings, decoded there.
-#[allow(clippy::too_many_arguments)]
 fn copy_back<B: Backend>(
     be: &B,
     host: &B::Host,
     grad: &mut B::Buf,
     bucket: &Bucket,
-    first: usize,
-    fragments: &[(Range<usize>, StageWaiter)],
+    (first, fragments): (usize, &[(Range<usize>, StageWaiter)]),
     mut packed: Option<&mut PackedBucket<B>>,
-    comm: &CommHandle,
-) {
+) -> Result<()> {
     for (k, (f, _)) in (first..).zip(fragments) {
-        let r = match packed.as_deref_mut() {
-            Some(pk) => be.stage_in(host, f.start, pk.encodings_mut(k, f)).map(|()| {
+        match packed.as_deref_mut() {
+            Some(pk) => {
+                be.stage_in(host, f.start, pk.encodings_mut(k, f))?;
                 pk.unpack(be, k, ViewMut::range(grad, bucket.range.clone()));
-            }),
-            None => be.stage_in(
-                host,
-                f.start,
-                ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end),
-            ),
-        };
-        if let Err(e) = r {
-            comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
+            }
+            None => {
+                let dst = ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end);
+                be.stage_in(host, f.start, dst)?;
+            }
         }
     }
+    Ok(())
 }
 
 /// How long the training thread waits for the next fragment before it falls back to waiting
@@ -300,7 +295,9 @@ impl<B: Backend> CommExchange<B> {
         let (host, bucket) = (&nb.host[b], &nb.plan[b]);
         let mut device_side = self.packed[net as usize][b].as_mut().filter(|_| packed);
         let mut back = |first: usize, fragments: &[(Range<usize>, StageWaiter)], grad: &mut B::Buf| {
-            copy_back(be, host, grad, bucket, first, fragments, device_side.as_deref_mut(), &self.comm)
+            if let Err(e) = copy_back(be, host, grad, bucket, (first, fragments), device_side.as_deref_mut()) {
+                self.comm.abort(1, &format!("staging {} back: {e:#}", bucket.label));
+            }
         };
         let mut t_first_back = None;
         let mut returned = 0;
