@@ -44,8 +44,8 @@
 #              packed on the GPU against packed by the comm thread, bitwise, and its trace
 #              replayed to 8 GPUs
 #    quality   5 epochs of Fashion-MNIST in each --precision, FID and KID every epoch (the
-#              data and feature network that --build puts in target/gpu-bin; without .ompi
-#              the carried set stays under 64 MiB; not default)
+#              data and feature network --build puts in target/gpu-quality, 33 MB: carry it
+#              with target/gpu-bin and without .ompi to stay under 64 MiB; not default)
 #    ncu       Nsight Compute summary of the conv kernels at batch 64 (slow; not default)
 #    scaling   scripts/bench-scaling.sh with CPU ranks on cores of their own (the weak-scaling
 #              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
@@ -55,6 +55,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
+QUALITY_DATA="$ROOT/target/gpu-quality"
 TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_wire cuda_dcgan cuda_bench)
 
 if [[ "${1:-}" == "--build" ]]; then
@@ -88,12 +89,14 @@ for line in sys.stdin:
   # Without debug info the set is a tenth of the size, quicker to copy; panics still name
   # functions.
   for f in "$BIN"/*; do [[ -f $f ]] && strip --strip-debug "$f"; done
-  # For the quality stage: Fashion-MNIST and its feature network (trained here once), 33 MB.
+  # For the quality stage, apart (carried without .ompi): Fashion-MNIST and its feature
+  # network (trained here once), 33 MB.
   fm=/usr/share/datasets/fashion-mnist
   if [[ -d $fm ]]; then
-    mkdir -p "$BIN/fashion-mnist"
-    cp "$fm"/*.gz "$BIN/fashion-mnist/"
-    target/release/dcgan-train classifier --data "$fm" --out "$BIN/fashion-mnist/feature-net.safetensors"
+    mkdir -p "$QUALITY_DATA"
+    cp "$fm"/*.gz "$QUALITY_DATA/"
+    target/release/dcgan-train classifier --data "$fm" --out "$QUALITY_DATA/feature-net.safetensors"
+    du -sh "$QUALITY_DATA"
   fi
   du -sh "$BIN"
   echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
@@ -357,7 +360,7 @@ stage_mpi() {
 stage_quality() {
   ensure_nvrtc
   have_bin dcgan-train quality || return
-  local data="$BIN/fashion-mnist"
+  local data="$QUALITY_DATA"
   if [[ ! -f $data/feature-net.safetensors ]]; then
     note "$(printf '%-34s SKIP   no %s (--build where Fashion-MNIST is installed)' quality "$data")"
     return
