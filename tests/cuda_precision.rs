@@ -102,6 +102,8 @@ fn tensor_core_convolutions_match_the_cpu_within_their_precision() {
     for precision in [Precision::Tf32, Precision::ThreeTf32] {
         for cu in engines("precision") {
             let cu = cu.with_precision(precision).unwrap();
+            // What summary.json and the start line call the device says how it multiplies.
+            assert!(cu.describe().ends_with(&format!(", {} convolutions", precision.name())), "{}", cu.describe());
             let mut kernels_checked = std::collections::BTreeSet::new();
             let mut rng = rng(11);
             for g in shapes(&cu) {

@@ -2,7 +2,7 @@
 //! through its launcher in `src/ops/<family>/cuda.rs`.
 
 use super::{Cuda, CudaBuf, Engine, dptr, dptr_mut};
-use crate::backend::{Backend, View, ViewMut};
+use crate::backend::{Backend, Precision, View, ViewMut};
 use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;
 use crate::ops::batchnorm::BnGeom;
@@ -19,9 +19,13 @@ impl Backend for Cuda {
     type Host = super::staging::CudaHost;
 
     fn describe(&self) -> String {
-        match &self.engine {
+        let device = match &self.engine {
             Engine::Driver(d) => format!("cuda:{} {}", d.probe.ordinal, d.probe.name),
             Engine::Emulator(_) => "cuda-emulator (CPU)".into(),
+        };
+        match self.precision() {
+            Precision::Fp32 => device,
+            p => format!("{device}, {} convolutions", p.name()),
         }
     }
     fn alloc(&self, len: usize) -> Result<CudaBuf> {
