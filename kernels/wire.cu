@@ -1,27 +1,7 @@
-// wire.cu: the gradient wire formats packed and unpacked on the device (src/codec/), so that
-// the copies between device and host, and the comm thread, carry the small form. Every kernel
-// here computes bit for bit what its CPU side (src/ops/wire/cpu.rs, i.e. src/codec/) does.
+// wire.cu: `--wire 1bit`'s columns packed and unpacked on the device (src/codec/onebit.rs), so
+// that the copies between device and host, and the comm thread, carry the small form. Every
+// kernel here computes bit for bit what its CPU side (src/ops/wire/cpu.rs, i.e. the codec) does.
 #include "common.cuh"
-
-// bf16 of v: round to nearest, ties to even; a NaN stays NaN, quiet (codec::bf16::encode).
-__device__ __forceinline__ unsigned short bf16_encode_one(float v) {
-  const unsigned int x = __float_as_uint(v);
-  const unsigned int rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
-  return (unsigned short)(nan ? ((x >> 16) | 0x0040u) : rounded);
-}
-
-// out[i] = bf16(x[i]): n values, two to a 32-bit word (value 2j in word j's low half).
-extern "C" __global__ void __launch_bounds__(THREADS)
-wire_bf16_encode(const float* __restrict__ x, unsigned short* __restrict__ out, long long n) {
-  GRID_STRIDE_LOOP(i, n) { out[i] = bf16_encode_one(x[i]); }
-}
-
-// out[i] = the f32 of bf16 enc[i] (exact).
-extern "C" __global__ void __launch_bounds__(THREADS)
-wire_bf16_decode(const unsigned short* __restrict__ enc, float* __restrict__ out, long long n) {
-  GRID_STRIDE_LOOP(i, n) { out[i] = __uint_as_float((unsigned int)enc[i] << 16); }
-}
 
 // CNTK's 1-bit columns (codec::onebit): cols[3c..3c+3] = value start, length, first 32-bit
 // word of column c's encoding [r+][r-][sign bits]. A thread per column: its sums run in the

@@ -45,15 +45,16 @@ impl Device {
 /// The backend for this rank (GPU = local rank modulo the visible GPUs) with its convolutions
 /// in `precision`, and for `auto` falling back to the CPU, the reason as a one-line notice.
 pub fn select(choice: DeviceChoice, precision: Precision, local_rank: usize) -> Result<(Device, Option<String>)> {
-    let (device, notice) = select_backend(choice, local_rank)?;
+    let (device, no_gpu) = select_backend(choice, local_rank)?;
+    let on_cpu = no_gpu.as_ref().map(|why| format!("the CPU ({why})"));
     if matches!(device, Device::Cpu(_)) && precision != Precision::Fp32 {
-        // `auto`'s notice says why: "device: the CPU (no GPU: ...)".
-        let on = notice.as_deref().and_then(|n| n.strip_prefix("device: ")).unwrap_or("the CPU");
         anyhow::bail!(
-            "--precision {} is for a GPU's tensor cores, and this rank computes on {on}: use --precision fp32, or --device cuda on a GPU",
-            precision.name()
+            "--precision {} is for a GPU's tensor cores, and this rank computes on {}: use --precision fp32, or --device cuda on a GPU",
+            precision.name(),
+            on_cpu.as_deref().unwrap_or("the CPU")
         );
     }
+    let notice = on_cpu.map(|on| format!("device: {on}"));
     #[cfg(feature = "cuda")]
     if let Device::Cuda(cu) = device {
         return Ok((Device::Cuda(Box::new(cu.with_precision(precision)?)), notice));
@@ -61,6 +62,7 @@ pub fn select(choice: DeviceChoice, precision: Precision, local_rank: usize) -> 
     Ok((device, notice))
 }
 
+/// The backend `choice` asks for, and where `auto` found no usable GPU, why.
 fn select_backend(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Option<String>)> {
     #[cfg(feature = "cuda")]
     {
@@ -76,7 +78,7 @@ fn select_backend(choice: DeviceChoice, local_rank: usize) -> Result<(Device, Op
             DeviceChoice::CudaEmulated => Ok((Device::Cuda(Box::new(Cuda::emulated(8)?)), None)),
             DeviceChoice::Auto => match cuda::probe() {
                 Ok(_) => Ok((gpu()?, None)),
-                Err(why) => Ok((Device::Cpu(Cpu), Some(format!("device: the CPU ({why})")))),
+                Err(why) => Ok((Device::Cpu(Cpu), Some(why.to_string()))),
             },
         }
     }

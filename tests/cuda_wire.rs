@@ -1,9 +1,8 @@
-//! The wire formats packed on the device (`ops::wire`, kernels/wire.cu) against the comm
-//! thread's own packing, bit for bit: bf16 against `bf16_round::round_and_encode` over every
-//! class of f32, and the 1-bit columns of a bucket's stripes against `quantize` as the 1-bit
-//! allreduce calls it, over several steps of error feedback (the residuals must stay the same
-//! bits too). Then each decoding against the CPU's. On each engine available (GPU, emulator),
-//! and on the CPU backend, whose side is the codec itself.
+//! The 1-bit wire packed on the device (`ops::wire`, kernels/wire.cu) against the comm
+//! thread's own packing, bit for bit: the columns of a bucket's stripes against `quantize` as
+//! the 1-bit allreduce calls it, over several steps of error feedback (the residuals must stay
+//! the same bits too), then the decoding against the CPU's. On each engine available (GPU,
+//! emulator), and on the CPU backend, whose side is the codec itself.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
@@ -12,85 +11,22 @@ use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::codec::onebit::{Land, column_words, columns, decode, encoded_len};
-use dcgan_train::comm::allreduce::part;
+use dcgan_train::comm::onebit::packed_layout;
 use dcgan_train::comm::onebit::quantize::quantize;
-use dcgan_train::comm::transport::bf16_round::round_and_encode;
-
-/// Finite values of every size, signed zeros, subnormals, infinities, NaNs, and values exactly
-/// halfway between two bf16 (ties to even, both ways).
-fn every_class_of_f32(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<f32> {
-    let mut v = random(rng, n, 3.0);
-    let special = [
-        0.0,
-        -0.0,
-        f32::MIN_POSITIVE / 3.0,
-        -f32::MIN_POSITIVE / 7.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        -f32::NAN,
-        f32::MAX,
-        f32::from_bits(0x3f80_8000), // 1 + half a bf16 step: a tie, rounds to even (down)
-        f32::from_bits(0x3f81_8000), // a tie that rounds up to even
-        f32::from_bits(0x7f80_0001), // a signalling NaN
-        1e-30,
-        -65504.0,
-    ];
-    for (i, s) in special.iter().enumerate() {
-        v[i * 7 % n] = *s;
-    }
-    v
-}
 
 /// The bits of a device buffer.
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-#[test]
-fn bf16_packing_is_the_comm_threads_bit_for_bit() {
-    let mut rng = rng(21);
-    for n in [1, 2, 7, 1000, 4097] {
-        let x = every_class_of_f32(&mut rng, n);
-        // The comm thread's encoding, as little-endian pairs of u16 in 32-bit words.
-        let mut rounded = x.clone();
-        let mut enc = vec![0u16; n];
-        round_and_encode(&mut rounded, &mut enc);
-        let want: Vec<u32> =
-            enc.chunks(2).map(|p| u32::from(p[0]) | u32::from(p.get(1).copied().unwrap_or(0)) << 16).collect();
-        let mut cpu_enc = vec![0.0; n.div_ceil(2)];
-        Cpu.wire_bf16_encode(View::whole(&x), ViewMut::whole(&mut cpu_enc));
-        assert_eq!(bits(&cpu_enc), want, "CPU n={n}");
-        let mut cpu_dec = vec![0.0; n];
-        Cpu.wire_bf16_decode(View::whole(&cpu_enc), ViewMut::whole(&mut cpu_dec));
-        assert_eq!(bits(&cpu_dec), bits(&rounded), "CPU decode n={n}");
-        for cu in engines("bf16 wire") {
-            let bx = up(&cu, &x);
-            let mut benc = cu.alloc(n.div_ceil(2)).unwrap();
-            cu.wire_bf16_encode(View::whole(&bx), ViewMut::whole(&mut benc));
-            assert_eq!(bits(&down(&cu, &benc)), want, "{} n={n}", cu.describe());
-            let mut bdec = cu.alloc(n).unwrap();
-            cu.wire_bf16_decode(View::whole(&benc), ViewMut::whole(&mut bdec));
-            assert_eq!(bits(&down(&cu, &bdec)), bits(&rounded), "{} decode n={n}", cu.describe());
-        }
-    }
-}
-
-/// A bucket of `n` values in fragments of `frag` values, each fragment's `p` stripes a vector
-/// of their own, encoded one after the other from the fragment's first value on (the layout
-/// the 1-bit allreduce's stripes have): (value start, length, first byte) of each vector.
+/// A bucket of `n` values in fragments of `frag` values laid out as the packed 1-bit
+/// allreduce lays them out (`packed_layout`, from each fragment's first value on): (value
+/// start, length, first byte) of each stripe.
 fn stripes(n: usize, frag: usize, p: usize) -> Vec<(usize, usize, usize)> {
-    let mut out = Vec::new();
-    for f0 in (0..n).step_by(frag) {
-        let len = frag.min(n - f0);
-        let mut byte = 4 * f0;
-        for j in 0..p {
-            let s = part(len, p, j);
-            out.push((f0 + s.start, s.len(), byte));
-            byte += encoded_len(s.len());
-        }
-    }
-    out
+    (0..n)
+        .step_by(frag)
+        .flat_map(|f0| packed_layout(frag.min(n - f0), p).into_iter().map(move |(s, len, b)| (f0 + s, len, 4 * f0 + b)))
+        .collect()
 }
 
 #[test]

@@ -75,12 +75,6 @@ impl Backend for Cpu {
         elementwise::cpu::axpy(a, s(x), sm(y));
     }
 
-    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
-        wire::cpu::bf16_encode(s(x), sm(out));
-    }
-    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
-        wire::cpu::bf16_decode(s(enc), sm(out));
-    }
     fn wire_onebit_quantize(
         &self,
         cols: View<Self>,

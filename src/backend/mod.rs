@@ -181,17 +181,13 @@ pub trait Backend: Sized + 'static {
     /// y += a * x
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>);
 
-    // ---- the wire formats (ops/wire, codec/): encodings as raw bits in f32 buffers ----
+    // ---- the 1-bit wire (ops/wire, codec/): encodings as raw bits in f32 buffers ----
     /// Whether the gradient exchange packs `--wire 1bit` here, beside the gradients, rather
     /// than on the comm thread: a device apart from the host does (the copies then carry the
     /// small form); the CPU's gradients are on the comm thread's host already.
     fn packs_wire(&self) -> bool {
         false
     }
-    /// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float.
-    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>);
-    /// out [n] = the values of the bf16 encodings enc [ceil(n/2)].
-    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>);
     /// The 1-bit columns of table `cols` ([3 * columns] words, `codec::onebit::column_words`)
     /// of values + residual into `out`, the residual left with what they miss, and the sum of
     /// squares of each column's residual in col_sq [columns].

@@ -1,5 +1,16 @@
-//! The gradient wire formats, shared by the comm thread (which sends them) and the device ops
-//! that pack and unpack them next to the gradients: bfloat16 and CNTK's 1-bit columns.
+//! The 1-bit gradient wire format, shared by the comm thread (which sends it) and the device
+//! op that packs and unpacks it next to the gradients, and the bytes f32 values travel as.
 
-pub mod bf16;
 pub mod onebit;
+
+/// The bytes of a float slice (native byte order).
+pub fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
+}
+
+/// The bytes of a float slice, writable: every byte pattern is a valid f32.
+pub fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as `f32_bytes`, and any bytes written make valid f32s.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), std::mem::size_of_val(x)) }
+}

@@ -62,11 +62,7 @@ impl<B: Backend> GanTrainer<B> {
             recompute,
             saved,
             images: vec![0.0; b * plane],
-            zeros: {
-                let mut z = self.be.alloc(b.max(2))?;
-                self.be.upload(&vec![0.0; b.max(2)], ViewMut::whole(&mut z));
-                z
-            },
+            zeros: self.be.alloc(b.max(2))?,
             out_one: self.be.alloc(2)?,
             at: 0,
         });

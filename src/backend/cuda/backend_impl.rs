@@ -97,12 +97,6 @@ impl Backend for Cuda {
     fn packs_wire(&self) -> bool {
         true
     }
-    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
-        wire::cuda::bf16_encode(self, x, out);
-    }
-    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
-        wire::cuda::bf16_decode(self, enc, out);
-    }
     fn wire_onebit_quantize(
         &self,
         cols: View<Self>,

@@ -125,8 +125,7 @@ pub fn allreduce_mean_packed<T: Transport + ?Sized>(
         return Ok(0);
     }
     let layout = packed_layout(n, p);
-    // SAFETY: every byte pattern is a valid f32 and u8 has alignment 1; the length is exact.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), 4 * n) };
+    let bytes = crate::codec::f32_bytes_mut(data);
     stage.out.resize_with(p, Vec::new);
     for (out, &(_, len, at)) in stage.out.iter_mut().zip(&layout) {
         out.clear();

@@ -301,10 +301,7 @@ pub fn skip_empty(send: SendEnd, recv: RecvEnd) -> (SendEnd, RecvEnd) {
 }
 
 /// The bytes of a float slice (for sending f32 data through the byte interface).
-pub fn f32_bytes(x: &[f32]) -> &[u8] {
-    // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
-}
+pub use crate::codec::f32_bytes;
 
 /// The f32s `f32_bytes` made of them (native byte order, as they travelled).
 pub fn f32s_from_bytes(b: &[u8]) -> Vec<f32> {

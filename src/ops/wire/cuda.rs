@@ -1,27 +1,13 @@
-//! CUDA launchers of the wire formats (kernels/wire.cu).
+//! CUDA launchers of the 1-bit columns (kernels/wire.cu).
 
 use crate::backend::cuda::kernel_table::{DevPtr, Dims, cuda_kernels};
-use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut, elementwise_dims};
+use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut};
 use crate::backend::{View, ViewMut};
 
 cuda_kernels! {
     family: Family::Wire, file: "wire.cu";
-    fn wire_bf16_encode(x: DevPtr, out: DevPtr, n: i64);
-    fn wire_bf16_decode(enc: DevPtr, out: DevPtr, n: i64);
     fn wire_onebit_quantize(cols: DevPtr, ncols: i32, values: DevPtr, residual: DevPtr, out: DevPtr, col_sq: DevPtr);
     fn wire_onebit_decode(cols: DevPtr, enc: DevPtr, out: DevPtr);
-}
-
-/// out [bf16_floats(x.len)] = the bf16 encodings of x.
-pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
-    assert_eq!(out.len, super::bf16_floats(x.len), "bf16_encode: output length");
-    launch::wire_bf16_encode(cu, elementwise_dims(cu, x.len), dptr(x), dptr_mut(&out), x.len as i64);
-}
-
-/// out = the values of the bf16 encodings `enc`.
-pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
-    assert_eq!(enc.len, super::bf16_floats(out.len), "bf16_decode: input length");
-    launch::wire_bf16_decode(cu, elementwise_dims(cu, out.len), dptr(enc), dptr_mut(&out), out.len as i64);
 }
 
 /// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each

@@ -10,7 +10,7 @@ use super::device_packing::PackedBucket;
 use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
 use super::over_ranks::MetricsOverRanks;
-use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
+use crate::backend::{Backend, DeviceBuf, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::params::ParamStore;
 use crate::train::timeline::{Timeline, Track};
@@ -155,6 +155,8 @@ pub struct CommExchange<B: Backend> {
     /// `--wire 1bit` packed on the device: per network and bucket (None: the comm thread
     /// quantizes it).
     packed: [Vec<Option<PackedBucket<B>>>; 2],
+    /// The packed buckets' column sums of squares as of their last exchange finished.
+    packed_sums: Option<B::Buf>,
     pub stats: ExchangeStats,
 }
 
@@ -193,18 +195,19 @@ impl<B: Backend> CommExchange<B> {
             });
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
-        let ranks = comm.world().size;
-        let packed_net = |nb: &NetBuckets<B::Host>| -> Result<Vec<_>> {
+        let (ranks, mut sums) = (comm.world().size, 0);
+        let mut packed_net = |nb: &NetBuckets<B::Host>| -> Result<Vec<_>> {
             nb.plan
                 .iter()
                 .zip(&nb.fragments)
                 .map(|(b, f)| match pack_1bit {
-                    true => PackedBucket::new(be, b.range.len(), f, ranks),
+                    true => PackedBucket::new(be, b.range.len(), f, ranks, &mut sums),
                     false => Ok(None),
                 })
                 .collect()
         };
         let packed = [packed_net(&nets[0])?, packed_net(&nets[1])?];
+        let packed_sums = if sums > 0 { Some(be.alloc(sums)?) } else { None };
         Ok(CommExchange {
             metrics: MetricsOverRanks::new(comm.clone()),
             comm,
@@ -213,6 +216,7 @@ impl<B: Backend> CommExchange<B> {
             compressed_from: 0,
             last_submit: None,
             packed,
+            packed_sums,
             stats,
         })
     }
@@ -321,8 +325,10 @@ impl<B: Backend> CommExchange<B> {
         if let Some(sq) = done.residual_sq {
             self.nets[net as usize].residual_sq[b] = Some(sq);
         }
-        if let Some(pk) = self.packed[net as usize][b].as_mut().filter(|_| packed) {
-            pk.exchanged(be);
+        if let (Some(pk), Some(sums)) =
+            (self.packed[net as usize][b].as_mut().filter(|_| packed), &mut self.packed_sums)
+        {
+            pk.exchanged(be, sums);
         }
         // The stats list G's buckets, then D's.
         let first_of_net = if net == NetId::D { self.nets[0].plan.len() } else { 0 };
@@ -456,9 +462,15 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
     }
 
     fn residual_norms(&self, be: &B) -> Option<[f32; 2]> {
+        // One small download a step for every bucket packed on the device.
+        let sums = self.packed_sums.as_ref().map_or_else(Vec::new, |s| {
+            let mut host = vec![0.0; s.len()];
+            be.download(View::whole(s), &mut host);
+            host
+        });
         let norm = |nb: &NetBuckets<B::Host>, packed: &[Option<PackedBucket<B>>]| -> Option<f32> {
             let held = nb.residual_sq.iter().copied().sum::<Option<f64>>()?;
-            let on_device: f64 = packed.iter().flatten().map(|pk| pk.residual_sq(be)).sum();
+            let on_device: f64 = packed.iter().flatten().map(|pk| pk.residual_sq(&sums)).sum();
             Some((held + on_device).sqrt() as f32)
         };
         Some([norm(&self.nets[0], &self.packed[0])?, norm(&self.nets[1], &self.packed[1])?])

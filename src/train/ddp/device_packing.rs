@@ -32,18 +32,20 @@ pub struct PackedBucket<B: Backend> {
     residual: B::Buf,
     /// Each column's residual's sum of squares after the last quantization [columns].
     col_sq: B::Buf,
-    /// The same as of the last exchange finished (the metrics report the residuals after it,
-    /// while the next one may be in flight already) [columns].
-    finished_sq: B::Buf,
+    /// Where `col_sq` goes in the exchange's sums of every packed bucket as each exchange
+    /// ends (the metrics report the residuals after the last exchange finished, while the
+    /// next may be in flight already), so that one download a step reads them all.
+    sums_at: Range<usize>,
     /// A resumed residual's sum of squares, reported until an exchange of the bucket ends.
     resumed_sq: Option<f64>,
 }
 
 impl<B: Backend> PackedBucket<B> {
-    /// The device side of a bucket of `len` values cut into `fragments`, for `ranks` ranks;
-    /// None where a fragment's encodings would not fit in its own floats (stripes of a few
+    /// The device side of a bucket of `len` values cut into `fragments`, for `ranks` ranks,
+    /// its column sums from `*sums` on in the exchange's (which it moves past them); None
+    /// where a fragment's encodings would not fit in its own floats (stripes of a few
     /// values): that bucket is quantized by the comm thread.
-    pub fn new(be: &B, len: usize, fragments: &[Range<usize>], ranks: usize) -> Result<Option<Self>> {
+    pub fn new(be: &B, len: usize, fragments: &[Range<usize>], ranks: usize, sums: &mut usize) -> Result<Option<Self>> {
         if !fragments.iter().all(|f| packed_fits(f.len(), ranks)) {
             return Ok(None);
         }
@@ -55,6 +57,8 @@ impl<B: Backend> PackedBucket<B> {
             per_fragment.push((all.len()..all.len() + cols.len(), floats));
             all.extend(cols);
         }
+        let sums_at = *sums..*sums + all.len();
+        *sums = sums_at.end;
         let words: Vec<f32> = column_words(&all).into_iter().map(f32::from_bits).collect();
         let mut table = be.alloc(words.len())?;
         be.upload(&words, ViewMut::whole(&mut table));
@@ -64,7 +68,7 @@ impl<B: Backend> PackedBucket<B> {
             enc: be.alloc(len)?,
             residual: be.alloc(len)?,
             col_sq: be.alloc(all.len())?,
-            finished_sq: be.alloc(all.len())?,
+            sums_at,
             resumed_sq: None,
         }))
     }
@@ -97,20 +101,17 @@ impl<B: Backend> PackedBucket<B> {
         be.wire_onebit_decode(View::range(&self.table, 3 * c.start..3 * c.end), View::whole(&self.enc), grad);
     }
 
-    /// The exchange of the last quantization is over: its residual is the one to report.
-    pub fn exchanged(&mut self, be: &B) {
+    /// The exchange of the last quantization is over: its residual is the one to report, its
+    /// column sums copied into the exchange's `sums` (on the device).
+    pub fn exchanged(&mut self, be: &B, sums: &mut B::Buf) {
         self.resumed_sq = None;
-        be.copy(View::whole(&self.col_sq), ViewMut::whole(&mut self.finished_sq));
+        be.copy(View::whole(&self.col_sq), ViewMut::range(sums, self.sums_at.clone()));
     }
 
-    /// The sum of squares of the residual as of the last exchange finished (a small download).
-    pub fn residual_sq(&self, be: &B) -> f64 {
-        if let Some(sq) = self.resumed_sq {
-            return sq;
-        }
-        let mut sq = vec![0.0f32; self.fragments.last().map_or(0, |(c, _)| c.end)];
-        be.download(View::whole(&self.finished_sq), &mut sq);
-        sq.iter().map(|&s| f64::from(s)).sum()
+    /// The sum of squares of the residual as of the last exchange finished, from the
+    /// exchange's column sums downloaded (`sums`).
+    pub fn residual_sq(&self, sums: &[f32]) -> f64 {
+        self.resumed_sq.unwrap_or_else(|| sums[self.sums_at.clone()].iter().map(|&s| f64::from(s)).sum())
     }
 
     /// This rank's own residual [bucket floats].
