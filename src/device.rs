@@ -2,8 +2,8 @@
 //! code generic over `Backend` on whichever was chosen.
 
 use crate::backend::Backend;
-pub use crate::backend::Precision;
 use crate::backend::cpu::Cpu;
+pub use crate::backend::{GraphStats, Precision};
 use anyhow::Result;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,22 +42,37 @@ impl Device {
     }
 }
 
-/// The backend for this rank (GPU = local rank modulo the visible GPUs) with its convolutions
-/// in `precision`, and for `auto` falling back to the CPU, the reason as a one-line notice.
-pub fn select(choice: DeviceChoice, precision: Precision, local_rank: usize) -> Result<(Device, Option<String>)> {
+/// How a CUDA backend computes: `--precision` and `--cuda-graphs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaSettings {
+    pub precision: Precision,
+    pub graphs: bool,
+}
+
+/// The backend for this rank (GPU = local rank modulo the visible GPUs) with `cuda`'s
+/// settings, and for `auto` falling back to the CPU, the reason as a one-line notice.
+pub fn select(choice: DeviceChoice, cuda: CudaSettings, local_rank: usize) -> Result<(Device, Option<String>)> {
     let (device, no_gpu) = select_backend(choice, local_rank)?;
     let on_cpu = no_gpu.as_ref().map(|why| format!("the CPU ({why})"));
-    if matches!(device, Device::Cpu(_)) && precision != Precision::Fp32 {
-        anyhow::bail!(
-            "--precision {} is for a GPU's tensor cores, and this rank computes on {}: use --precision fp32, or --device cuda on a GPU",
-            precision.name(),
-            on_cpu.as_deref().unwrap_or("the CPU")
-        );
+    if matches!(device, Device::Cpu(_)) {
+        let on = on_cpu.as_deref().unwrap_or("the CPU");
+        if cuda.precision != Precision::Fp32 {
+            anyhow::bail!(
+                "--precision {} is for a GPU's tensor cores, and this rank computes on {on}: use --precision fp32, or --device cuda on a GPU",
+                cuda.precision.name(),
+            );
+        }
+        if cuda.graphs {
+            anyhow::bail!(
+                "--cuda-graphs replays CUDA kernels, and this rank computes on {on}: drop --cuda-graphs, or use --device cuda on a GPU"
+            );
+        }
     }
     let notice = on_cpu.map(|on| format!("device: {on}"));
     #[cfg(feature = "cuda")]
     if let Device::Cuda(cu) = device {
-        return Ok((Device::Cuda(Box::new(cu.with_precision(precision)?)), notice));
+        let cu = cu.with_precision(cuda.precision)?.with_graphs(cuda.graphs);
+        return Ok((Device::Cuda(Box::new(cu)), notice));
     }
     Ok((device, notice))
 }

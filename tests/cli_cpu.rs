@@ -1,6 +1,6 @@
 //! The command line around training, on one rank: what `sample --out` may replace, where runs
 //! without `--out` go, how long `--max-steps` runs, the `--progress` modes, `info`, and
-//! `--precision` on the CPU.
+//! `--precision` and `--cuda-graphs` on the CPU.
 
 mod common;
 
@@ -212,7 +212,7 @@ fn info_prints_the_hosts_memory_on_the_cpu() {
 }
 
 #[test]
-fn tensor_core_precisions_are_refused_on_the_cpu() {
+fn tensor_core_precisions_and_cuda_graphs_are_refused_on_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     for precision in ["tf32", "3xtf32"] {
@@ -226,6 +226,11 @@ fn tensor_core_precisions_are_refused_on_the_cpu() {
         );
         assert!(!out.exists(), "a refused run wrote {}", out.display());
     }
+    let o = train(&out, "1", &["--cuda-graphs"]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.trim().lines().count() == 1, "{err}");
+    assert!(err.contains("--cuda-graphs replays CUDA kernels") && err.contains("drop --cuda-graphs"), "{err}");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
     let o = train(&out, "1", &["--precision", "fp32"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -1,13 +1,14 @@
 //! Device probing, errors without a GPU, the gradient path (pinned memory, copy stream,
-//! events) and memory accounting. Without a GPU only the "no GPU" behaviour is checked; with
-//! one, the rest.
+//! events), memory accounting, and steps replayed as CUDA graphs. Without a GPU the "no GPU"
+//! behaviour and the graphs on the emulator are checked; with one, the rest.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
 
 use cuda_common::*;
 use dcgan_train::backend::cuda::{self, Cuda, NoGpu};
-use dcgan_train::backend::{Backend, View, ViewMut};
+use dcgan_train::backend::{Backend, GraphStats, View, ViewMut};
+use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::conv::ConvGeom;
 
 /// `Some(reason)` when no GPU is usable here (a failure under DCGAN_REQUIRE_GPU=1).
@@ -132,4 +133,92 @@ fn the_backend_and_its_buffers_can_cross_threads() {
     send_sync::<<Cuda as Backend>::Buf>();
     send_sync::<cuda::PinnedHostSlice<f32>>();
     send_sync::<cuda::CudaEvent>();
+}
+
+/// The same engine as `cu`, a fresh backend, with `--cuda-graphs` on.
+fn graphed_twin(cu: &Cuda) -> Cuda {
+    let twin = if cu.is_emulated() { Cuda::emulated(cu.sm_count()) } else { Cuda::new(0) };
+    twin.unwrap().with_graphs(true)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// axpy, axpy, tanh | upload | axpy, axpy
+    Usual,
+    /// The third kernel a copy instead of the tanh.
+    OtherKernel,
+    /// No third kernel: the first segment ends early.
+    Short,
+}
+
+/// A small "step" of `shape` over x, y and z (kept between steps), `x_next` uploaded into x
+/// mid-step (the kernels before must read the old x); y and z after it.
+fn graph_step(
+    cu: &Cuda,
+    x: &mut CudaBufOf,
+    y: &mut CudaBufOf,
+    z: &mut CudaBufOf,
+    x_next: &[f32],
+    a: f32,
+    shape: Shape,
+) -> (Vec<f32>, Vec<f32>) {
+    cu.begin_step();
+    cu.axpy(a, View::whole(x), ViewMut::whole(y));
+    cu.axpy(0.5, View::whole(y), ViewMut::whole(z));
+    match shape {
+        Shape::Usual => cu.act_forward(Activation::Tanh, ViewMut::whole(z)),
+        Shape::OtherKernel => cu.copy(View::whole(x), ViewMut::whole(z)),
+        Shape::Short => {}
+    }
+    cu.upload(x_next, ViewMut::whole(x));
+    cu.axpy(1.0, View::whole(z), ViewMut::whole(y));
+    cu.axpy(0.25, View::whole(x), ViewMut::whole(y));
+    cu.end_step();
+    (down(cu, y), down(cu, z))
+}
+
+type CudaBufOf = <Cuda as Backend>::Buf;
+
+/// Steps replayed from graphs equal launched ones bit for bit, with a changing argument
+/// patched in, and a step that leaves the record (another kernel, a segment ending early)
+/// runs what was held back before going on; the counts follow the recorder's rules.
+#[test]
+fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
+    for cu in engines("cuda graphs") {
+        let graphed = graphed_twin(&cu);
+        let n = 3000;
+        let run = |be: &Cuda| {
+            let (mut x, mut y, mut z) =
+                (up(be, &random(&mut rng(31), n, 1.0)), up(be, &vec![0.25; n]), be.alloc(n).unwrap());
+            use Shape::*;
+            let shapes = [Usual, Usual, Usual, OtherKernel, Usual, Usual, Short, Usual, Usual];
+            let mut r = rng(32);
+            let outs: Vec<_> = shapes
+                .iter()
+                .enumerate()
+                .map(|(t, &s)| graph_step(be, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32, s))
+                .collect();
+            outs
+        };
+        let want = run(&cu);
+        let got = run(&graphed);
+        for (t, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert!(w.0 == g.0 && w.1 == g.1, "step {}: the graphed step differs from the launched one", t + 1);
+        }
+        assert_ne!(want[1], want[2], "the steps computed nothing new");
+        // Recorded: steps 1, 5 (after the other kernel) and 8 (after the short step);
+        // replayed: 2, 3, 6, 9, each with two graphs of 3 + 2 kernels and its first axpy's
+        // new factor patched in.
+        let s = graphed.graph_stats().unwrap();
+        let want_stats = GraphStats {
+            recorded_steps: 3,
+            replayed_steps: 4,
+            diverged_steps: 2,
+            graph_launches: 8,
+            graphed_kernels: 20,
+            patched_kernels: 4,
+        };
+        assert_eq!(s, want_stats);
+        assert_eq!(cu.graph_stats(), None);
+    }
 }

@@ -32,7 +32,8 @@
 #    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
 #              (small shapes), the DCGAN gradient test, and a short training run (memcheck)
 #    bench     per-kernel times in each --precision and the whole step at batch 64 and 256
-#              in each --precision (JSON lines, five runs each)
+#              in each --precision, launched and replayed as CUDA graphs (--cuda-graphs;
+#              JSON lines, five runs each)
 #    torch     scripts/bench-torch.py at batch 64 and 256, cuDNN with TF32 (PyTorch's
 #              default) and without, and torch.compile(mode="max-autotune") with TF32
 #    binary    the release dcgan-train: --version, info, a training run, and the two
@@ -241,13 +242,17 @@ stage_bench() {
   fi
   if have_bin dcgan-train bench-step; then
     # The training step of the program itself (D step + G step, Adam), as users run it: five
-    # runs per batch size and precision, the precisions alternating (compare() quotes the
-    # median of their medians, as bench-torch.py does over its runs).
+    # runs per batch size, precision and launch mode, the variants alternating (compare()
+    # quotes the median of their medians, as bench-torch.py does over its runs).
     for rep in 1 2 3 4 5; do
       for b in 64 256; do
         for p in fp32 tf32 3xtf32; do
-          run_step "bench-step-$b-$p-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda \
-            --batch-size "$b" --precision "$p" --steps 100 --warmup 20 --json
+          for g in launched graphs; do
+            local graphs=()
+            [[ $g == graphs ]] && graphs=(--cuda-graphs)
+            run_step "bench-step-$b-$p-$g-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda \
+              --batch-size "$b" --precision "$p" "${graphs[@]}" --steps 100 --warmup 20 --json
+          done
         done
       done
     done
@@ -312,7 +317,7 @@ stage_mpi() {
     # shellcheck source=gpu-mpi-env.sh
     source "$ROOT/scripts/gpu/gpu-mpi-env.sh" || exit 1
     run_step mpi-info 60 mpiexec -n 2 "$BIN/dcgan-train-mpi" info
-    for run in "auto" "auto --no-overlap" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
+    for run in "auto" "auto --no-overlap" "auto --cuda-graphs" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
       local name="mpi-train-${run// /}"
       name=${name//--/-}
       rm -rf "/tmp/$name"
@@ -329,6 +334,9 @@ stage_mpi() {
     # equal; a missing stream dependency on the copy-back shows up here.
     run_step mpi-overlap-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" \
       /tmp/mpi-train-auto /tmp/mpi-train-auto-no-overlap
+    # The steps replayed as CUDA graphs, cut at every gradient copy and wait: the same bits.
+    run_step mpi-graphs-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" \
+      /tmp/mpi-train-auto /tmp/mpi-train-auto-cuda-graphs
     # The pipeline (G's stage and D's on the one GPU) against one rank with the same
     # micro-batches: the same kernels on the same micro-batches, so bitwise equal.
     local micro=(--device cuda --data synthetic:4096 --max-steps 20 --micro-batches 4 --no-progress)
@@ -471,7 +479,8 @@ def load(name):
 import statistics
 runs = {}
 for r in load("bench-step.jsonl"):
-    runs.setdefault((r["batch_size"], r.get("precision", "fp32")), []).append(r)
+    graphs = "+graphs" if r.get("cuda_graphs") else ""
+    runs.setdefault((r["batch_size"], r.get("precision", "fp32") + graphs), []).append(r)
 ours = {}
 for key, rs in runs.items():
     # The run whose median step time is the median of the runs'.

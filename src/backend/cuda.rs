@@ -15,6 +15,8 @@
 mod backend_impl;
 mod driver;
 pub mod emu;
+mod graph;
+mod graph_exec;
 pub mod kernel_cache;
 pub mod kernel_table;
 pub mod nvrtc;
@@ -32,7 +34,7 @@ use anyhow::{Result, anyhow, bail};
 use cudarc::driver::HostSlice;
 use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The kernel families, one CUDA source file (one module) each.
@@ -91,6 +93,9 @@ pub fn params_header() -> String {
 struct MemStats {
     current: AtomicUsize,
     peak: AtomicUsize,
+    /// Kernels are held back for a graph (`graph`): freeing a buffer now could free it under
+    /// them.
+    deferred: AtomicBool,
 }
 
 impl MemStats {
@@ -124,6 +129,9 @@ impl DeviceBuf for CudaBuf {
 
 impl Drop for CudaBuf {
     fn drop(&mut self) {
+        if self.mem.deferred.load(Ordering::Relaxed) && !std::thread::panicking() {
+            panic!("a CUDA buffer was freed inside a graphed step, while kernels that may use it are held back");
+        }
         self.mem.sub(4 * self.len.max(1));
     }
 }
@@ -160,6 +168,8 @@ pub struct Cuda {
     /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
     /// (`reserve_workspace` grows it up front so that the step loop never allocates).
     workspace: Mutex<Option<CudaBuf>>,
+    /// `--cuda-graphs`: the step's recorder (None: every kernel launched at once).
+    graphs: Option<Mutex<graph::Graphs>>,
 }
 
 impl Cuda {
@@ -173,6 +183,7 @@ impl Cuda {
             precision: Precision::Fp32,
             mem: Arc::default(),
             workspace: Mutex::new(None),
+            graphs: None,
         })
     }
 
@@ -185,6 +196,7 @@ impl Cuda {
             precision: Precision::Fp32,
             mem: Arc::default(),
             workspace: Mutex::new(None),
+            graphs: None,
         })
     }
 
@@ -255,6 +267,7 @@ impl Cuda {
     /// Wait for the compute and copy streams; an error from an earlier asynchronous kernel or
     /// copy is returned here (`Backend::synchronize` panics with it instead).
     pub fn try_synchronize(&self) -> Result<()> {
+        self.graph_boundary();
         match &self.engine {
             Engine::Driver(d) => d.synchronize(),
             Engine::Emulator(_) => Ok(()),
@@ -262,6 +275,7 @@ impl Cuda {
     }
 
     fn alloc_buf(&self, len: usize) -> Result<CudaBuf> {
+        self.graph_boundary();
         let (addr, storage) = match &self.engine {
             Engine::Driver(d) => {
                 let (addr, a) = d.alloc(len, self.allocated_bytes())?;
@@ -327,7 +341,7 @@ impl Cuda {
         params: &mut [*mut c_void],
     ) {
         debug_assert_eq!(family.kernels().kernels[index].name, name);
-        if dims.is_empty() {
+        if dims.is_empty() || self.graph_launch(family, index, name, dims, params) {
             return;
         }
         match &self.engine {
@@ -355,6 +369,7 @@ impl Cuda {
         dst: &mut PinnedHostSlice<f32>,
         dst_off: usize,
     ) -> Result<CudaEvent> {
+        self.graph_boundary();
         let d = self.driver()?;
         let end = dst_off + src.len;
         if end > dst.len() {
@@ -376,6 +391,7 @@ impl Cuda {
         src_off: usize,
         dst: ViewMut<'_, Cuda>,
     ) -> Result<CudaEvent> {
+        self.graph_boundary();
         let d = self.driver()?;
         let end = src_off + dst.len;
         if end > src.len() {
@@ -390,6 +406,7 @@ impl Cuda {
 
     /// Make the compute stream wait for `ev` (e.g. a gradient's return before its Adam step).
     pub fn compute_wait(&self, ev: &CudaEvent) -> Result<()> {
+        self.graph_boundary();
         self.driver()?.compute_wait(ev)
     }
 }

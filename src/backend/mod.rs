@@ -53,6 +53,22 @@ impl Precision {
     }
 }
 
+/// What `--cuda-graphs` did in a run (`summary.json`, `bench-step --json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GraphStats {
+    /// Steps whose launches were recorded (the first, and each after a step changed shape).
+    pub recorded_steps: u64,
+    /// Steps replayed through their graphs from start to end.
+    pub replayed_steps: u64,
+    /// Steps that left their record part-way and ran eagerly from there.
+    pub diverged_steps: u64,
+    /// Graphs launched, and the kernels they launched.
+    pub graph_launches: u64,
+    pub graphed_kernels: u64,
+    /// Kernels whose arguments were updated in their graph before a launch.
+    pub patched_kernels: u64,
+}
+
 /// A device buffer of f32.
 pub trait DeviceBuf: Send {
     fn len(&self) -> usize;
@@ -144,6 +160,11 @@ pub trait Backend: Sized + 'static {
     fn copy(&self, src: View<Self>, dst: ViewMut<Self>);
     /// Wait until every op issued so far has finished.
     fn synchronize(&self);
+    /// One training step's ops follow, until `end_step` (CUDA with `--cuda-graphs` replays
+    /// the previous step's kernels as graphs where this one repeats them).
+    fn begin_step(&self) {}
+    /// The step's ops are all issued: none is held back after this.
+    fn end_step(&self) {}
 
     // ---- the gradient path and memory ----
     /// Host memory for staging `len` floats (zeroed).
@@ -161,6 +182,10 @@ pub trait Backend: Sized + 'static {
     /// Reserve what the ops of a batch norm need.
     fn prepare_bn(&self, _g: &BnGeom) -> Result<()> {
         Ok(())
+    }
+    /// What the step's CUDA graphs did (None: no graphs).
+    fn graph_stats(&self) -> Option<GraphStats> {
+        None
     }
     /// The most device memory held at once so far (None where not tracked: the CPU).
     fn peak_bytes(&self) -> Option<usize> {

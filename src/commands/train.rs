@@ -67,6 +67,11 @@ pub struct ModelArgs {
     /// tf32 and 3xtf32; the CPU computes in fp32 only.
     #[arg(long, value_enum, default_value_t = Precision::Fp32)]
     pub precision: Precision,
+    /// CUDA: record the first step's kernels and replay the steps after it as CUDA graphs,
+    /// one launch for each stretch between host interactions (uploads, gradient copies,
+    /// downloads); a step that launches differently runs eagerly and is recorded again.
+    #[arg(long)]
+    pub cuda_graphs: bool,
     /// Compute each rank's batch in M micro-batches (a divisor of it), summing their
     /// gradients: batch norm sees M-th batches, as M data-parallel ranks would, and the
     /// activations of one micro-batch at a time are in flight (--recompute).
@@ -257,6 +262,7 @@ impl From<ModelArgs> for ModelOptions {
             threads: a.threads,
             device: a.device,
             precision: a.precision,
+            cuda_graphs: a.cuda_graphs,
             micro_batches: a.micro_batches,
             recompute: a.recompute,
             deferred_bn: a.deferred_bn,

@@ -4,7 +4,7 @@
 //! ran as if it had been left at its default.
 
 use crate::comm::CommOptions;
-use crate::device::{DeviceChoice, Precision};
+use crate::device::{CudaSettings, DeviceChoice, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -74,6 +74,8 @@ pub struct ModelOptions {
     pub device: DeviceChoice,
     /// How the CUDA convolutions multiply (the CPU computes in f32 only).
     pub precision: Precision,
+    /// CUDA: replay each step's kernels as CUDA graphs.
+    pub cuda_graphs: bool,
     /// Each rank's batch is computed in this many micro-batches, their gradients summed
     /// (batch norm's statistics per micro-batch).
     pub micro_batches: u64,
@@ -152,6 +154,11 @@ pub enum CriticNorm {
 }
 
 impl ModelOptions {
+    /// What a CUDA backend takes from these options.
+    pub fn cuda_settings(&self) -> CudaSettings {
+        CudaSettings { precision: self.precision, graphs: self.cuda_graphs }
+    }
+
     /// Refuses options that belong to the other loss.
     pub fn check_loss_options(&self) -> anyhow::Result<()> {
         if self.loss == GanLoss::Dcgan && self.critic_norm.is_some() {
@@ -246,6 +253,7 @@ impl Default for ModelOptions {
             threads: None,
             device: DeviceChoice::Auto,
             precision: Precision::Fp32,
+            cuda_graphs: false,
             micro_batches: 1,
             recompute: false,
             deferred_bn: false,

@@ -39,7 +39,7 @@ pub struct BenchStepOptions {
 pub fn run(args: BenchStepOptions) -> Result<()> {
     let (local_rank, local_size) = crate::comm::launcher_local_place();
     crate::backend::threads::setup_threads(args.model.threads, local_size)?;
-    let (device, notice) = crate::device::select(args.model.device, args.model.precision, local_rank)?;
+    let (device, notice) = crate::device::select(args.model.device, args.model.cuda_settings(), local_rank)?;
     if let Some(n) = notice.filter(|_| local_rank == 0) {
         eprintln!("{n}");
     }
@@ -108,6 +108,7 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
             "batch_size": batch,
             "micro_batches": micro,
             "precision": args.model.precision.name(),
+            "cuda_graphs": trainer.be.graph_stats(),
             "steps": args.steps,
             "threads": threads,
             "ms_per_step": median,

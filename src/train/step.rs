@@ -377,16 +377,20 @@ impl<B: Backend> GanTrainer<B> {
     /// One step on this rank's `images` [B, H, W] (in [-1, 1]). `stop` asks every rank to
     /// stop after this step (the answer comes back in the metrics).
     pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
-        if self.wgan.is_some() {
-            return self.wgan_step(images, lr_d, lr_g, stop);
-        }
-        if self.pipeline.is_some() {
-            return self.pipeline_step(images, lr_d, lr_g, stop);
-        }
-        if self.micro.is_some() {
-            return self.micro_step(images, lr_d, lr_g, stop);
-        }
-        self.dcgan_step(images, lr_d, lr_g, stop)
+        // Bracketed, so that `--cuda-graphs` can replay the step's kernels (backend/cuda/graph.rs);
+        // an interrupted step ends the bracket too.
+        self.be.begin_step();
+        let metrics = if self.wgan.is_some() {
+            self.wgan_step(images, lr_d, lr_g, stop)
+        } else if self.pipeline.is_some() {
+            self.pipeline_step(images, lr_d, lr_g, stop)
+        } else if self.micro.is_some() {
+            self.micro_step(images, lr_d, lr_g, stop)
+        } else {
+            self.dcgan_step(images, lr_d, lr_g, stop)
+        };
+        self.be.end_step();
+        metrics
     }
 
     /// The DCGAN example's step (the module doc).

@@ -146,6 +146,7 @@ pub fn build_summary<B: Backend>(
         mpi_library: w.mpi_library.clone(),
         device: trainer.be_describe(),
         peak_device_memory_bytes: trainer.peak_device_bytes(),
+        cuda_graphs: trainer.be.graph_stats(),
         peak_host_memory_bytes: crate::memory::peak_resident_bytes(),
         host_memory_estimate_bytes: facts.memory.map(|m| m.host_bytes),
         device_memory_estimate_bytes: facts.memory.and_then(|m| m.device_bytes),

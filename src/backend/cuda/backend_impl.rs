@@ -33,6 +33,7 @@ impl Backend for Cuda {
     }
     fn upload(&self, src: &[f32], dst: ViewMut<Self>) {
         check_len("upload", src.len(), dst.len);
+        self.graph_boundary();
         let to = dptr_mut(&dst).0;
         match &self.engine {
             Engine::Driver(d) => d.upload(src, to),
@@ -41,6 +42,7 @@ impl Backend for Cuda {
     }
     fn download(&self, src: View<Self>, dst: &mut [f32]) {
         check_len("download", dst.len(), src.len);
+        self.graph_boundary();
         let from = dptr(src).0;
         match &self.engine {
             Engine::Driver(d) => d.download(from, dst),
@@ -51,6 +53,11 @@ impl Backend for Cuda {
     }
     fn copy(&self, src: View<Self>, dst: ViewMut<Self>) {
         check_len("copy", dst.len, src.len);
+        if self.in_graph_step() {
+            // A graph records kernels: the copy as one keeps the segment whole.
+            return elementwise::cuda::copy(self, src, dst);
+        }
+        self.graph_boundary();
         let (from, to) = (dptr(src).0, dptr_mut(&dst).0);
         match &self.engine {
             Engine::Driver(d) => d.copy_dtod(from, to, src.len),
@@ -61,6 +68,13 @@ impl Backend for Cuda {
         if let Err(e) = self.try_synchronize() {
             panic!("{e:#}");
         }
+    }
+
+    fn begin_step(&self) {
+        self.begin_graph_step();
+    }
+    fn end_step(&self) {
+        self.end_graph_step();
     }
 
     fn alloc_host(&self, len: usize) -> Result<Self::Host> {
@@ -77,6 +91,9 @@ impl Backend for Cuda {
     }
     fn prepare_bn(&self, g: &BnGeom) -> Result<()> {
         Cuda::prepare_bn(self, g)
+    }
+    fn graph_stats(&self) -> Option<crate::backend::GraphStats> {
+        Cuda::graph_stats(self)
     }
     fn peak_bytes(&self) -> Option<usize> {
         Some(Cuda::peak_bytes(self))

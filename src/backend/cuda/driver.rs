@@ -106,7 +106,7 @@ impl Driver {
         Ok(Driver { probe, ctx, compute, copy, sm_count, functions })
     }
 
-    fn bind(&self) {
+    pub(super) fn bind(&self) {
         if let Err(e) = self.ctx.bind_to_thread() {
             panic!("CUDA context unusable: {e}");
         }
@@ -140,9 +140,14 @@ impl Driver {
         Ok((ptr, DeviceAlloc { slice, copy: self.copy.clone() }))
     }
 
+    /// Kernel `index` of `family`.
+    pub(super) fn function(&self, family: Family, index: usize) -> &CudaFunction {
+        &self.functions[family as usize][index]
+    }
+
     pub fn launch(&self, family: Family, index: usize, name: &str, dims: Dims, params: &mut [*mut c_void]) {
         self.bind();
-        let f = &self.functions[family as usize][index];
+        let f = self.function(family, index);
         let r = unsafe {
             result::launch_kernel(
                 f.cu_function(),

@@ -29,6 +29,10 @@ pub struct Summary {
     /// The device's peak allocation (None on the CPU, which does not count).
     #[serde(default)]
     pub peak_device_memory_bytes: Option<usize>,
+    /// `--cuda-graphs`: rank 0's steps recorded, replayed and left part-way, and its graph
+    /// launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_graphs: Option<crate::device::GraphStats>,
     /// Rank 0's most resident memory (VmHWM; on the CPU backend the model's too).
     #[serde(default)]
     pub peak_host_memory_bytes: Option<u64>,

@@ -59,7 +59,7 @@ pub fn run(args: &TrainOptions, given: &BTreeSet<String>) -> Result<()> {
 /// checkpoint to resume from.
 fn train(job: &Job, args: &TrainOptions, from: Option<&ResumeFrom>) -> Result<()> {
     let (device, notice) =
-        job.agree(crate::device::select(args.model.device, args.model.precision, job.world.local_rank))?;
+        job.agree(crate::device::select(args.model.device, args.model.cuda_settings(), job.world.local_rank))?;
     if let Some(n) = notice.filter(|_| job.is_root()) {
         eprintln!("{n}");
     }
