@@ -71,6 +71,7 @@ impl Driver {
 
     /// Give node `i` of `g` the arguments `r` holds now.
     pub fn patch_graph_kernel(&self, g: &GraphExec, i: usize, r: &mut LaunchRecord) {
+        self.bind();
         let mut params = r.params();
         let p = self.node_params(r, &mut params);
         check(&format!("updating kernel {}", r.name), unsafe {
