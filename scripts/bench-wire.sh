@@ -9,16 +9,19 @@
 #
 #   scripts/bench-wire.sh [--hosts 4] [--rate 1gbit] [--steps 40] [--skip 10] [--repeats 3]
 #                         [--variants no-exchange,f32,bf16,1bit,bmuf4,bmuf16] [--out DIR]
+#                         [--train-args "..."]
 #
 # Variants: no-exchange (the step without communication), f32, bf16, 1bit (--wire 1bit
 # --wire-warmup-steps 5), bmufK (--sync-every K). Writes DIR/results.md and results.json
 # (`python3 scripts/reports wire DIR`). Needs what cluster-emulate.sh needs (root, iproute2,
-# Open MPI). DCGAN_TRAIN picks the binary (default: a release build of this checkout).
+# Open MPI). DCGAN_TRAIN picks the binary (default: a release build of this checkout);
+# --train-args adds options to every run. Without Debian's Fashion-MNIST the runs read
+# synthetic images of the same size (the step and the bytes exchanged are the same).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-HOSTS=4 RATE=1gbit STEPS=40 SKIP=10 REPEATS=3 VARIANTS=no-exchange,f32,bf16,1bit,bmuf4,bmuf16 OUT=""
+HOSTS=4 RATE=1gbit STEPS=40 SKIP=10 REPEATS=3 VARIANTS=no-exchange,f32,bf16,1bit,bmuf4,bmuf16 OUT="" TRAIN_ARGS=""
 NAME=dcgwire
 
 die() { echo "bench-wire: $*" >&2; exit 1; }
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
         --repeats) REPEATS="${2?}"; shift 2 ;;
         --variants) VARIANTS="${2?}"; shift 2 ;;
         --out) OUT="${2?}"; shift 2 ;;
+        --train-args) TRAIN_ARGS="${2?--train-args needs a value}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
@@ -58,9 +62,12 @@ OUT="${OUT:-$REPO/runs/wire-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 resolve_binary
 CLUSTER="$HERE/cluster-emulate.sh"
+read -ra EXTRA <<<"$TRAIN_ARGS"
+[ -d /usr/share/datasets/fashion-mnist ] || EXTRA=(--data synthetic:60000 "${EXTRA[@]}")
 cleanup() { "$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 environment_header >"$OUT/environment.txt"
+echo "every run also: ${EXTRA[*]:-(nothing)}" >>"$OUT/environment.txt"
 "$CLUSTER" up "$HOSTS" --rate "$RATE" --name "$NAME" 2>&1 | tee "$OUT/links.txt" >&2
 
 for r in $(seq 1 "$REPEATS"); do
@@ -69,7 +76,7 @@ for r in $(seq 1 "$REPEATS"); do
         log "round $r/$REPEATS: $v"
         # shellcheck disable=SC2046
         "$CLUSTER" run --name "$NAME" -n "$HOSTS" -- "$BIN" train --batch-size 64 --threads 1 \
-            --max-steps "$STEPS" --no-progress --out "$dir" $(run_args "$v") \
+            --max-steps "$STEPS" --no-progress --out "$dir" $(run_args "$v") "${EXTRA[@]}" \
             >"$OUT/r$r-$v.log" 2>&1 || die "round $r, $v failed: see $OUT/r$r-$v.log"
     done
 done

@@ -17,7 +17,7 @@
 #                                                   scaling and two-level; "all": every stage
 #                                                   but the last two)
 #
-#    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level.
+#    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire.
 #    Everything measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
 #    To bring everything back as one file:
@@ -52,6 +52,9 @@
 #              targets; about 8 minutes, so a run of its own; not default; needs .ompi)
 #    two-level scripts/bench-two-level.sh: 2 emulated hosts of 4 ranks, every algorithm
 #              against the two-level cost model (about 2 minutes; not default; needs .ompi)
+#    wire      scripts/bench-wire.sh: 4 emulated hosts at 1 Gbit/s, CPU ranks on cores of
+#              their own, f32 against bf16 and 1bit: the exposed exchange of each (about 3
+#              minutes; not default; needs .ompi)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -458,6 +461,26 @@ stage_two_level() {
   )
 }
 
+# The compressed exchanges where every rank and its comm thread have a core (on 2 cores the 4
+# ranks' own drift is larger than 1bit's exposed exchange): scripts/bench-wire.sh, 4 emulated
+# hosts at 1 Gbit/s (WIRE_ARGS replaces the options).
+stage_wire() {
+  have_bin dcgan-train-mpi wire || return
+  have_ompi wire || return
+  (
+    cluster_mpi_env || exit 1
+    local args=()
+    eval "args=(${WIRE_ARGS:---hosts 4 --rate 1gbit --steps 30 --skip 8 --repeats 2 --variants no-exchange,f32,bf16,1bit --train-args \"--device cpu\"})"
+    local dir=/tmp/gpu-check-wire
+    rm -rf "$dir"
+    DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step wire "${WIRE_LIMIT:-420}" \
+      bash "$ROOT/scripts/bench-wire.sh" "${args[@]}" --out "$dir"
+    mkdir -p "$OUT/wire"
+    cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/wire/" 2>/dev/null || true
+    [[ -f "$dir/results.md" ]] && cat "$dir/environment.txt" "$dir/results.md"
+  )
+}
+
 stage_ncu() {
   ensure_nvrtc
   command -v ncu >/dev/null || { note "ncu: SKIP (no ncu)"; return; }
@@ -515,7 +538,8 @@ for s in "${STAGES[@]}"; do
   case $s in
     env | nvrtc | tests | sanitize | bench | torch | binary | mpi | quality | ncu | scaling) "stage_$s" ;;
     two-level) stage_two_level ;;
-    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level all)" >&2; exit 2 ;;
+    wire) stage_wire ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire all)" >&2; exit 2 ;;
   esac
 done
 compare
