@@ -64,6 +64,25 @@ impl LaunchRecord {
         }
     }
 
+    /// Whether `params` point at the argument bytes recorded (no allocation: this runs for
+    /// every held-back launch).
+    fn has_args(&self, params: &[*mut c_void]) -> bool {
+        let kinds = self.family.kernels().kernels[self.index].params;
+        kinds.len() == params.len()
+            && kinds.iter().zip(params).zip(&self.starts).all(|((kind, &p), &at)| {
+                let bytes = param_bytes(kind);
+                // SAFETY: `p` points at `bytes` bytes of the argument; `words[at..]` holds at
+                // least as many.
+                let (now, was) = unsafe {
+                    (
+                        std::slice::from_raw_parts(p as *const u8, bytes),
+                        std::slice::from_raw_parts(self.words.as_ptr().add(at) as *const u8, bytes),
+                    )
+                };
+                now == was
+            })
+    }
+
     /// The same kernel on the same grid (arguments aside).
     fn same_launch(&self, family: Family, index: usize, dims: &Dims) -> bool {
         self.family == family && self.index == index && self.dims == *dims
@@ -196,9 +215,8 @@ impl Cuda {
                     && let Some(r) = s.launches.get_mut(*pos)
                     && r.same_launch(family, index, &dims)
                 {
-                    let now = LaunchRecord::new(family, index, name, dims, params);
-                    if now.words != r.words {
-                        r.words = now.words;
+                    if !r.has_args(params) {
+                        r.set_args(params);
                         s.changed.push(*pos);
                     }
                     *pos += 1;
