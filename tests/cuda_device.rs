@@ -151,10 +151,11 @@ enum Shape {
     Short,
 }
 
-/// A small "step" of `shape` over x, y and z (kept between steps), `x_next` uploaded into x
+/// A small "step" of `kind` and `shape` over x, y and z (kept between steps), `x_next` uploaded into x
 /// mid-step (the kernels before must read the old x); y and z after it.
 fn graph_step(
     cu: &Cuda,
+    kind: u64,
     x: &mut CudaBufOf,
     y: &mut CudaBufOf,
     z: &mut CudaBufOf,
@@ -162,7 +163,7 @@ fn graph_step(
     a: f32,
     shape: Shape,
 ) -> (Vec<f32>, Vec<f32>) {
-    cu.begin_step();
+    cu.begin_step(kind);
     cu.axpy(a, View::whole(x), ViewMut::whole(y));
     cu.axpy(0.5, View::whole(y), ViewMut::whole(z));
     match shape {
@@ -191,12 +192,22 @@ fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
             let (mut x, mut y, mut z) =
                 (up(be, &random(&mut rng(31), n, 1.0)), up(be, &vec![0.25; n]), be.alloc(n).unwrap());
             use Shape::*;
-            let shapes = [Usual, Usual, Usual, OtherKernel, Usual, Usual, Short, Usual, Usual];
+            // (kind, shape): kind 0 changes shape twice; kind 1's other kernel is its own.
+            let steps = [(0, Usual), (0, Usual), (0, Usual), (0, OtherKernel), (0, Usual), (0, Usual), (0, Short)];
+            let steps = steps.into_iter().chain([
+                (0, Usual),
+                (0, Usual),
+                (1, OtherKernel),
+                (0, Usual),
+                (1, OtherKernel),
+                (0, Usual),
+            ]);
             let mut r = rng(32);
-            let outs: Vec<_> = shapes
-                .iter()
+            let outs: Vec<_> = steps
                 .enumerate()
-                .map(|(t, &s)| graph_step(be, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32, s))
+                .map(|(t, (kind, s))| {
+                    graph_step(be, kind, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32, s)
+                })
                 .collect();
             outs
         };
@@ -206,17 +217,18 @@ fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
             assert!(w.0 == g.0 && w.1 == g.1, "step {}: the graphed step differs from the launched one", t + 1);
         }
         assert_ne!(want[1], want[2], "the steps computed nothing new");
-        // Recorded: steps 1, 5 (after the other kernel) and 8 (after the short step);
-        // replayed: 2, 3, 6, 9, each with two graphs of 3 + 2 kernels and its first axpy's
-        // new factor patched in.
+        // Recorded: steps 1, 5 (after the other kernel), 8 (after the short step) and 10 (kind
+        // 1's first); replayed: 2, 3, 6, 9, 11, 12, 13 (kind 0's record survives kind 1's
+        // steps), each with two graphs of 3 + 2 kernels and its first axpy's new factor
+        // patched in.
         let s = graphed.graph_stats().unwrap();
         let want_stats = GraphStats {
-            recorded_steps: 3,
-            replayed_steps: 4,
+            recorded_steps: 4,
+            replayed_steps: 7,
             diverged_steps: 2,
-            graph_launches: 8,
-            graphed_kernels: 20,
-            patched_kernels: 4,
+            graph_launches: 14,
+            graphed_kernels: 35,
+            patched_kernels: 7,
         };
         assert_eq!(s, want_stats);
         assert_eq!(cu.graph_stats(), None);

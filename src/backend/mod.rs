@@ -160,9 +160,10 @@ pub trait Backend: Sized + 'static {
     fn copy(&self, src: View<Self>, dst: ViewMut<Self>);
     /// Wait until every op issued so far has finished.
     fn synchronize(&self);
-    /// One training step's ops follow, until `end_step` (CUDA with `--cuda-graphs` replays
-    /// the previous step's kernels as graphs where this one repeats them).
-    fn begin_step(&self) {}
+    /// One training step's ops follow, until `end_step`. Steps of one `kind` launch the same
+    /// kernels in the same order (CUDA with `--cuda-graphs` replays the last step of its kind
+    /// as graphs where this one repeats it).
+    fn begin_step(&self, _kind: u64) {}
     /// The step's ops are all issued: none is held back after this.
     fn end_step(&self) {}
 

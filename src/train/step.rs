@@ -379,7 +379,7 @@ impl<B: Backend> GanTrainer<B> {
     pub fn step(&mut self, images: &[f32], lr_d: f32, lr_g: f32, stop: bool) -> Result<StepMetrics> {
         // Bracketed, so that `--cuda-graphs` can replay the step's kernels (backend/cuda/graph.rs);
         // an interrupted step ends the bracket too.
-        self.be.begin_step();
+        self.be.begin_step(self.step_kind());
         let metrics = if self.wgan.is_some() {
             self.wgan_step(images, lr_d, lr_g, stop)
         } else if self.pipeline.is_some() {
@@ -391,6 +391,14 @@ impl<B: Backend> GanTrainer<B> {
         };
         self.be.end_step();
         metrics
+    }
+
+    /// Which kernels the next step launches, as a number: steps of one kind launch the same
+    /// ones in the same order. They differ in whether G's update is in flight (its forward
+    /// lands it) and, with WGAN-GP, whether the step includes the generator's.
+    fn step_kind(&self) -> u64 {
+        let generator_step = self.wgan.as_ref().is_none_or(|w| (self.step + 1).is_multiple_of(w.n_critic));
+        u64::from(self.g_pending.is_some()) | u64::from(generator_step) << 1
     }
 
     /// The DCGAN example's step (the module doc).

@@ -70,8 +70,8 @@ impl Backend for Cuda {
         }
     }
 
-    fn begin_step(&self) {
-        self.begin_graph_step();
+    fn begin_step(&self, kind: u64) {
+        self.begin_graph_step(kind);
     }
     fn end_step(&self) {
         self.end_graph_step();

@@ -1,20 +1,22 @@
 //! `--cuda-graphs`: a training step's kernels recorded once and replayed as CUDA graphs, one
 //! graph launch for each stretch of kernels between two host interactions.
 //!
-//! - `begin_step` .. `end_step` bracket one step. A step without a record runs its kernels as
-//!   usual and records each launch (kernel, grid, argument bytes); every host interaction
+//! - `begin_step` .. `end_step` bracket one step, of a kind the trainer names (steps of one
+//!   kind launch the same kernels: whether G's update is in flight, whether a WGAN-GP step
+//!   includes the generator's). A step whose kind has no record runs its kernels as usual
+//!   and records each launch (kernel, grid, argument bytes); every host interaction
 //!   (upload, download, a gradient staged to or from the host, a wait, an allocation) closes
 //!   a segment. At the step's end each segment becomes a graph (on a GPU a chain of kernel
 //!   nodes, instantiated once).
-//! - The next steps replay: each launch is compared with the record at its place and held
+//! - The next steps of the kind replay: each launch is compared with the record at its place and held
 //!   back; where only its arguments differ (Adam's bias corrections change every step) the
 //!   node's arguments are updated; at the segment's end the graph runs, one launch for the
 //!   whole stretch. Device work is asynchronous anyway: nothing can see a held-back kernel
 //!   before the host interaction that closes its segment launches it.
 //! - A launch of another kernel or grid, a segment that ends early, or a step with more or
 //!   fewer segments than recorded: the held-back launches run one by one at once, the rest
-//!   of the step runs eagerly, and the next step records afresh. Whatever a step does, it
-//!   computes what launching its kernels would, bit for bit.
+//!   of the step runs eagerly, and the next step of its kind records afresh. Whatever a
+//!   step does, it computes what launching its kernels would, bit for bit.
 
 use super::kernel_table::{Dims, ParamKind};
 use super::{Cuda, Engine, Family};
@@ -118,14 +120,18 @@ enum Mode {
 /// The recorder's state (behind a mutex in `Cuda`).
 pub(crate) struct Graphs {
     mode: Mode,
-    /// The last recorded step, while it still describes the steps.
+    /// The record of the step under way (taken from `records` for its kind).
     record: Option<Vec<Segment>>,
+    /// The step under way's kind, and the last recorded step of each kind that still
+    /// describes its steps.
+    kind: u64,
+    records: std::collections::HashMap<u64, Vec<Segment>>,
     stats: GraphStats,
 }
 
 impl Graphs {
     pub fn new() -> Graphs {
-        Graphs { mode: Mode::Off, record: None, stats: GraphStats::default() }
+        Graphs { mode: Mode::Off, record: None, kind: 0, records: Default::default(), stats: GraphStats::default() }
     }
 }
 
@@ -149,11 +155,13 @@ impl Cuda {
             .is_some_and(|g| matches!(g.lock().unwrap().mode, Mode::Recording { .. } | Mode::Replaying { .. }))
     }
 
-    /// Start a step: replay the record if there is one, else record this step.
-    pub(super) fn begin_graph_step(&self) {
+    /// Start a step of `kind`: replay its kind's record if there is one, else record it.
+    pub(super) fn begin_graph_step(&self, kind: u64) {
         let Some(g) = &self.graphs else { return };
         let mut g = g.lock().unwrap();
         assert!(matches!(g.mode, Mode::Off), "a graph step began inside another");
+        g.kind = kind;
+        g.record = g.records.remove(&kind);
         g.mode = match g.record {
             Some(_) => Mode::Replaying { seg: 0, pos: 0 },
             None => Mode::Recording { segments: Vec::new(), open: Vec::new() },
@@ -185,6 +193,10 @@ impl Cuda {
                 }
             }
             Mode::Eager | Mode::Off => {}
+        }
+        if let Some(r) = g.record.take() {
+            let kind = g.kind;
+            g.records.insert(kind, r);
         }
         self.mem.deferred.store(false, std::sync::atomic::Ordering::Relaxed);
     }
