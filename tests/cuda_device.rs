@@ -155,13 +155,12 @@ enum Shape {
 /// mid-step (the kernels before must read the old x); y and z after it.
 fn graph_step(
     cu: &Cuda,
-    kind: u64,
+    (kind, shape): (u64, Shape),
     x: &mut CudaBufOf,
     y: &mut CudaBufOf,
     z: &mut CudaBufOf,
     x_next: &[f32],
     a: f32,
-    shape: Shape,
 ) -> (Vec<f32>, Vec<f32>) {
     cu.begin_step(kind);
     cu.axpy(a, View::whole(x), ViewMut::whole(y));
@@ -205,8 +204,8 @@ fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
             let mut r = rng(32);
             let outs: Vec<_> = steps
                 .enumerate()
-                .map(|(t, (kind, s))| {
-                    graph_step(be, kind, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32, s)
+                .map(|(t, step)| {
+                    graph_step(be, step, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32)
                 })
                 .collect();
             outs
