@@ -306,6 +306,23 @@ impl Summary {
         ))
     }
 
+    /// The end-of-run line on `--cuda-graphs` (None without): how many steps replayed their
+    /// graphs, and how many kernels each graph launch stood for.
+    pub fn graphs_line(&self) -> Option<String> {
+        let g = self.cuda_graphs?;
+        let steps = g.recorded_steps + g.replayed_steps + g.diverged_steps;
+        Some(format!(
+            "cuda graphs (rank 0): {} of {steps} steps replayed ({} recorded, {} left their record part-way); {} graph \
+             launches for {} kernels, {} of them with new arguments",
+            g.replayed_steps,
+            g.recorded_steps,
+            g.diverged_steps,
+            g.graph_launches,
+            g.graphed_kernels,
+            g.patched_kernels
+        ))
+    }
+
     /// The end-of-run line on where the exchange's time went (None without an exchange): what
     /// the comm thread spent, what the step waited for, and the buckets waited for longest,
     /// which are where overlap fell short.

@@ -77,6 +77,25 @@ fn step_line_says_what_the_step_waited_for_on_several_ranks_only() {
 }
 
 #[test]
+fn graphs_line_counts_replayed_steps_with_cuda_graphs_only() {
+    let mut s = summary(1);
+    assert_eq!(s.graphs_line(), None);
+    s.cuda_graphs = Some(crate::device::GraphStats {
+        recorded_steps: 3,
+        replayed_steps: 96,
+        diverged_steps: 1,
+        graph_launches: 384,
+        graphed_kernels: 10_752,
+        patched_kernels: 768,
+    });
+    assert_eq!(
+        s.graphs_line().unwrap(),
+        "cuda graphs (rank 0): 96 of 100 steps replayed (3 recorded, 1 left their record part-way); 384 graph \
+         launches for 10752 kernels, 768 of them with new arguments"
+    );
+}
+
+#[test]
 fn a_file_that_is_no_summary_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("summary.json");

@@ -35,7 +35,7 @@ impl<B: Backend> Run<'_, B> {
         let end = RunEnd { data: &self.data.description, facts: f, last: &self.last, final_grid: &final_grid };
         let summary = build_summary(self.args, job, &self.settings, &self.trainer, end);
         job.or_fail(out.summary(&summary));
-        for line in [summary.step_line(), summary.exchange_line()].into_iter().flatten() {
+        for line in [summary.step_line(), summary.exchange_line(), summary.graphs_line()].into_iter().flatten() {
             eprintln!("{line}");
         }
         let ck_name = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
