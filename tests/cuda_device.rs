@@ -233,3 +233,42 @@ fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
         assert_eq!(cu.graph_stats(), None);
     }
 }
+
+/// A held-back kernel may read the workspace: when an op of a replayed step grows it, what
+/// was held back runs before the old workspace is freed, and the results stay the launched
+/// ones (split-K convolutions, the last one needing more scratch than reserved).
+#[test]
+fn a_workspace_growing_in_a_replayed_step_frees_nothing_under_held_back_kernels() {
+    for cu in engines("cuda graphs and the workspace") {
+        let graphed = graphed_twin(&cu);
+        let small = ConvGeom::conv(2, 32, 7, 7, 1, 7, 1, 0).unwrap();
+        let large = ConvGeom::conv(4, 64, 7, 7, 1, 7, 1, 0).unwrap();
+        let run = |be: &Cuda| {
+            let mut r = rng(41);
+            let x = up(be, &random(&mut r, large.x_len(), 1.0));
+            let w = up(be, &random(&mut r, large.w_len(), 1.0));
+            let mut y = be.alloc(large.y_len()).unwrap();
+            let mut acc = up(be, &vec![1.0; large.x_len()]);
+            // As training does: the workspace reserved before the steps (for the small one).
+            be.prepare_conv(&small).unwrap();
+            let mut outs = Vec::new();
+            let mut grown = Vec::new();
+            for g in [small, small, large] {
+                be.begin_step(0);
+                be.axpy(0.5, View::whole(&x), ViewMut::whole(&mut acc));
+                let xs = View::range(&acc, 0..g.x_len());
+                be.conv2d_forward(&g, xs, View::range(&w, 0..g.w_len()), ViewMut::range(&mut y, 0..g.y_len()));
+                be.end_step();
+                outs.push(down(be, &y));
+                grown.push(be.allocated_bytes());
+            }
+            (outs, grown)
+        };
+        let (want, _) = run(&cu);
+        let (got, bytes) = run(&graphed);
+        assert!(want == got, "the graphed steps differ from the launched ones");
+        assert!(bytes[2] > bytes[1], "the last step did not grow the workspace: {bytes:?}");
+        let s = graphed.graph_stats().unwrap();
+        assert_eq!((s.recorded_steps, s.replayed_steps, s.diverged_steps), (1, 1, 1), "{s:?}");
+    }
+}

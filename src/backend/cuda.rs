@@ -294,6 +294,8 @@ impl Cuda {
     pub fn reserve_workspace(&self, floats: usize) -> Result<()> {
         let mut ws = self.workspace.lock().unwrap();
         if ws.as_ref().is_none_or(|b| b.len < floats) {
+            // Kernels held back for a graph may use the old workspace: launch them first.
+            self.graph_boundary();
             // Doubles live in it too: keep the length even so the end stays 8-byte aligned.
             let len = floats.next_multiple_of(4);
             *ws = None;
