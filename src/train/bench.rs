@@ -125,8 +125,16 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
         println!("{line}");
     } else {
         let who = if local.1 > 1 { format!(" (local rank {} of {})", local.0, local.1) } else { String::new() };
+        let graphs = match trainer.be.graph_stats() {
+            Some(g) => format!(
+                "; CUDA graphs: {} of {} steps replayed",
+                g.replayed_steps,
+                g.recorded_steps + g.replayed_steps + g.diverged_steps
+            ),
+            None => String::new(),
+        };
         println!(
-            "bench-step{who}: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s",
+            "bench-step{who}: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s{graphs}",
             threads,
             args.steps,
             times[0],

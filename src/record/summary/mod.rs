@@ -312,7 +312,7 @@ impl Summary {
         let g = self.cuda_graphs?;
         let steps = g.recorded_steps + g.replayed_steps + g.diverged_steps;
         Some(format!(
-            "cuda graphs (rank 0): {} of {steps} steps replayed ({} recorded, {} left their record part-way); {} graph \
+            "CUDA graphs (rank 0): {} of {steps} steps replayed ({} recorded, {} left their record part-way); {} graph \
              launches for {} kernels, {} of them with new arguments",
             g.replayed_steps,
             g.recorded_steps,

@@ -90,7 +90,7 @@ fn graphs_line_counts_replayed_steps_with_cuda_graphs_only() {
     });
     assert_eq!(
         s.graphs_line().unwrap(),
-        "cuda graphs (rank 0): 96 of 100 steps replayed (3 recorded, 1 left their record part-way); 384 graph \
+        "CUDA graphs (rank 0): 96 of 100 steps replayed (3 recorded, 1 left their record part-way); 384 graph \
          launches for 10752 kernels, 768 of them with new arguments"
     );
 }
