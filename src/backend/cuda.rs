@@ -160,6 +160,9 @@ enum Engine {
 
 /// The CUDA backend on one device.
 pub struct Cuda {
+    /// `--cuda-graphs`: the step's recorder (None: every kernel launched at once). First, so
+    /// that its graphs are destroyed before the engine unloads the kernels they launch.
+    graphs: Option<Mutex<graph::Graphs>>,
     engine: Engine,
     sm_count: usize,
     /// How the convolutions multiply.
@@ -168,8 +171,6 @@ pub struct Cuda {
     /// Scratch for split-K partial tiles and batch-norm partial sums, grown on demand
     /// (`reserve_workspace` grows it up front so that the step loop never allocates).
     workspace: Mutex<Option<CudaBuf>>,
-    /// `--cuda-graphs`: the step's recorder (None: every kernel launched at once).
-    graphs: Option<Mutex<graph::Graphs>>,
 }
 
 impl Cuda {

@@ -125,14 +125,7 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
         println!("{line}");
     } else {
         let who = if local.1 > 1 { format!(" (local rank {} of {})", local.0, local.1) } else { String::new() };
-        let graphs = match trainer.be.graph_stats() {
-            Some(g) => format!(
-                "; CUDA graphs: {} of {} steps replayed",
-                g.replayed_steps,
-                g.recorded_steps + g.replayed_steps + g.diverged_steps
-            ),
-            None => String::new(),
-        };
+        let graphs = graphs_note(trainer.be.graph_stats());
         println!(
             "bench-step{who}: {} threads, {size}x{size}, batch {batch}: {median:.1} ms/step (median of {}; min {:.1}, max {:.1}), {images_per_s:.0} images/s, {:.2} GFLOP/step, {gflops:.1} GFLOP/s{graphs}",
             threads,
@@ -186,17 +179,30 @@ fn bench_critic_steps<B: crate::backend::Backend>(
             "ms_per_critic_step": with,
             "ms_per_critic_step_without_penalty": without,
             "penalty_cost_ratio": with / without,
+            "cuda_graphs": trainer.be.graph_stats(),
             "local_rank": local.0,
             "local_ranks": local.1,
         });
         println!("{line}");
     } else {
         println!(
-            "bench-step: {} threads, {size}x{size}, batch {batch}, wgan-gp critic step: {with:.1} ms with the penalty, {without:.1} ms without (medians of {} each, taking turns): the penalty costs {:.2}x",
+            "bench-step: {} threads, {size}x{size}, batch {batch}, wgan-gp critic step: {with:.1} ms with the penalty, {without:.1} ms without (medians of {} each, taking turns): the penalty costs {:.2}x{}",
             rayon::current_num_threads(),
             args.steps,
-            with / without
+            with / without,
+            graphs_note(trainer.be.graph_stats())
         );
     }
     Ok(())
+}
+
+/// "; CUDA graphs: R of N steps replayed" with `--cuda-graphs`, else nothing.
+fn graphs_note(stats: Option<crate::backend::GraphStats>) -> String {
+    match stats {
+        Some(g) => {
+            let steps = g.recorded_steps + g.replayed_steps + g.diverged_steps;
+            format!("; CUDA graphs: {} of {steps} steps replayed", g.replayed_steps)
+        }
+        None => String::new(),
+    }
 }

@@ -395,10 +395,12 @@ impl<B: Backend> GanTrainer<B> {
 
     /// Which kernels the next step launches, as a number: steps of one kind launch the same
     /// ones in the same order. They differ in whether G's update is in flight (its forward
-    /// lands it) and, with WGAN-GP, whether the step includes the generator's.
+    /// lands it) and, with WGAN-GP, whether the step includes the generator's and the
+    /// penalty (bench-step takes turns with and without it).
     fn step_kind(&self) -> u64 {
         let generator_step = self.wgan.as_ref().is_none_or(|w| (self.step + 1).is_multiple_of(w.n_critic));
-        u64::from(self.g_pending.is_some()) | u64::from(generator_step) << 1
+        let penalty = self.wgan.as_ref().is_some_and(|w| w.has_penalty());
+        u64::from(self.g_pending.is_some()) | u64::from(generator_step) << 1 | u64::from(penalty) << 2
     }
 
     /// The DCGAN example's step (the module doc).

@@ -46,6 +46,11 @@ pub struct WganParts<B: Backend> {
 }
 
 impl<B: Backend> WganParts<B> {
+    /// Whether the step computes the gradient penalty (not at `--gp-lambda 0`).
+    pub fn has_penalty(&self) -> bool {
+        self.penalty.lambda > 0.0
+    }
+
     /// The step's buffers for `model`, whose D must be a critic (no batch norm).
     pub fn new(be: &B, model: &Dcgan<B>, n_critic: u64, lambda: f32) -> Result<Self> {
         let batch = model.d.batch;

@@ -4,13 +4,16 @@
 
 use super::driver::Driver;
 use super::graph::LaunchRecord;
-use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, sys};
+use std::sync::Arc;
 
 /// An instantiated graph and its kernel nodes, in the order of the records it was built from.
 pub(crate) struct GraphExec {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
     nodes: Vec<sys::CUgraphNode>,
+    /// The context the graph lives in, kept alive and bound until the graph is destroyed.
+    ctx: Arc<CudaContext>,
 }
 
 // The handles belong to the context, which any thread may bind; the backend uses them from
@@ -19,7 +22,9 @@ unsafe impl Send for GraphExec {}
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        // SAFETY: both handles were created by `build_graph` and are destroyed once, here.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: both handles were created by `build_graph` and are destroyed once, here (an
+        // instance still running is freed by the driver when it completes).
         unsafe {
             let _ = sys::cuGraphExecDestroy(self.exec);
             let _ = sys::cuGraphDestroy(self.graph);
@@ -66,7 +71,7 @@ impl Driver {
         }
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         check("instantiating a graph", unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
-        GraphExec { graph, exec, nodes }
+        GraphExec { graph, exec, nodes, ctx: self.ctx.clone() }
     }
 
     /// Give node `i` of `g` the arguments `r` holds now.
