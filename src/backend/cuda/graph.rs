@@ -3,7 +3,7 @@
 //!
 //! - `begin_step` .. `end_step` bracket one step, of a kind the trainer names (steps of one
 //!   kind launch the same kernels: whether G's update is in flight, whether a WGAN-GP step
-//!   includes the generator's). A step whose kind has no record runs its kernels as usual
+//!   includes the generator's or the penalty). A step whose kind has no record runs its kernels as usual
 //!   and records each launch (kernel, grid, argument bytes); every host interaction
 //!   (upload, download, a gradient staged to or from the host, a wait, an allocation) closes
 //!   a segment. At the step's end each segment becomes a graph (on a GPU a chain of kernel
