@@ -395,24 +395,8 @@ fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
     ];
     // The DCGAN's layers: on the emulator at batch 2, on a GPU at 64 and an odd batch.
     let batches: &[usize] = if small(cu) { &[2] } else { &[64, 5] };
-    {
-        for &b in batches {
-            v.extend([
-                c(b, 1, 28, 28, 64, 4, 2, 1),
-                c(b, 64, 14, 14, 128, 4, 2, 1),
-                c(b, 128, 7, 7, 1, 7, 1, 0),
-                t(b, 100, 1, 1, 256, 7, 1, 0),
-                t(b, 256, 7, 7, 128, 4, 2, 1),
-                t(b, 128, 14, 14, 1, 4, 2, 1),
-                // The 64x64 model.
-                t(b, 100, 1, 1, 512, 4, 1, 0),
-                t(b, 512, 4, 4, 256, 4, 2, 1),
-                t(b, 64, 32, 32, 1, 4, 2, 1),
-                c(b, 1, 64, 64, 64, 4, 2, 1),
-                c(b, 256, 8, 8, 512, 4, 2, 1),
-                c(b, 512, 4, 4, 1, 4, 1, 0),
-            ]);
-        }
+    for &b in batches {
+        v.extend(dcgan_layers(b));
     }
     v
 }

@@ -84,14 +84,7 @@ fn shapes(cu: &Cuda) -> Vec<ConvGeom> {
     // switch between the warp's 32 fibers, too slow for these).
     if !small(cu) {
         for b in [64, 5] {
-            v.extend([
-                c(b, 64, 14, 14, 128, 4, 2, 1),
-                c(b, 128, 7, 7, 1, 7, 1, 0),
-                t(b, 100, 1, 1, 256, 7, 1, 0),
-                t(b, 256, 7, 7, 128, 4, 2, 1),
-                t(b, 512, 4, 4, 256, 4, 2, 1),
-                c(b, 256, 8, 8, 512, 4, 2, 1),
-            ]);
+            v.extend(dcgan_layers(b));
         }
     }
     v

@@ -451,13 +451,7 @@ stage_two_level() {
     cluster_mpi_env || exit 1
     local args=()
     eval "args=(${TWO_LEVEL_ARGS:---hosts 2 --slots 4 --repeats 2})"
-    local dir=/tmp/gpu-check-two-level
-    rm -rf "$dir"
-    DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step two-level "${TWO_LEVEL_LIMIT:-300}" \
-      bash "$ROOT/scripts/bench-two-level.sh" "${args[@]}" --out "$dir"
-    mkdir -p "$OUT/two-level"
-    cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/two-level/" 2>/dev/null || true
-    [[ -f "$dir/model-two-level.md" ]] && cat "$dir/environment.txt" "$dir/model-two-level.md"
+    cluster_report two-level model-two-level.md bench-two-level.sh "${TWO_LEVEL_LIMIT:-300}" "${args[@]}"
   )
 }
 
@@ -471,14 +465,22 @@ stage_wire() {
     cluster_mpi_env || exit 1
     local args=()
     eval "args=(${WIRE_ARGS:---hosts 4 --rate 1gbit --steps 30 --skip 8 --repeats 2 --variants no-exchange,f32,bf16,1bit --train-args \"--device cpu\"})"
-    local dir=/tmp/gpu-check-wire
-    rm -rf "$dir"
-    DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step wire "${WIRE_LIMIT:-420}" \
-      bash "$ROOT/scripts/bench-wire.sh" "${args[@]}" --out "$dir"
-    mkdir -p "$OUT/wire"
-    cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/wire/" 2>/dev/null || true
-    [[ -f "$dir/results.md" ]] && cat "$dir/environment.txt" "$dir/results.md"
+    cluster_report wire results.md bench-wire.sh "${WIRE_LIMIT:-420}" "${args[@]}"
   )
+}
+
+# Benchmark script $3 on the emulated cluster with the carried MPI build, as step $1 (time
+# limit $4, the rest its options): its report files into $OUT/$1, environment.txt and report
+# $2 into the log's tail.
+cluster_report() {
+  local name=$1 report=$2 script=$3 limit=$4
+  shift 4
+  local dir=/tmp/gpu-check-$name
+  rm -rf "$dir"
+  DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step "$name" "$limit" bash "$ROOT/scripts/$script" "$@" --out "$dir"
+  mkdir -p "$OUT/$name"
+  cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/$name/" 2>/dev/null || true
+  [[ -f "$dir/$report" ]] && cat "$dir/environment.txt" "$dir/$report"
 }
 
 stage_ncu() {

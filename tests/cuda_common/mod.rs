@@ -98,3 +98,25 @@ pub fn bench_batches() -> Vec<usize> {
         .map(|b| b.trim().parse().expect("DCGAN_BENCH_BATCHES: comma-separated numbers"))
         .collect()
 }
+
+/// The convolutions of the 28x28 and 64x64 DCGANs (G's as transposed ones) at batch `b`.
+pub fn dcgan_layers(b: usize) -> Vec<dcgan_train::ops::conv::ConvGeom> {
+    use dcgan_train::ops::conv::ConvGeom;
+    let c = |b, ci, h, w, co, k, s, p| ConvGeom::conv(b, ci, h, w, co, k, s, p).unwrap();
+    let t = |b, ci, h, w, co, k, s, p| ConvGeom::transposed(b, ci, h, w, co, k, s, p).unwrap();
+    vec![
+        c(b, 1, 28, 28, 64, 4, 2, 1),
+        c(b, 64, 14, 14, 128, 4, 2, 1),
+        c(b, 128, 7, 7, 1, 7, 1, 0),
+        t(b, 100, 1, 1, 256, 7, 1, 0),
+        t(b, 256, 7, 7, 128, 4, 2, 1),
+        t(b, 128, 14, 14, 1, 4, 2, 1),
+        // The 64x64 model.
+        t(b, 100, 1, 1, 512, 4, 1, 0),
+        t(b, 512, 4, 4, 256, 4, 2, 1),
+        t(b, 64, 32, 32, 1, 4, 2, 1),
+        c(b, 1, 64, 64, 64, 4, 2, 1),
+        c(b, 256, 8, 8, 512, 4, 2, 1),
+        c(b, 512, 4, 4, 1, 4, 1, 0),
+    ]
+}

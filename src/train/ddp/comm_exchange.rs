@@ -10,11 +10,12 @@ use super::device_packing::PackedBucket;
 use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
 use super::over_ranks::MetricsOverRanks;
-use crate::backend::{Backend, DeviceBuf, HostBuffer, StageWaiter, View, ViewMut};
+use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
 use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
 use crate::nn::params::ParamStore;
 use crate::train::timeline::{Timeline, Track};
 use anyhow::Result;
+use std::cell::RefCell;
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::{Arc, Weak};
@@ -155,8 +156,10 @@ pub struct CommExchange<B: Backend> {
     /// `--wire 1bit` packed on the device: per network and bucket (None: the comm thread
     /// quantizes it).
     packed: [Vec<Option<PackedBucket<B>>>; 2],
-    /// The packed buckets' column sums of squares as of their last exchange finished.
+    /// The packed buckets' column sums of squares as of their last exchange finished, and
+    /// the host memory they are downloaded into each step.
     packed_sums: Option<B::Buf>,
+    packed_sums_host: RefCell<Vec<f32>>,
     pub stats: ExchangeStats,
 }
 
@@ -217,6 +220,7 @@ impl<B: Backend> CommExchange<B> {
             last_submit: None,
             packed,
             packed_sums,
+            packed_sums_host: RefCell::new(vec![0.0; sums]),
             stats,
         })
     }
@@ -463,11 +467,10 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
 
     fn residual_norms(&self, be: &B) -> Option<[f32; 2]> {
         // One small download a step for every bucket packed on the device.
-        let sums = self.packed_sums.as_ref().map_or_else(Vec::new, |s| {
-            let mut host = vec![0.0; s.len()];
-            be.download(View::whole(s), &mut host);
-            host
-        });
+        let mut sums = self.packed_sums_host.borrow_mut();
+        if let Some(s) = &self.packed_sums {
+            be.download(View::whole(s), &mut sums);
+        }
         let norm = |nb: &NetBuckets<B::Host>, packed: &[Option<PackedBucket<B>>]| -> Option<f32> {
             let held = nb.residual_sq.iter().copied().sum::<Option<f64>>()?;
             let on_device: f64 = packed.iter().flatten().map(|pk| pk.residual_sq(&sums)).sum();
