@@ -6,10 +6,10 @@
 #
 #      bash scripts/gpu/gpu-check.sh --build
 #
-#    That is `cargo build --release --no-default-features --features cuda` of the dcgan-train
-#    binary and of the CUDA test executables (`cargo test --no-run`), and the default (MPI)
-#    build as dcgan-train-mpi, copied under stable names into target/gpu-bin, stripped of
-#    debug info (about 20 MiB). For the mpi stage, also `scripts/gpu/fetch-ompi-runtime.sh`
+#    That is scripts/gpu/build-gpu-bin.sh: `cargo build --release --no-default-features
+#    --features cuda` of the dcgan-train binary and of the CUDA test executables (`cargo test
+#    --no-run`), and the default (MPI) build as dcgan-train-mpi, copied under stable names into
+#    target/gpu-bin, stripped of debug info (about 30 MiB). For the mpi stage, also `scripts/gpu/fetch-ompi-runtime.sh`
 #    once (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
 # 2. On the GPU machine, from the repository root, with target/gpu-bin (and .ompi) copied there:
 #
@@ -20,6 +20,9 @@
 #    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire.
 #    Everything measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
+#    Where there is no GPU, `bash scripts/gpu/gpu-check.sh --rehearse [bench] [mpi]` runs those
+#    stages on the CUDA emulator at toy sizes (about 35 minutes on 2 cores, .ompi needed for
+#    mpi): a check of this script after changing it, not a measurement.
 #    To bring everything back as one file:
 #      OUT=/tmp/gc bash scripts/gpu/gpu-check.sh; tar czf gc.tgz -C /tmp gc
 #    Each stage has a time limit; if one run is too short for all of them, run
@@ -60,51 +63,31 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
 QUALITY_DATA="$ROOT/target/gpu-quality"
-TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_wire cuda_dcgan cuda_bench)
 
 if [[ "${1:-}" == "--build" ]]; then
-  set -e
-  cd "$ROOT"
-  FEAT=(--release --no-default-features --features cuda)
-  cargo build "${FEAT[@]}" --bin dcgan-train
-  args=()
-  for t in "${TESTS[@]}"; do args+=(--test "$t"); done
-  mkdir -p "$BIN"
-  cargo test "${FEAT[@]}" --no-run "${args[@]}" --message-format=json |
-    python3 -c '
-import json, os, shutil, sys
-dst = sys.argv[1]
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    exe = m.get("executable")
-    if m.get("reason") == "compiler-artifact" and exe and "test" in m.get("target", {}).get("kind", []):
-        name = m["target"]["name"]
-        shutil.copy2(exe, os.path.join(dst, name))
-        print("gpu-bin:", name, file=sys.stderr)
-' "$BIN"
-  cp target/release/dcgan-train "$BIN/"
-  # The MPI variant for the "mpi" stage (that machine has no Open MPI: copy .ompi there, see
-  # scripts/gpu/fetch-ompi-runtime.sh).
-  cargo build --release --bin dcgan-train
-  cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
-  # Without debug info the set is a tenth of the size, quicker to copy; panics still name
-  # functions.
-  for f in "$BIN"/*; do [[ -f $f ]] && strip --strip-debug "$f"; done
-  # For the quality stage, apart (carried without .ompi): Fashion-MNIST and its feature
-  # network (trained here once), 33 MB.
-  fm=/usr/share/datasets/fashion-mnist
-  if [[ -d $fm ]]; then
-    mkdir -p "$QUALITY_DATA"
-    cp "$fm"/*.gz "$QUALITY_DATA/"
-    target/release/dcgan-train classifier --data "$fm" --out "$QUALITY_DATA/feature-net.safetensors"
-    du -sh "$QUALITY_DATA"
-  fi
-  du -sh "$BIN"
-  echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
-  exit 0
+  exec bash "$ROOT/scripts/gpu/build-gpu-bin.sh"
+fi
+
+# --rehearse: the bench and mpi stages on the CUDA emulator at toy sizes (about 35 minutes
+# on 2 cores), to check this script's own logic where there is no GPU; its figures mean
+# nothing.
+REHEARSE=0
+if [[ "${1:-}" == "--rehearse" ]]; then
+  REHEARSE=1
+  shift
+fi
+if [[ $REHEARSE == 1 ]]; then
+  DEVICE=cuda-emulated LIMIT_SCALE=4 TRAIN_STEPS=4 CHECK_EVERY=2 WIRE_WARMUP=1
+  BENCH_BATCHES=(2 4) BENCH_REPS=(1 2) BENCH_RUN=(--steps 1 --warmup 1)
+  TRAIN_DATA=(--data synthetic:64 --batch-size 4) MICRO_RUN=(--data synthetic:64 --batch-size 8 --max-steps 4)
+  # NVRTC from the PyPI wheel, as the test command finds it.
+  nvrtc_lib=$("$ROOT/scripts/lib/install-nvrtc.sh") || exit 1
+  export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  NVRTC_PICKED=1
+else
+  DEVICE=cuda LIMIT_SCALE=1 TRAIN_STEPS=60 CHECK_EVERY=10 WIRE_WARMUP=5
+  BENCH_BATCHES=(64 256) BENCH_REPS=(1 2 3 4 5) BENCH_RUN=(--steps 100 --warmup 20)
+  TRAIN_DATA=(--data synthetic:4096) MICRO_RUN=(--data synthetic:4096 --max-steps 20)
 fi
 
 OUT=${OUT:-$ROOT/gpu-check-out}
@@ -113,7 +96,7 @@ cd "$ROOT"
 export DCGAN_KERNEL_CACHE=${DCGAN_KERNEL_CACHE:-/tmp/dcgan-kernel-cache}
 export DCGAN_TEST_ENGINES=gpu
 export DCGAN_REQUIRE_NVRTC=1
-export DCGAN_REQUIRE_GPU=1
+export DCGAN_REQUIRE_GPU=$((1 - REHEARSE))
 export RUST_BACKTRACE=1
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -121,7 +104,7 @@ SUMMARY="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 # run_step NAME LIMIT_S CMD...: one logged, time-limited command; PASS/FAIL into the summary.
 run_step() {
-  local name=$1 limit=$2
+  local name=$1 limit=$(($2 * LIMIT_SCALE))
   shift 2
   local log="$OUT/$name.log" t0=$SECONDS
   echo "== $name: $*" >"$log"
@@ -240,21 +223,21 @@ stage_sanitize() {
 stage_bench() {
   ensure_nvrtc
   if have_bin cuda_bench bench-kernels; then
-    run_step bench-kernels 180 "$BIN/cuda_bench" --ignored --nocapture --test-threads=1 bench_kernels
+    [[ $REHEARSE == 1 ]] || run_step bench-kernels 180 "$BIN/cuda_bench" --ignored --nocapture --test-threads=1 bench_kernels
     grep '^{' "$OUT/bench-kernels.log" >"$OUT/bench-kernels.jsonl" || true
   fi
   if have_bin dcgan-train bench-step; then
     # The training step of the program itself (D step + G step, Adam), as users run it: five
     # runs per batch size, precision and launch mode, the variants alternating (compare()
     # quotes the median of their medians, as bench-torch.py does over its runs).
-    for rep in 1 2 3 4 5; do
-      for b in 64 256; do
+    for rep in "${BENCH_REPS[@]}"; do
+      for b in "${BENCH_BATCHES[@]}"; do
         for p in fp32 tf32 3xtf32; do
           for g in launched graphs; do
             local graphs=()
             [[ $g == graphs ]] && graphs=(--cuda-graphs)
-            run_step "bench-step-$b-$p-$g-run$rep" 150 "$BIN/dcgan-train" bench-step --device cuda \
-              --batch-size "$b" --precision "$p" "${graphs[@]}" --steps 100 --warmup 20 --json
+            run_step "bench-step-$b-$p-$g-run$rep" 150 "$BIN/dcgan-train" bench-step --device "$DEVICE" \
+              --batch-size "$b" --precision "$p" "${graphs[@]}" "${BENCH_RUN[@]}" --json
           done
         done
       done
@@ -325,11 +308,11 @@ stage_mpi() {
       name=${name//--/-}
       rm -rf "/tmp/$name"
       # (--no-exchange lets the ranks drift apart: no consistency check there.)
-      local check=(--check-consistency 10)
+      local check=(--check-consistency "$CHECK_EVERY")
       [[ $run == *no-exchange* ]] && check=()
       # shellcheck disable=SC2086
-      run_step "$name" 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" --device cuda --data synthetic:4096 \
-        --max-steps 60 "${check[@]}" --no-progress --out "/tmp/$name" --allreduce $run
+      run_step "$name" 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" --device "$DEVICE" "${TRAIN_DATA[@]}" \
+        --max-steps "$TRAIN_STEPS" "${check[@]}" --no-progress --out "/tmp/$name" --allreduce $run
       cp "/tmp/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null || true
     done
     # Overlap (buckets leave during backward, G's update lands stage by stage in the next
@@ -342,7 +325,7 @@ stage_mpi() {
       /tmp/mpi-train-auto /tmp/mpi-train-auto-cuda-graphs
     # The pipeline (G's stage and D's on the one GPU) against one rank with the same
     # micro-batches: the same kernels on the same micro-batches, so bitwise equal.
-    local micro=(--device cuda --data synthetic:4096 --max-steps 20 --micro-batches 4 --no-progress)
+    local micro=(--device "$DEVICE" "${MICRO_RUN[@]}" --micro-batches 4 --no-progress)
     rm -rf /tmp/mpi-micro /tmp/mpi-pipeline
     run_step mpi-micro-batches 120 mpiexec -n 1 "$BIN/dcgan-train-mpi" "${micro[@]}" --out /tmp/mpi-micro
     run_step mpi-pipeline 120 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${micro[@]}" --pipeline --out /tmp/mpi-pipeline
@@ -353,8 +336,8 @@ stage_mpi() {
     # thread's time per step of each (summary.json) beside f32's above; then the scaling
     # replay of the packed run's trace to 8 GPUs on 100 Gbit/s links (0.08 ns a byte, 5 us
     # a message).
-    local onebit=(--device cuda --data synthetic:4096 --max-steps 60 --wire 1bit --wire-warmup-steps 5
-      --check-consistency 10 --trace /tmp/mpi-1bit-trace.json --no-progress)
+    local onebit=(--device "$DEVICE" "${TRAIN_DATA[@]}" --max-steps "$TRAIN_STEPS" --wire 1bit
+      --wire-warmup-steps "$WIRE_WARMUP" --check-consistency "$CHECK_EVERY" --trace /tmp/mpi-1bit-trace.json --no-progress)
     rm -rf /tmp/mpi-1bit /tmp/mpi-1bit-host
     run_step mpi-1bit 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${onebit[@]}" --out /tmp/mpi-1bit
     DCGAN_WIRE_PACKING=host run_step mpi-1bit-host 180 mpiexec -n 2 -x DCGAN_WIRE_PACKING \
@@ -495,48 +478,18 @@ stage_ncu() {
 # Our step against PyTorch eager at each batch size, from the bench and torch stages.
 compare() {
   [[ -s "$OUT/bench-step.jsonl" || -s "$OUT/bench-torch.jsonl" ]] || return 0
-  python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
-import json, os, sys
-out = sys.argv[1]
-def load(name):
-    p = os.path.join(out, name)
-    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
-import statistics
-runs = {}
-for r in load("bench-step.jsonl"):
-    graphs = "+graphs" if r.get("cuda_graphs") else ""
-    runs.setdefault((r["batch_size"], r.get("precision", "fp32") + graphs), []).append(r)
-ours = {}
-for key, rs in runs.items():
-    # The run whose median step time is the median of the runs'.
-    rs.sort(key=lambda r: r["ms_per_step"])
-    ours[key] = dict(rs[len(rs) // 2], tflops=rs[len(rs) // 2]["gflops"] / 1e3, runs=[r["ms_per_step"] for r in rs])
-torch = load("bench-torch.jsonl")
-print("\nstep time, 28x28 DCGAN (median ms/step; images/s; TFLOP/s)")
-for (b, p), o in sorted(ours.items()):
-    print(f"ours at batch {b} {p}: run medians " + ", ".join(f"{v:.3f}" for v in o["runs"]))
-def torch_tag(r):
-    how = "compiled" if r.get("impl", "").startswith("pytorch-compile") else "eager"
-    return f"{how} {'tf32' if r['tf32'] else 'fp32'}"
-for b in sorted({k[0] for k in ours} | {r["batch"] for r in torch}):
-    for r in torch:
-        if r["batch"] == b:
-            print(f"batch {b:4d}: torch {torch_tag(r)} {r['ms_per_step']:.3f} ms, {r['images_per_s']:.0f} img/s, {r['tflops']:.2f} TFLOP/s")
-    for (bb, p), o in sorted(ours.items()):
-        if bb != b:
-            continue
-        line = f"batch {b:4d}: ours {p} {o['ms_per_step']:.3f} ms, {o['images_per_s']:.0f} img/s, {o['tflops']:.2f} TFLOP/s"
-        ratios = [f"/torch {torch_tag(r)} {o['ms_per_step'] / r['ms_per_step']:.2f}" for r in torch if r["batch"] == b]
-        print(line + (" (ours" + ", ".join(ratios) + ")" if ratios else ""))
-if torch:
-    print("GPU:", torch[0]["gpu"], "| PyTorch", torch[0]["torch"], "cuDNN", torch[0]["cudnn"])
-PY
+  python3 "$ROOT/scripts/gpu/compare-step.py" "$OUT" | tee -a "$SUMMARY"
 }
 
 STAGES=("$@")
 [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi)
+[[ $REHEARSE == 1 && $# -eq 0 ]] && STAGES=(bench mpi)
 [[ "${STAGES[0]}" == all ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi quality ncu)
 for s in "${STAGES[@]}"; do
+  if [[ $REHEARSE == 1 && $s != bench && $s != mpi ]]; then
+    note "$(printf '%-34s SKIP   --rehearse runs bench and mpi only' "$s")"
+    continue
+  fi
   case $s in
     env | nvrtc | tests | sanitize | bench | torch | binary | mpi | quality | ncu | scaling) "stage_$s" ;;
     two-level) stage_two_level ;;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# build-gpu-bin.sh: the binaries a GPU machine runs, built here (no GPU needed), into
+# target/gpu-bin: the CUDA build of dcgan-train, the CUDA test executables and the MPI build
+# as dcgan-train-mpi, stripped of debug info (about 30 MiB); and, where Fashion-MNIST is
+# installed, target/gpu-quality for the quality stage. `gpu-check.sh --build` runs this.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN="$ROOT/target/gpu-bin"
+QUALITY_DATA="$ROOT/target/gpu-quality"
+# The test executables gpu-check.sh runs (its TESTS).
+TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_precision cuda_wire cuda_dcgan cuda_bench)
+cd "$ROOT"
+FEAT=(--release --no-default-features --features cuda)
+cargo build "${FEAT[@]}" --bin dcgan-train
+args=()
+for t in "${TESTS[@]}"; do args+=(--test "$t"); done
+mkdir -p "$BIN"
+cargo test "${FEAT[@]}" --no-run "${args[@]}" --message-format=json |
+  python3 -c '
+import json, os, shutil, sys
+dst = sys.argv[1]
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and "test" in m.get("target", {}).get("kind", []):
+        name = m["target"]["name"]
+        shutil.copy2(exe, os.path.join(dst, name))
+        print("gpu-bin:", name, file=sys.stderr)
+' "$BIN"
+cp target/release/dcgan-train "$BIN/"
+# The MPI variant for the "mpi" stage (that machine has no Open MPI: copy .ompi there, see
+# scripts/gpu/fetch-ompi-runtime.sh).
+cargo build --release --bin dcgan-train
+cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
+# Without debug info the set is a tenth of the size, quicker to copy; panics still name
+# functions.
+for f in "$BIN"/*; do [[ -f $f ]] && strip --strip-debug "$f"; done
+# For the quality stage, apart (carried without .ompi): Fashion-MNIST and its feature
+# network (trained here once), 33 MB.
+fm=/usr/share/datasets/fashion-mnist
+if [[ -d $fm ]]; then
+  mkdir -p "$QUALITY_DATA"
+  cp "$fm"/*.gz "$QUALITY_DATA/"
+  target/release/dcgan-train classifier --data "$fm" --out "$QUALITY_DATA/feature-net.safetensors"
+  du -sh "$QUALITY_DATA"
+fi
+du -sh "$BIN"
+echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
