@@ -9,7 +9,6 @@ mod cuda_common;
 
 use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
-use dcgan_train::backend::cuda::Cuda;
 use dcgan_train::backend::{Backend, View};
 use dcgan_train::data::{DataSource, Dataset};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28};
@@ -154,15 +153,15 @@ fn wgan_gp_steps_follow_the_cpu() {
 }
 
 /// `--cuda-graphs`: DCGAN steps replayed from graphs (steps 3 and 4: steps 1 and 2 are
-/// recorded, of two kinds: step 2's G forward first lands an update left in flight) compute what launching their kernels does, bit for bit: every step's metrics, then every
-/// weight and Adam moment.
+/// recorded, of two kinds: step 2's G forward first lands an update left in flight) compute
+/// what launching their kernels does, bit for bit: every step's metrics, then every weight
+/// and Adam moment.
 #[test]
 fn graphed_training_steps_equal_launched_ones() {
     let set = Dataset::load(&DataSource::Synthetic(4096)).unwrap();
     for cu in engines("dcgan graphs") {
         let small = small(&cu);
-        let twin = if cu.is_emulated() { Cuda::emulated(cu.sm_count()) } else { Cuda::new(0) };
-        let mut graphed = trainer(twin.unwrap().with_graphs(true), small, 14);
+        let mut graphed = trainer(graphed_twin(&cu), small, 14);
         let mut launched = trainer(cu, small, 14);
         for t in 1..=4 {
             let x = data_batch(&set, launched.batch(), t);

@@ -135,12 +135,6 @@ fn the_backend_and_its_buffers_can_cross_threads() {
     send_sync::<cuda::CudaEvent>();
 }
 
-/// The same engine as `cu`, a fresh backend, with `--cuda-graphs` on.
-fn graphed_twin(cu: &Cuda) -> Cuda {
-    let twin = if cu.is_emulated() { Cuda::emulated(cu.sm_count()) } else { Cuda::new(0) };
-    twin.unwrap().with_graphs(true)
-}
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Shape {
     /// axpy, axpy, tanh | upload | axpy, axpy
@@ -151,8 +145,8 @@ enum Shape {
     Short,
 }
 
-/// A small "step" of `kind` and `shape` over x, y and z (kept between steps), `x_next` uploaded into x
-/// mid-step (the kernels before must read the old x); y and z after it.
+/// A small "step" of `kind` and `shape` over x, y and z (kept between steps), `x_next`
+/// uploaded into x mid-step (the kernels before must read the old x); y and z after it.
 fn graph_step(
     cu: &Cuda,
     (kind, shape): (u64, Shape),
@@ -202,13 +196,12 @@ fn graphed_steps_equal_launched_ones_and_leave_the_record_safely() {
                 (0, Usual),
             ]);
             let mut r = rng(32);
-            let outs: Vec<_> = steps
+            steps
                 .enumerate()
                 .map(|(t, step)| {
                     graph_step(be, step, &mut x, &mut y, &mut z, &random(&mut r, n, 1.0), 0.1 * (t + 1) as f32)
                 })
-                .collect();
-            outs
+                .collect::<Vec<_>>()
         };
         let want = run(&cu);
         let got = run(&graphed);

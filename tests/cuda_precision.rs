@@ -4,8 +4,8 @@
 //!
 //! TF32 is checked twice: against the CPU convolution of the same inputs rounded to TF32 on
 //! the host (to nearest, ties away, as cvt.rna does), which it must match to 1e-5 (f32
-//! accumulation error), so a wrong rounding (truncation, or none) or a misplaced fragment fails; and against
-//! the exact convolution, within the 2e-3 a user of TF32 gets. 3xTF32 must match the exact
+//! accumulation error), so a wrong rounding (truncation, or none) or a misplaced fragment
+//! fails; and against the exact convolution, within the 2e-3 a user of TF32 gets. 3xTF32 must match the exact
 //! convolution to 1e-5. Directions whose GEMM has at most 16 rows run the FFMA kernels in
 //! every precision (`Tile::for_rows`) and must match the exact convolution like fp32.
 #![cfg(feature = "cuda")]

@@ -428,42 +428,36 @@ stage_scaling() {
 # 2 x 2 ranks take turns and the rounds run long): scripts/bench-two-level.sh, 2 hosts of 4
 # ranks by default (TWO_LEVEL_ARGS replaces the options).
 stage_two_level() {
-  have_bin dcgan-train-mpi two-level || return
-  have_ompi two-level || return
-  (
-    cluster_mpi_env || exit 1
-    local args=()
-    eval "args=(${TWO_LEVEL_ARGS:---hosts 2 --slots 4 --repeats 2})"
-    cluster_report two-level model-two-level.md bench-two-level.sh "${TWO_LEVEL_LIMIT:-300}" "${args[@]}"
-  )
+  cluster_stage two-level model-two-level.md bench-two-level.sh "${TWO_LEVEL_LIMIT:-300}" \
+    "${TWO_LEVEL_ARGS:---hosts 2 --slots 4 --repeats 2}"
 }
 
 # The compressed exchanges where every rank and its comm thread have a core (on 2 cores the 4
 # ranks' own drift is larger than 1bit's exposed exchange): scripts/bench-wire.sh, 4 emulated
 # hosts at 1 Gbit/s (WIRE_ARGS replaces the options).
 stage_wire() {
-  have_bin dcgan-train-mpi wire || return
-  have_ompi wire || return
-  (
-    cluster_mpi_env || exit 1
-    local args=()
-    eval "args=(${WIRE_ARGS:---hosts 4 --rate 1gbit --steps 30 --skip 8 --repeats 2 --variants no-exchange,f32,bf16,1bit --train-args \"--device cpu\"})"
-    cluster_report wire results.md bench-wire.sh "${WIRE_LIMIT:-420}" "${args[@]}"
-  )
+  cluster_stage wire results.md bench-wire.sh "${WIRE_LIMIT:-420}" \
+    "${WIRE_ARGS:---hosts 4 --rate 1gbit --steps 30 --skip 8 --repeats 2 --variants no-exchange,f32,bf16,1bit --train-args \"--device cpu\"}"
 }
 
-# Benchmark script $3 on the emulated cluster with the carried MPI build, as step $1 (time
-# limit $4, the rest its options): its report files into $OUT/$1, environment.txt and report
-# $2 into the log's tail.
-cluster_report() {
-  local name=$1 report=$2 script=$3 limit=$4
-  shift 4
-  local dir=/tmp/gpu-check-$name
-  rm -rf "$dir"
-  DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step "$name" "$limit" bash "$ROOT/scripts/$script" "$@" --out "$dir"
-  mkdir -p "$OUT/$name"
-  cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/$name/" 2>/dev/null || true
-  [[ -f "$dir/$report" ]] && cat "$dir/environment.txt" "$dir/$report"
+# cluster_stage NAME REPORT SCRIPT LIMIT ARGS: benchmark scripts/SCRIPT on the emulated
+# cluster with the carried MPI build (ARGS: its options, as one shell-quoted string), time
+# limit LIMIT; its report files into $OUT/NAME, environment.txt and report REPORT into the
+# log's tail.
+cluster_stage() {
+  local name=$1 report=$2 script=$3 limit=$4 options=$5
+  have_bin dcgan-train-mpi "$name" || return
+  have_ompi "$name" || return
+  (
+    cluster_mpi_env || exit 1
+    local args=() dir=/tmp/gpu-check-$name
+    eval "args=($options)"
+    rm -rf "$dir"
+    DCGAN_TRAIN="$BIN/dcgan-train-mpi" run_step "$name" "$limit" bash "$ROOT/scripts/$script" "${args[@]}" --out "$dir"
+    mkdir -p "$OUT/$name"
+    cp "$dir"/*.md "$dir"/*.txt "$dir"/*.json "$OUT/$name/" 2>/dev/null || true
+    [[ -f "$dir/$report" ]] && cat "$dir/environment.txt" "$dir/$report"
+  )
 }
 
 stage_ncu() {

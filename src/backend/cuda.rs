@@ -347,6 +347,11 @@ impl Cuda {
         if dims.is_empty() || self.graph_launch(family, index, name, dims, params) {
             return;
         }
+        self.launch_now(family, index, name, dims, params);
+    }
+
+    /// Launch on the engine at once, past the graph recorder.
+    fn launch_now(&self, family: Family, index: usize, name: &'static str, dims: Dims, params: &mut [*mut c_void]) {
         match &self.engine {
             Engine::Driver(d) => d.launch(family, index, name, dims, params),
             Engine::Emulator(e) => e.launch(family, index, name, dims, params),

@@ -69,6 +69,13 @@ pub struct GraphStats {
     pub patched_kernels: u64,
 }
 
+impl GraphStats {
+    /// Every step bracketed so far, however it ran.
+    pub fn steps(&self) -> u64 {
+        self.recorded_steps + self.replayed_steps + self.diverged_steps
+    }
+}
+
 /// A device buffer of f32.
 pub trait DeviceBuf: Send {
     fn len(&self) -> usize;

@@ -198,11 +198,5 @@ fn bench_critic_steps<B: crate::backend::Backend>(
 
 /// "; CUDA graphs: R of N steps replayed" with `--cuda-graphs`, else nothing.
 fn graphs_note(stats: Option<crate::backend::GraphStats>) -> String {
-    match stats {
-        Some(g) => {
-            let steps = g.recorded_steps + g.replayed_steps + g.diverged_steps;
-            format!("; CUDA graphs: {} of {steps} steps replayed", g.replayed_steps)
-        }
-        None => String::new(),
-    }
+    stats.map_or_else(String::new, |g| format!("; CUDA graphs: {} of {} steps replayed", g.replayed_steps, g.steps()))
 }

@@ -99,6 +99,12 @@ pub fn bench_batches() -> Vec<usize> {
         .collect()
 }
 
+/// The same engine as `cu` (a GPU or the emulator), a fresh backend, with `--cuda-graphs` on.
+pub fn graphed_twin(cu: &Cuda) -> Cuda {
+    let twin = if cu.is_emulated() { Cuda::emulated(cu.sm_count()) } else { Cuda::new(0) };
+    twin.unwrap().with_graphs(true)
+}
+
 /// The convolutions of the 28x28 and 64x64 DCGANs (G's as transposed ones) at batch `b`.
 pub fn dcgan_layers(b: usize) -> Vec<dcgan_train::ops::conv::ConvGeom> {
     use dcgan_train::ops::conv::ConvGeom;

@@ -3,15 +3,15 @@
 //!
 //! - `begin_step` .. `end_step` bracket one step, of a kind the trainer names (steps of one
 //!   kind launch the same kernels: whether G's update is in flight, whether a WGAN-GP step
-//!   includes the generator's or the penalty). A step whose kind has no record runs its kernels as usual
-//!   and records each launch (kernel, grid, argument bytes); every host interaction
-//!   (upload, download, a gradient staged to or from the host, a wait, an allocation) closes
-//!   a segment. At the step's end each segment becomes a graph (on a GPU a chain of kernel
-//!   nodes, instantiated once).
-//! - The next steps of the kind replay: each launch is compared with the record at its place and held
-//!   back; where only its arguments differ (Adam's bias corrections change every step) the
-//!   node's arguments are updated; at the segment's end the graph runs, one launch for the
-//!   whole stretch. Device work is asynchronous anyway: nothing can see a held-back kernel
+//!   includes the generator's or the penalty). A step whose kind has no record runs its
+//!   kernels as usual and records each launch (kernel, grid, argument bytes); every host
+//!   interaction (upload, download, a gradient staged to or from the host, a wait, an
+//!   allocation) closes a segment. At the step's end each segment becomes a graph (on a GPU a
+//!   chain of kernel nodes, instantiated once).
+//! - The next steps of the kind replay: each launch is compared with the record at its place
+//!   and held back; where only its arguments differ (Adam's bias corrections change every
+//!   step) the node's arguments are updated; at the segment's end the graph runs, one launch
+//!   for the whole stretch. Device work is asynchronous anyway: nothing can see a held-back kernel
 //!   before the host interaction that closes its segment launches it.
 //! - A launch of another kernel or grid, a segment that ends early, or a step with more or
 //!   fewer segments than recorded: the held-back launches run one by one at once, the rest
@@ -33,7 +33,14 @@ pub(crate) struct LaunchRecord {
     /// Argument i's bytes start at `words[starts[i]]` (8-byte aligned, zero-padded).
     words: Vec<u64>,
     starts: Vec<usize>,
+    /// Pointers to each argument, as a launch takes them (refilled by `params`, which
+    /// replays call every step: the vector is reused, not allocated again).
+    pointers: Vec<*mut c_void>,
 }
+
+// The pointers point into the record's own `words` (a heap buffer that moves with it), and
+// are refilled before every use.
+unsafe impl Send for LaunchRecord {}
 
 fn param_bytes(kind: &ParamKind) -> usize {
     match kind {
@@ -46,7 +53,8 @@ fn param_bytes(kind: &ParamKind) -> usize {
 impl LaunchRecord {
     /// The launch of kernel `index` of `family` with the arguments `params` points at.
     pub fn new(family: Family, index: usize, name: &'static str, dims: Dims, params: &[*mut c_void]) -> Self {
-        let mut rec = LaunchRecord { family, index, name, dims, words: Vec::new(), starts: Vec::new() };
+        let mut rec =
+            LaunchRecord { family, index, name, dims, words: Vec::new(), starts: Vec::new(), pointers: Vec::new() };
         rec.set_args(params);
         rec
     }
@@ -91,10 +99,12 @@ impl LaunchRecord {
     }
 
     /// Pointers to each argument, as a launch takes them (valid while `self` is untouched).
-    pub fn params(&mut self) -> Vec<*mut c_void> {
+    pub fn params(&mut self) -> &mut [*mut c_void] {
         let base = self.words.as_mut_ptr();
+        self.pointers.clear();
         // SAFETY: every start is inside `words`.
-        self.starts.iter().map(|&s| unsafe { base.add(s) } as *mut c_void).collect()
+        self.pointers.extend(self.starts.iter().map(|&s| unsafe { base.add(s) } as *mut c_void));
+        &mut self.pointers
     }
 }
 
@@ -269,7 +279,8 @@ impl Cuda {
                 self.run_segment(s);
                 g.stats.graph_launches += 1;
                 g.stats.graphed_kernels += s.launches.len() as u64;
-                g.stats.patched_kernels += std::mem::take(&mut s.changed).len() as u64;
+                g.stats.patched_kernels += s.changed.len() as u64;
+                s.changed.clear();
                 *seg += 1;
                 *pos = 0;
                 self.mem.deferred.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -314,10 +325,7 @@ impl Cuda {
     }
 
     fn engine_launch(&self, r: &mut LaunchRecord) {
-        let mut params = r.params();
-        match &self.engine {
-            Engine::Driver(d) => d.launch(r.family, r.index, r.name, r.dims, &mut params),
-            Engine::Emulator(e) => e.launch(r.family, r.index, r.name, r.dims, &mut params),
-        }
+        let (family, index, name, dims) = (r.family, r.index, r.name, r.dims);
+        self.launch_now(family, index, name, dims, r.params());
     }
 }

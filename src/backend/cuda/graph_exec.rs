@@ -32,16 +32,17 @@ impl Drop for GraphExec {
     }
 }
 
-fn check(what: &str, r: sys::CUresult) {
+/// Panic with what failed (`what` and the kernel's name, formatted only then).
+fn check(what: &str, kernel: &str, r: sys::CUresult) {
     if let Err(e) = r.result() {
-        panic!("CUDA graph: {what} failed: {e}");
+        panic!("CUDA graph: {what}{kernel} failed: {e}");
     }
 }
 
 impl Driver {
-    /// The node parameters of one recorded launch (pointing into `r`'s argument bytes, which
-    /// the driver copies when the node is made or updated).
-    fn node_params(&self, r: &mut LaunchRecord, params: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    /// The node parameters of one recorded launch (pointing into `r`'s arguments, which the
+    /// driver copies when the node is made or updated).
+    fn node_params(&self, r: &mut LaunchRecord) -> sys::CUDA_KERNEL_NODE_PARAMS {
         // SAFETY: an all-zero CUDA_KERNEL_NODE_PARAMS is valid (null kern and ctx: use `func`
         // in the current context).
         let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
@@ -49,7 +50,7 @@ impl Driver {
         (p.gridDimX, p.gridDimY, p.gridDimZ) = r.dims.grid;
         (p.blockDimX, p.blockDimY, p.blockDimZ) = r.dims.block;
         p.sharedMemBytes = r.dims.shared_bytes;
-        p.kernelParams = params.as_mut_ptr();
+        p.kernelParams = r.params().as_mut_ptr();
         p
     }
 
@@ -57,36 +58,32 @@ impl Driver {
     pub fn build_graph(&self, launches: &mut [LaunchRecord]) -> GraphExec {
         self.bind();
         let mut graph: sys::CUgraph = std::ptr::null_mut();
-        check("creating a graph", unsafe { sys::cuGraphCreate(&mut graph, 0) });
+        check("creating a graph", "", unsafe { sys::cuGraphCreate(&mut graph, 0) });
         let mut nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
         for r in launches.iter_mut() {
-            let mut params = r.params();
-            let p = self.node_params(r, &mut params);
+            let p = self.node_params(r);
             let mut node: sys::CUgraphNode = std::ptr::null_mut();
             let deps: &[sys::CUgraphNode] = nodes.last().map(std::slice::from_ref).unwrap_or(&[]);
-            check(&format!("adding kernel {}", r.name), unsafe {
+            check("adding kernel ", r.name, unsafe {
                 sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &p)
             });
             nodes.push(node);
         }
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-        check("instantiating a graph", unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
+        check("instantiating a graph", "", unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
         GraphExec { graph, exec, nodes, ctx: self.ctx.clone() }
     }
 
     /// Give node `i` of `g` the arguments `r` holds now.
     pub fn patch_graph_kernel(&self, g: &GraphExec, i: usize, r: &mut LaunchRecord) {
         self.bind();
-        let mut params = r.params();
-        let p = self.node_params(r, &mut params);
-        check(&format!("updating kernel {}", r.name), unsafe {
-            sys::cuGraphExecKernelNodeSetParams_v2(g.exec, g.nodes[i], &p)
-        });
+        let p = self.node_params(r);
+        check("updating kernel ", r.name, unsafe { sys::cuGraphExecKernelNodeSetParams_v2(g.exec, g.nodes[i], &p) });
     }
 
     /// Launch `g` on the compute stream.
     pub fn launch_graph(&self, g: &GraphExec) {
         self.bind();
-        check("launching a graph", unsafe { sys::cuGraphLaunch(g.exec, self.compute.cu_stream()) });
+        check("launching a graph", "", unsafe { sys::cuGraphLaunch(g.exec, self.compute.cu_stream()) });
     }
 }

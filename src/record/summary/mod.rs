@@ -310,11 +310,11 @@ impl Summary {
     /// graphs, and how many kernels each graph launch stood for.
     pub fn graphs_line(&self) -> Option<String> {
         let g = self.cuda_graphs?;
-        let steps = g.recorded_steps + g.replayed_steps + g.diverged_steps;
         Some(format!(
-            "CUDA graphs (rank 0): {} of {steps} steps replayed ({} recorded, {} left their record part-way); {} graph \
+            "CUDA graphs (rank 0): {} of {} steps replayed ({} recorded, {} left their record part-way); {} graph \
              launches for {} kernels, {} of them with new arguments",
             g.replayed_steps,
+            g.steps(),
             g.recorded_steps,
             g.diverged_steps,
             g.graph_launches,
