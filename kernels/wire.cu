@@ -1,6 +1,7 @@
-// wire.cu: `--wire 1bit`'s columns packed and unpacked on the device (src/codec/onebit.rs), so
-// that the copies between device and host, and the comm thread, carry the small form. Every
-// kernel here computes bit for bit what its CPU side (src/ops/wire/cpu.rs, i.e. the codec) does.
+// wire.cu: `--wire 1bit`'s columns (src/codec/onebit.rs) and `--wire bf16`'s values
+// (src/codec/bf16.rs) packed and unpacked on the device, so that the copies between device and
+// host, and the comm thread, carry the small form. Every kernel here computes bit for bit what
+// its CPU side (src/ops/wire/cpu.rs, i.e. the codec) does.
 #include "common.cuh"
 
 // CNTK's 1-bit columns (codec::onebit): cols[3c..3c+3] = value start, length, first 32-bit
@@ -63,4 +64,25 @@ wire_onebit_decode(const unsigned int* __restrict__ cols, const unsigned int* __
     const unsigned int bits = enc[word + 2 + i / 32];
     out[start + i] = (bits >> (i & 31)) & 1u ? pos : neg;
   }
+}
+
+// out[i] = the bf16 of x[i] [n], two to a 32-bit word in memory order: round to nearest, ties
+// to even, overflow to infinity, NaN kept quiet, as codec::bf16::encode (the integer form, so
+// that it is the same bits as the host's whatever the compiler makes of float conversions).
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_bf16_encode(const float* __restrict__ x, int n, unsigned short* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const unsigned int b = __float_as_uint(x[i]);
+  const unsigned int rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+  const bool nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+  out[i] = (unsigned short)(nan ? ((b >> 16) | 0x0040u) : rounded);
+}
+
+// out[i] = the f32 of bf16 enc[i] [n] (exact).
+extern "C" __global__ void __launch_bounds__(THREADS)
+wire_bf16_decode(const unsigned short* __restrict__ enc, int n, float* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[i] = __uint_as_float((unsigned int)enc[i] << 16);
 }

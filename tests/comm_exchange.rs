@@ -5,7 +5,7 @@
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::comm::allreduce::select::Policy;
-use dcgan_train::comm::{CommConfig, CommHandle, start_local_group};
+use dcgan_train::comm::{CommConfig, CommHandle, Wire, start_local_group};
 use dcgan_train::nn::params::{Init, ParamLayout, ParamStore};
 use dcgan_train::train::ddp::buckets::Bucket;
 use dcgan_train::train::ddp::comm_exchange::CommExchange;
@@ -42,7 +42,7 @@ fn exchange(comm: Rc<CommHandle>) -> CommExchange<Cpu> {
         stages: vec![stage],
     };
     let g = vec![bucket(0, "G[1]", 0), bucket(1, "G[2]", 1)];
-    CommExchange::new(&Cpu, comm, [g, Vec::new()], (2, 0), true, false).unwrap()
+    CommExchange::new(&Cpu, comm, [g, Vec::new()], (2, 0), true, Wire::F32).unwrap()
 }
 
 /// A store of `floats` parameters whose gradients are `grad(rank, i)`.

@@ -1,8 +1,9 @@
-//! The 1-bit wire packed on the device (`ops::wire`, kernels/wire.cu) against the comm
-//! thread's own packing, bit for bit: the columns of a bucket's stripes against `quantize` as
-//! the 1-bit allreduce calls it, over several steps of error feedback (the residuals must stay
-//! the same bits too), then the decoding against the CPU's. On each engine available (GPU,
-//! emulator), and on the CPU backend, whose side is the codec itself.
+//! The wire packed on the device (`ops::wire`, kernels/wire.cu) against the comm thread's own
+//! packing, bit for bit. 1-bit: the columns of a bucket's stripes against `quantize` as the
+//! 1-bit allreduce calls it, over several steps of error feedback (the residuals must stay the
+//! same bits too), then the decoding against the CPU's. bf16: every class of f32 rounded as
+//! the `half` crate rounds it, and every bf16 widened as it widens it. On each engine
+//! available (GPU, emulator), and on the CPU backend, whose side is the codec itself.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
@@ -98,5 +99,42 @@ fn onebit_packing_is_the_comm_threads_bit_for_bit_over_steps_of_feedback() {
                 assert_eq!(bits(&down(cu, bdec)), bits(&want_decoded), "{who}: decoded");
             }
         }
+    }
+}
+
+#[test]
+fn bf16_packing_rounds_and_widens_as_half_does() {
+    use half::bf16;
+    // Every sign and exponent with the dropped half at the rounding boundaries (ties with even
+    // and odd kept parts, overflow to infinity, NaNs), and an odd count: two to a float.
+    let x: Vec<f32> = (0..=u16::MAX)
+        .flat_map(|high| [0, 0x7FFF, 0x8000, 0x8001].map(|low| f32::from_bits(u32::from(high) << 16 | low)))
+        .chain([1.5f32])
+        .collect();
+    let want: Vec<u16> = x.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+    // The bf16 the encoding makes: all but the signalling NaNs (`half` quiets those).
+    let signalling = |b: u16| (b & 0x7FFF) > 0x7F80 && b & 0x0040 == 0;
+    let enc: Vec<u16> = (0..=u16::MAX).filter(|&b| !signalling(b)).collect();
+    let enc_floats: Vec<f32> = enc
+        .chunks(2)
+        .map(|p| f32::from_bits(u32::from(p[0]) | u32::from(p.get(1).copied().unwrap_or(0)) << 16))
+        .collect();
+    let widened: Vec<u32> = enc.iter().map(|&b| bf16::from_bits(b).to_f32().to_bits()).collect();
+    let halves = |floats: &[f32], n: usize| -> Vec<u16> {
+        floats.iter().flat_map(|v| [v.to_bits() as u16, (v.to_bits() >> 16) as u16]).take(n).collect()
+    };
+    let mut cpu_out = vec![0.0; x.len().div_ceil(2)];
+    Cpu.wire_bf16_encode(View::whole(&x), ViewMut::whole(&mut cpu_out));
+    assert_eq!(halves(&cpu_out, x.len()), want, "CPU encoding");
+    let mut cpu_wide = vec![0.0; enc.len()];
+    Cpu.wire_bf16_decode(View::whole(&enc_floats), ViewMut::whole(&mut cpu_wide));
+    assert_eq!(bits(&cpu_wide), widened, "CPU decoding");
+    for cu in engines("bf16 wire") {
+        let mut out = cu.alloc(x.len().div_ceil(2)).unwrap();
+        cu.wire_bf16_encode(View::whole(&up(&cu, &x)), ViewMut::whole(&mut out));
+        assert_eq!(halves(&down(&cu, &out), x.len()), want, "{}: encoding", cu.describe());
+        let mut wide = cu.alloc(enc.len()).unwrap();
+        cu.wire_bf16_decode(View::whole(&up(&cu, &enc_floats)), ViewMut::whole(&mut wide));
+        assert_eq!(bits(&down(&cu, &wide)), widened, "{}: decoding", cu.describe());
     }
 }

@@ -1,8 +1,9 @@
-//! `--wire 1bit` packed on the device (`train::ddp::device_packing`) against the comm thread's
-//! own quantization: three ranks (Local transport, each with the CUDA emulator) run the real
-//! exchange over three steps, buckets cut into several fragments, one bucket too small to
-//! pack beside them; the weights after each step's Adam and every rank's residuals must be
-//! the same bits both ways, and the residual norms the same to f32 rounding.
+//! The wire packed on the device (`train::ddp::device_packing`) against the comm thread's own
+//! packing: three ranks (Local transport, each with the CUDA emulator) run the real exchange
+//! over three steps, buckets cut into several fragments (some of odd length), one bucket too
+//! small to pack `--wire 1bit` beside them. Both wires: the weights after each step's Adam
+//! must be the same bits both ways, and the device must have copied the small form. 1-bit:
+//! every rank's residuals the same bits, and the residual norms the same to f32 rounding.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
@@ -11,6 +12,7 @@ use dcgan_train::backend::cuda::Cuda;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::checkpoint::RankResiduals;
 use dcgan_train::comm::allreduce::select::Policy;
+use dcgan_train::comm::handle::fragments;
 use dcgan_train::comm::{CommConfig, Wire, start_local_group};
 use dcgan_train::nn::params::{Init, ParamLayout, ParamStore};
 use dcgan_train::train::ddp::buckets::Bucket;
@@ -26,13 +28,15 @@ const RANKS: usize = 3;
 const BUCKETS: [usize; 3] = [4000, 2600, 4];
 const STEPS: u64 = 3;
 
-fn config() -> CommConfig {
+fn config(wire: Wire) -> CommConfig {
     CommConfig {
         policy: Policy::Threshold(1024),
-        fragment_bytes: 4 * 1500,
+        // At most 1501 values: nearly equal fragments, some of odd length (1333), whose bf16
+        // take half a float more than half of theirs.
+        fragment_bytes: 4 * 1501,
         stall_timeout: Duration::from_secs(30),
         abort_on_failure: false,
-        wire: Wire::OneBit,
+        wire,
     }
 }
 
@@ -44,11 +48,11 @@ fn grad(rank: usize, step: u64, i: usize) -> f32 {
 /// What one rank ends with: its weights, its residuals, the residual norms after each step
 /// and while each step's buckets are in flight (the norms are those after the last exchange
 /// finished), and the comm thread's own residuals of the packable buckets' values (zeros
-/// where the device holds them).
-type RankEnd = (Vec<f32>, Option<RankResiduals>, Vec<Option<[f32; 2]>>, Vec<f32>);
+/// where the device holds them), and the bytes staged to the host.
+type RankEnd = (Vec<f32>, Option<RankResiduals>, Vec<Option<[f32; 2]>>, Vec<f32>, u64);
 
-fn run(pack_on_device: bool) -> Vec<RankEnd> {
-    let handles = start_local_group(RANKS, config()).unwrap();
+fn run(wire: Wire, pack_on_device: bool) -> Vec<RankEnd> {
+    let handles = start_local_group(RANKS, config(wire)).unwrap();
     std::thread::scope(|s| {
         let threads: Vec<_> = handles
             .into_iter()
@@ -68,8 +72,8 @@ fn run(pack_on_device: bool) -> Vec<RankEnd> {
                         .collect();
                     let total = at;
                     let stages = (BUCKETS.len(), 0);
-                    let mut ex =
-                        CommExchange::new(&cu, comm.clone(), [plan, Vec::new()], stages, true, pack_on_device).unwrap();
+                    let pack = if pack_on_device { wire } else { Wire::F32 };
+                    let mut ex = CommExchange::new(&cu, comm.clone(), [plan, Vec::new()], stages, true, pack).unwrap();
                     ex.compress_from(0);
                     let mut layout = ParamLayout::default();
                     layout.add_param("w".into(), &[total], Init::Constant(0.5));
@@ -93,7 +97,7 @@ fn run(pack_on_device: bool) -> Vec<RankEnd> {
                     let held = comm.residuals().unwrap();
                     let comm_own: Vec<f32> =
                         held.iter().filter(|(id, _)| *id < 2).flat_map(|(_, r)| r.own.clone()).collect();
-                    (w, ex.residuals(&cu).unwrap(), norms, comm_own)
+                    (w, ex.residuals(&cu).unwrap(), norms, comm_own, ex.stats.staged)
                 })
             })
             .collect();
@@ -101,19 +105,29 @@ fn run(pack_on_device: bool) -> Vec<RankEnd> {
     })
 }
 
-#[test]
-fn packing_on_the_device_gives_the_comm_threads_bits() {
-    if !dcgan_train::backend::cuda::emu::is_available() {
+fn emulator() -> bool {
+    let there = dcgan_train::backend::cuda::emu::is_available();
+    if !there {
         eprintln!("device_packing: skipped: no C++ compiler for the emulator");
+    }
+    there
+}
+
+fn same(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn packing_one_bit_on_the_device_gives_the_comm_threads_bits() {
+    if !emulator() {
         return;
     }
-    let host = run(false);
-    let device = run(true);
-    for (rank, ((hw, hr, hn, host_own), (dw, dr, dn, device_own))) in host.iter().zip(&device).enumerate() {
+    let host = run(Wire::OneBit, false);
+    let device = run(Wire::OneBit, true);
+    for (rank, ((hw, hr, hn, host_own, _), (dw, dr, dn, device_own, _))) in host.iter().zip(&device).enumerate() {
         // It did pack: the comm thread held no own residual of the packable buckets.
         assert!(device_own.iter().all(|&x| x == 0.0), "rank {rank}: the comm thread quantized");
         assert!(host_own.iter().any(|&x| x != 0.0), "rank {rank}: no residual without packing");
-        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same(hw, dw), "rank {rank}: the weights differ");
         assert!(hw.iter().any(|&w| w != 0.5), "rank {rank}: nothing was trained");
         assert_eq!(hr, dr, "rank {rank}: the residuals differ");
@@ -126,5 +140,27 @@ fn packing_on_the_device_gives_the_comm_threads_bits() {
             };
             assert!(close, "rank {rank}, report {i}: norms {h:?} vs {d:?}");
         }
+    }
+}
+
+#[test]
+fn packing_bf16_on_the_device_gives_the_comm_threads_bits() {
+    if !emulator() {
+        return;
+    }
+    let host = run(Wire::Bf16, false);
+    let device = run(Wire::Bf16, true);
+    let exact = run(Wire::F32, false);
+    let total: usize = BUCKETS.iter().sum();
+    // Per fragment of n values, ceil(n/2) floats.
+    let fragments = |n: usize| fragments(n, config(Wire::Bf16).fragment_bytes);
+    let packed_floats: usize = BUCKETS.iter().flat_map(|&n| fragments(n)).map(|f| f.len().div_ceil(2)).sum();
+    for (rank, ((hw, .., h_staged), ((dw, .., d_staged), (ew, ..)))) in
+        host.iter().zip(device.iter().zip(&exact)).enumerate()
+    {
+        assert!(same(hw, dw), "rank {rank}: the weights differ");
+        assert!(!same(hw, ew), "rank {rank}: the same weights as f32's: nothing travelled as bf16");
+        assert_eq!(*h_staged, 4 * (total * STEPS as usize) as u64, "rank {rank}: the comm thread packing copies f32");
+        assert_eq!(*d_staged, 4 * (packed_floats * STEPS as usize) as u64, "rank {rank}: the device copied bf16");
     }
 }

@@ -88,6 +88,12 @@ impl Backend for Cpu {
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
         wire::cpu::onebit_decode(s(cols), s(enc), sm(out));
     }
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
+        wire::cpu::bf16_encode(s(x), sm(out));
+    }
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cpu::bf16_decode(s(enc), sm(out));
+    }
 
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
         keep_awake();

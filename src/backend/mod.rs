@@ -214,8 +214,8 @@ pub trait Backend: Sized + 'static {
     /// y += a * x
     fn axpy(&self, a: f32, x: View<Self>, y: ViewMut<Self>);
 
-    // ---- the 1-bit wire (ops/wire, codec/): encodings as raw bits in f32 buffers ----
-    /// Whether the gradient exchange packs `--wire 1bit` here, beside the gradients, rather
+    // ---- the wire encodings (ops/wire, codec/): raw bits in f32 buffers ----
+    /// Whether the gradient exchange packs `--wire 1bit` and `bf16` here, beside the gradients, rather
     /// than on the comm thread: a device apart from the host does (the copies then carry the
     /// small form); the CPU's gradients are on the comm thread's host already.
     fn packs_wire(&self) -> bool {
@@ -234,6 +234,10 @@ pub trait Backend: Sized + 'static {
     );
     /// out = the values of the 1-bit columns `cols` of `enc`.
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>);
+    /// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float (`codec::bf16`).
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>);
+    /// out [n] = the values of the bf16 encodings enc [ceil(n/2)].
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>);
 
     // ---- convolution (ops/conv): x [C_in,B,H,W], w [C_out,C_in,k,k], y [C_out,B,OH,OW] ----
     /// y = conv(x, w)

@@ -1,6 +1,8 @@
-//! The 1-bit gradient wire format, shared by the comm thread (which sends it) and the device
-//! op that packs and unpacks it next to the gradients, and the bytes f32 values travel as.
+//! The gradient wire formats (1-bit and bf16), shared by the comm thread (which sends them)
+//! and the device ops that pack and unpack them next to the gradients, and the bytes f32
+//! values travel as.
 
+pub mod bf16;
 pub mod onebit;
 
 /// The bytes of a float slice (native byte order).

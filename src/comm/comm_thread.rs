@@ -2,6 +2,7 @@
 //! fragment by fragment and the blocking helpers on the transport, answers status queries when
 //! idle, and ends the job when a collective fails or stalls.
 
+use crate::codec::bf16;
 use crate::comm::allreduce::select::SelectionTable;
 use crate::comm::allreduce::{Algorithm, allreduce_mean};
 use crate::comm::collectives;
@@ -10,7 +11,6 @@ use crate::comm::handle::{BucketDone, BucketRequest, Command, HelperOp, HelperOu
 use crate::comm::onebit::{self, OneBitStage, Residuals};
 use crate::comm::options::Wire;
 use crate::comm::stall::{self, STALL_EXIT_CODE};
-use crate::comm::transport::bf16_wire::{Bf16Stage, Bf16Wire};
 use crate::comm::transport::counting::Counting;
 use crate::comm::transport::group::Group;
 use crate::comm::transport::{
@@ -41,7 +41,8 @@ pub(crate) struct CommThread {
     pub failed: Option<String>,
     /// How gradient buckets travel; the helper collectives always go as f32.
     pub wire: Wire,
-    pub bf16_stage: Bf16Stage,
+    /// `--wire bf16` packed here: the fragment's values as bf16.
+    pub bf16_stage: Vec<u16>,
     /// `--wire 1bit`: each bucket's error feedback on this rank, by bucket id.
     pub residuals: HashMap<u32, Residuals>,
     pub onebit_stage: OneBitStage,
@@ -148,7 +149,10 @@ impl CommThread {
         let started = Instant::now();
         let n = req.data.as_mut_slice().len();
         let frags = fragments(n, self.fragment_bytes);
-        let algorithm = self.table.pick(frags[0].len() * 4);
+        let wire = if req.exact { Wire::F32 } else { self.wire };
+        // Picked by the bytes a fragment puts on the wire.
+        let value_bytes = if wire == Wire::Bf16 { 2 } else { 4 };
+        let algorithm = self.table.pick(frags[0].len() * value_bytes);
         let tag = (req.id % TAG_RESERVED as u32) as Tag;
         self.begin(&format!(
             "bucket {} \"{}\" ({} bytes, {} fragment(s), {algorithm})",
@@ -157,7 +161,6 @@ impl CommThread {
             n * 4,
             frags.len()
         ))?;
-        let wire = if req.exact { Wire::F32 } else { self.wire };
         let (mut busy, mut cpu, mut sent) = (Duration::ZERO, Duration::ZERO, 0);
         if wire == Wire::OneBit && self.residuals.get(&req.id).is_none_or(|r| r.own.len() != n) {
             self.residuals.insert(req.id, Residuals::zeros(n));
@@ -184,9 +187,14 @@ impl CommThread {
             };
             let r = match wire {
                 Wire::F32 => allreduce_mean(among, algorithm, data, tag),
+                Wire::Bf16 if req.packed => allreduce_mean(among, algorithm, bf16::packed_in_mut(data), tag),
                 Wire::Bf16 => {
-                    let mut t = Bf16Wire::new(among, &mut self.bf16_stage);
-                    allreduce_mean(&mut t, algorithm, data, tag)
+                    let stage = &mut self.bf16_stage;
+                    stage.resize(data.len(), 0);
+                    bf16::encode_into(data, stage);
+                    let r = allreduce_mean(among, algorithm, stage, tag);
+                    bf16::decode_into(stage, data);
+                    r
                 }
                 Wire::OneBit if req.packed => {
                     let res = self.residuals.get_mut(&req.id).expect("made above").range_mut(f.clone());

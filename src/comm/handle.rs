@@ -54,10 +54,12 @@ pub struct BucketRequest {
     /// Travels as f32 whatever `--wire` says (the per-step metrics: losses are reported, not
     /// trained on, so they keep every bit).
     pub exact: bool,
-    /// `--wire 1bit` quantized by the device already: each fragment's f32 range holds, from
-    /// its start, this rank's encodings of its stripes (`onebit::packed_layout`, which must
-    /// fit: `onebit::packed_fits`), and gets back the quantized means in the same layout
-    /// (`onebit::allreduce_mean_packed`). The device keeps the rank's own residual.
+    /// Packed by the device already, and given back packed. `--wire 1bit`: each fragment's
+    /// f32 range holds, from its start, this rank's encodings of its stripes
+    /// (`onebit::packed_layout`, which must fit: `onebit::packed_fits`), and gets back the
+    /// quantized means in the same layout (`onebit::allreduce_mean_packed`); the device keeps
+    /// the rank's own residual. `--wire bf16`: each fragment's first half holds its values as
+    /// bf16 (`codec::bf16::packed_in_mut`), and gets back their mean the same way.
     pub packed: bool,
 }
 

@@ -107,6 +107,7 @@ fn comm_summary<B: Backend>(
         device_wait_ms_per_step: per_step(ex.device_wait),
         metrics_wait_ms_per_step: per_step(trainer.metrics_wait),
         bytes_per_step: ex.bytes as f64 / steps,
+        staged_bytes_per_step: ex.staged as f64 / steps,
         wire,
         wire_bytes_per_step: (ex.bytes as f64 / steps) * wire.size_ratio(),
         sent_bytes_per_step: (ex.sent[0] + ex.sent[1] + facts.block_sent) as f64 / steps,

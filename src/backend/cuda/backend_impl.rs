@@ -127,6 +127,12 @@ impl Backend for Cuda {
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>) {
         wire::cuda::onebit_decode(self, cols, enc, out);
     }
+    fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>) {
+        wire::cuda::bf16_encode(self, x, out);
+    }
+    fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>) {
+        wire::cuda::bf16_decode(self, enc, out);
+    }
 
     fn conv2d_forward(&self, g: &ConvGeom, x: View<Self>, w: View<Self>, y: ViewMut<Self>) {
         conv::cuda::forward(self, g, x, w, y);

@@ -3,6 +3,7 @@
 //! vector to the odd one and sits out, the p2 remaining ranks run the power-of-two
 //! algorithm under "virtual" ranks 0..p2, and the odd ranks hand the result back.
 
+use super::Value;
 use crate::comm::transport::{Combine, CommError, Tag, Transport};
 
 /// This rank's place among the p2 ranks that run the power-of-two algorithm.
@@ -27,23 +28,23 @@ pub fn pow2_floor(p: usize) -> usize {
 
 /// Run `core` (a power-of-two algorithm) on every rank count: fold the extra ranks in before
 /// and hand them the result after.
-pub fn with_fold<T: Transport + ?Sized>(
+pub fn with_fold<V: Value, T: Transport + ?Sized>(
     t: &mut T,
-    data: &mut [f32],
+    data: &mut [V],
     tag: Tag,
-    core: impl FnOnce(&mut T, &mut [f32], &Core) -> Result<(), CommError>,
+    core: impl FnOnce(&mut T, &mut [V], &Core) -> Result<(), CommError>,
 ) -> Result<(), CommError> {
     let (p, r, n) = (t.size(), t.rank(), data.len());
     let p2 = pow2_floor(p);
     let rem = p - p2;
     if r < 2 * rem {
         if r % 2 == 0 {
-            t.exchange(data, Some((r + 1, 0..n)), None, tag)?;
-            return t.exchange(data, None, Some((r + 1, 0..n, Combine::Copy)), tag);
+            V::exchange(t, data, Some((r + 1, 0..n)), None, tag)?;
+            return V::exchange(t, data, None, Some((r + 1, 0..n, Combine::Copy)), tag);
         }
-        t.exchange(data, None, Some((r - 1, 0..n, Combine::Add)), tag)?;
+        V::exchange(t, data, None, Some((r - 1, 0..n, Combine::Add)), tag)?;
         core(t, data, &Core { vrank: r / 2, p2, rem })?;
-        t.exchange(data, Some((r - 1, 0..n)), None, tag)
+        V::exchange(t, data, Some((r - 1, 0..n)), None, tag)
     } else {
         core(t, data, &Core { vrank: r - rem, p2, rem })
     }

@@ -14,6 +14,7 @@
 //! whole vector; on one host, ring. Hosts with different numbers of ranks fall back to ring
 //! over the whole job (the parts would not line up across hosts).
 
+use super::Value;
 use super::{Algorithm, part, recursive_doubling, ring, select, vector_halving};
 use crate::comm::transport::{Combine, CommError, Group, Tag, Transport};
 
@@ -86,7 +87,12 @@ impl HostLayout {
     }
 }
 
-pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, scale: f32) -> Result<(), CommError> {
+pub fn allreduce<V: Value, T: Transport + ?Sized>(
+    t: &mut T,
+    data: &mut [V],
+    tag: Tag,
+    scale: f32,
+) -> Result<(), CommError> {
     let layout = HostLayout::new(t.hosts(), t.size());
     let Some(l_count) = layout.ranks_per_host() else {
         return ring::allreduce(t, data, tag, scale);
@@ -111,7 +117,7 @@ pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, s
         let peers = layout.peers(l);
         let mut across = Group::new(t, &peers);
         let piece = &mut data[mine];
-        match across_hosts(piece.len() * 4, h_count) {
+        match across_hosts(std::mem::size_of_val(piece), h_count) {
             Algorithm::Rd => recursive_doubling::allreduce(&mut across, piece, tag, scale)?,
             Algorithm::Vhd => vector_halving::allreduce(&mut across, piece, tag, scale)?,
             _ => ring::allreduce(&mut across, piece, tag, scale)?,

@@ -1,5 +1,6 @@
-//! The allreduce algorithms, all written against `Transport`: sum f32 vectors over all ranks,
-//! then scale by 1/N, in place, with bitwise identical results on every rank.
+//! The allreduce algorithms, all written against `Transport`: sum vectors (f32, or bf16 under
+//! `--wire bf16`) over all ranks, then scale by 1/N, in place, with bitwise identical results
+//! on every rank.
 //!
 //! | algorithm | messages (latency terms) | bytes sent per rank | best for |
 //! |---|---|---|---|
@@ -21,8 +22,9 @@ pub mod vector_halving;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use crate::codec::bf16;
 use crate::comm::reduce;
-use crate::comm::transport::{CommError, Tag, Transport};
+use crate::comm::transport::{CommError, RecvEnd, SendEnd, Tag, Transport};
 use std::ops::Range;
 
 /// One way of averaging a vector over the ranks (the names are `--allreduce`'s values).
@@ -91,13 +93,66 @@ pub fn parts(n: usize, k: usize, j0: usize, j1: usize) -> Range<usize> {
     (j0 * n / k)..(j1 * n / k)
 }
 
+/// The values an allreduce averages: f32, or the bf16 bits of `--wire bf16`
+/// (`transport::bf16_wire`). The algorithms are written once over this.
+pub trait Value: Copy {
+    /// `Transport::exchange` for a buffer of these values.
+    fn exchange<T: Transport + ?Sized>(
+        t: &mut T,
+        buf: &mut [Self],
+        send: SendEnd,
+        recv: RecvEnd,
+        tag: Tag,
+    ) -> Result<(), CommError>;
+    /// The sum over ranks by the library's MPI_Allreduce (in f32), times `scale`.
+    fn native_mean<T: Transport + ?Sized>(t: &mut T, data: &mut [Self], scale: f32) -> Result<(), CommError>;
+}
+
+impl Value for f32 {
+    fn exchange<T: Transport + ?Sized>(
+        t: &mut T,
+        buf: &mut [f32],
+        send: SendEnd,
+        recv: RecvEnd,
+        tag: Tag,
+    ) -> Result<(), CommError> {
+        t.exchange(buf, send, recv, tag)
+    }
+    fn native_mean<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], scale: f32) -> Result<(), CommError> {
+        t.native_allreduce_sum(data)?;
+        reduce::scale(data, scale);
+        Ok(())
+    }
+}
+
+/// bf16 bits.
+impl Value for u16 {
+    fn exchange<T: Transport + ?Sized>(
+        t: &mut T,
+        buf: &mut [u16],
+        send: SendEnd,
+        recv: RecvEnd,
+        tag: Tag,
+    ) -> Result<(), CommError> {
+        t.exchange_bf16(buf, send, recv, tag)
+    }
+    /// The library has no bf16 sum here: it sums the values widened to f32.
+    fn native_mean<T: Transport + ?Sized>(t: &mut T, data: &mut [u16], scale: f32) -> Result<(), CommError> {
+        let mut wide = vec![0.0; data.len()];
+        bf16::decode_into(data, &mut wide);
+        f32::native_mean(t, &mut wide, scale)?;
+        bf16::encode_into(&wide, data);
+        Ok(())
+    }
+}
+
 /// Average `data` over all ranks in place with `algo`: the sum over ranks times 1/N, the
 /// same bits on every rank. Every rank must call this with the same length, algorithm and
 /// tag. One rank or an empty vector: nothing to do.
-pub fn allreduce_mean<T: Transport + ?Sized>(
+pub fn allreduce_mean<V: Value, T: Transport + ?Sized>(
     t: &mut T,
     algo: Algorithm,
-    data: &mut [f32],
+    data: &mut [V],
     tag: Tag,
 ) -> Result<(), CommError> {
     let p = t.size();
@@ -106,17 +161,11 @@ pub fn allreduce_mean<T: Transport + ?Sized>(
     }
     let s = inv_ranks(p);
     match algo {
-        Algorithm::Tree => tree::allreduce(t, data, tag, s)?,
-        Algorithm::Rd => recursive_doubling::allreduce(t, data, tag, s)?,
-        Algorithm::Vhd => vector_halving::allreduce(t, data, tag, s)?,
-        Algorithm::Ring => ring::allreduce(t, data, tag, s)?,
-        Algorithm::Hier => hierarchical::allreduce(t, data, tag, s)?,
-        Algorithm::Mpi => {
-            t.native_allreduce_sum(data)?;
-            reduce::scale(data, s);
-            return Ok(());
-        }
+        Algorithm::Tree => tree::allreduce(t, data, tag, s),
+        Algorithm::Rd => recursive_doubling::allreduce(t, data, tag, s),
+        Algorithm::Vhd => vector_halving::allreduce(t, data, tag, s),
+        Algorithm::Ring => ring::allreduce(t, data, tag, s),
+        Algorithm::Hier => hierarchical::allreduce(t, data, tag, s),
+        Algorithm::Mpi => V::native_mean(t, data, s),
     }
-    t.settle(data);
-    Ok(())
 }

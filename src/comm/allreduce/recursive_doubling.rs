@@ -3,10 +3,16 @@
 //! per rank, so it is the small-message algorithm. Both partners add the same two operands
 //! (a + b = b + a exactly in IEEE arithmetic), so every rank ends with the same bits.
 
+use super::Value;
 use super::fold::with_fold;
 use crate::comm::transport::{Combine, CommError, Tag, Transport};
 
-pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, scale: f32) -> Result<(), CommError> {
+pub fn allreduce<V: Value, T: Transport + ?Sized>(
+    t: &mut T,
+    data: &mut [V],
+    tag: Tag,
+    scale: f32,
+) -> Result<(), CommError> {
     with_fold(t, data, tag, |t, data, core| {
         let n = data.len();
         let mut mask = 1;
@@ -14,7 +20,7 @@ pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, s
             let partner = core.real(core.vrank ^ mask);
             // The last step folds in the 1/N scaling.
             let how = if mask * 2 >= core.p2 { Combine::AddScale(scale) } else { Combine::Add };
-            t.exchange(data, Some((partner, 0..n)), Some((partner, 0..n, how)), tag)?;
+            V::exchange(t, data, Some((partner, 0..n)), Some((partner, 0..n, how)), tag)?;
             mask <<= 1;
         }
         Ok(())

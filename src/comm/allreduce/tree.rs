@@ -2,22 +2,28 @@
 //! bits of r are clear, then sends to its parent), then the binomial broadcast of the result
 //! from rank 0. 2 lg p steps and the root handles n lg p bytes: the simple reference.
 
+use super::Value;
 use crate::comm::transport::{Combine, CommError, Tag, Transport};
 
-pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, scale: f32) -> Result<(), CommError> {
+pub fn allreduce<V: Value, T: Transport + ?Sized>(
+    t: &mut T,
+    data: &mut [V],
+    tag: Tag,
+    scale: f32,
+) -> Result<(), CommError> {
     let (p, r, n) = (t.size(), t.rank(), data.len());
     // Reduce.
     let mut mask = 1;
     while mask < p {
         if r & mask != 0 {
-            t.exchange(data, Some((r - mask, 0..n)), None, tag)?;
+            V::exchange(t, data, Some((r - mask, 0..n)), None, tag)?;
             break;
         }
         let child = r | mask;
         if child < p {
             // The root's last child completes the sum: fold in the 1/N scaling there.
             let how = if r == 0 && mask * 2 >= p { Combine::AddScale(scale) } else { Combine::Add };
-            t.exchange(data, None, Some((child, 0..n, how)), tag)?;
+            V::exchange(t, data, None, Some((child, 0..n, how)), tag)?;
         }
         mask <<= 1;
     }
@@ -27,13 +33,13 @@ pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, s
         p.next_power_of_two()
     } else {
         let low = r & r.wrapping_neg();
-        t.exchange(data, None, Some((r - low, 0..n, Combine::Copy)), tag)?;
+        V::exchange(t, data, None, Some((r - low, 0..n, Combine::Copy)), tag)?;
         low
     };
     mask >>= 1;
     while mask > 0 {
         if r + mask < p {
-            t.exchange(data, Some((r + mask, 0..n)), None, tag)?;
+            V::exchange(t, data, Some((r + mask, 0..n)), None, tag)?;
         }
         mask >>= 1;
     }

@@ -5,11 +5,17 @@
 //! 2 n (p-1)/p bytes sent per rank: the large-message algorithm for power-of-two p.
 //! Each element is summed by exactly one rank and then copied, so all ranks agree bit for bit.
 
+use super::Value;
 use super::fold::with_fold;
 use super::parts;
 use crate::comm::transport::{Combine, CommError, Tag, Transport};
 
-pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, scale: f32) -> Result<(), CommError> {
+pub fn allreduce<V: Value, T: Transport + ?Sized>(
+    t: &mut T,
+    data: &mut [V],
+    tag: Tag,
+    scale: f32,
+) -> Result<(), CommError> {
     with_fold(t, data, tag, |t, data, core| {
         let (n, p2, v) = (data.len(), core.p2, core.vrank);
         // This rank's parts are j0..j1 of p2 nearly equal parts.
@@ -20,7 +26,8 @@ pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, s
             let jm = (j0 + j1) / 2;
             let (keep, give) = if v & mask == 0 { ((j0, jm), (jm, j1)) } else { ((jm, j1), (j0, jm)) };
             let how = if mask == 1 { Combine::AddScale(scale) } else { Combine::Add };
-            t.exchange(
+            V::exchange(
+                t,
                 data,
                 Some((partner, parts(n, p2, give.0, give.1))),
                 Some((partner, parts(n, p2, keep.0, keep.1), how)),
@@ -35,7 +42,8 @@ pub fn allreduce<T: Transport + ?Sized>(t: &mut T, data: &mut [f32], tag: Tag, s
             let partner = core.real(v ^ mask);
             // Groups of `mask` parts, aligned to `mask`: mine starts at j0, the partner's at j0^mask.
             let theirs = j0 ^ mask;
-            t.exchange(
+            V::exchange(
+                t,
                 data,
                 Some((partner, parts(n, p2, j0, j0 + mask))),
                 Some((partner, parts(n, p2, theirs, theirs + mask), Combine::Copy)),

@@ -35,9 +35,6 @@ impl Transport for Counting<'_> {
         }
         self.inner.exchange(buf, send, recv, tag)
     }
-    fn settle(&mut self, data: &mut [f32]) {
-        self.inner.settle(data)
-    }
     /// The library's own allreduce moves what it chooses, out of sight: not counted.
     fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
         self.inner.native_allreduce_sum(data)

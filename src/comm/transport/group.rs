@@ -76,8 +76,6 @@ impl<T: Transport + ?Sized> Transport for Group<'_, T> {
         self.inner.exchange(buf, send, recv, tag)
     }
 
-    // `settle` stays a no-op: the whole-job algorithm settles the whole vector once at the end.
-
     fn native_allreduce_sum(&mut self, _data: &mut [f32]) -> Result<(), CommError> {
         Err(CommError::Protocol("MPI_Allreduce runs over the whole job, not over a group of its ranks".into()))
     }

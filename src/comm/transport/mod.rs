@@ -47,7 +47,6 @@ macro_rules! forward_to_inner {
 }
 pub(crate) use forward_to_inner;
 
-pub mod bf16_round;
 pub mod bf16_wire;
 pub mod counting;
 pub mod group;
@@ -270,10 +269,12 @@ pub trait Transport {
     /// lengths. Large reductions are pipelined in chunks where the transport can.
     fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError>;
 
-    /// Called by every hand-written allreduce on its averaged result: a wire format that
-    /// rounds what travels rounds the result here too, so that ranks whose copy travelled and
-    /// ranks whose copy did not hold the same bits. Exact transports leave it as it is.
-    fn settle(&mut self, _data: &mut [f32]) {}
+    /// `exchange` for `--wire bf16`'s buffers of bf16 values (bits): they travel as they are;
+    /// received values are added in f32 and rounded back (`bf16_wire::exchange`, made of this
+    /// transport's `send`, `recv` and `sendrecv`).
+    fn exchange_bf16(&mut self, buf: &mut [u16], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
+        bf16_wire::exchange(self, buf, send, recv, tag)
+    }
 
     /// The library's own sum-allreduce (MPI_Allreduce), the baseline `mpi` algorithm.
     fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError>;

@@ -1,5 +1,6 @@
-//! CPU side of the 1-bit columns: the codec's own functions over f32 buffers of raw bits.
+//! CPU side of the wire encodings: the codecs' own functions over f32 buffers of raw bits.
 
+use crate::codec::bf16;
 use crate::codec::onebit::{self, Column, Land};
 use crate::codec::{f32_bytes, f32_bytes_mut};
 
@@ -28,4 +29,17 @@ pub fn onebit_quantize(cols: &[f32], values: &[f32], residual: &mut [f32], out: 
 /// The values of the 1-bit columns `cols` of `enc`, into out.
 pub fn onebit_decode(cols: &[f32], enc: &[f32], out: &mut [f32]) {
     onebit::decode_columns(&table(cols), f32_bytes(enc), out, Land::Copy);
+}
+
+/// out [floats_for(n)] = the bf16 encodings of x [n], two to a float.
+pub fn bf16_encode(x: &[f32], out: &mut [f32]) {
+    assert_eq!(out.len(), bf16::floats_for(x.len()), "bf16_encode: two values to a float");
+    bf16::encode_into(x, &mut bf16::as_bf16_mut(out)[..x.len()]);
+}
+
+/// out [n] = the values of the bf16 encodings enc [floats_for(n)], two to a float.
+pub fn bf16_decode(enc: &[f32], out: &mut [f32]) {
+    assert_eq!(enc.len(), bf16::floats_for(out.len()), "bf16_decode: two values to a float");
+    let n = out.len();
+    bf16::decode_into(&bf16::as_bf16(enc)[..n], out);
 }

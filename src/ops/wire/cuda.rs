@@ -1,4 +1,4 @@
-//! CUDA launchers of the 1-bit columns (kernels/wire.cu).
+//! CUDA launchers of the wire encodings (kernels/wire.cu).
 
 use crate::backend::cuda::kernel_table::{DevPtr, Dims, cuda_kernels};
 use crate::backend::cuda::{Cuda, Family, THREADS, dptr, dptr_mut};
@@ -8,6 +8,8 @@ cuda_kernels! {
     family: Family::Wire, file: "wire.cu";
     fn wire_onebit_quantize(cols: DevPtr, ncols: i32, values: DevPtr, residual: DevPtr, out: DevPtr, col_sq: DevPtr);
     fn wire_onebit_decode(cols: DevPtr, enc: DevPtr, out: DevPtr);
+    fn wire_bf16_encode(x: DevPtr, n: i32, out: DevPtr);
+    fn wire_bf16_decode(enc: DevPtr, n: i32, out: DevPtr);
 }
 
 /// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each
@@ -38,4 +40,24 @@ pub fn onebit_decode(cu: &Cuda, cols: View<Cuda>, enc: View<Cuda>, out: ViewMut<
         return;
     }
     launch::wire_onebit_decode(cu, Dims::linear(ncols, THREADS), dptr(cols), dptr(enc), dptr_mut(&out));
+}
+
+/// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float; a thread per value.
+pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
+    assert_eq!(out.len, crate::codec::bf16::floats_for(x.len), "bf16_encode: two values to a float");
+    if x.len == 0 {
+        return;
+    }
+    let dims = Dims::linear(x.len.div_ceil(THREADS as usize), THREADS);
+    launch::wire_bf16_encode(cu, dims, dptr(x), x.len as i32, dptr_mut(&out));
+}
+
+/// out [n] = the values of the bf16 encodings enc [ceil(n/2)]; a thread per value.
+pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
+    assert_eq!(enc.len, crate::codec::bf16::floats_for(out.len), "bf16_decode: two values to a float");
+    if out.len == 0 {
+        return;
+    }
+    let dims = Dims::linear(out.len.div_ceil(THREADS as usize), THREADS);
+    launch::wire_bf16_decode(cu, dims, dptr(enc), out.len as i32, dptr_mut(&out));
 }

@@ -1,6 +1,7 @@
-//! `--wire 1bit`'s columns on the device (format in `codec::onebit`): packed next to the
-//! gradients before they are copied to the host, unpacked after the copy back. Encodings live
-//! in f32 buffers as raw bits, laid out as the codec lays out their bytes. CPU side in
+//! The wire encodings on the device: `--wire 1bit`'s columns (format in `codec::onebit`) and
+//! `--wire bf16`'s values (`codec::bf16`), packed next to the gradients before they are copied
+//! to the host, unpacked after the copy back. Encodings live in f32 buffers as raw bits, laid
+//! out as the codecs lay out their bytes. CPU side in
 //! `cpu.rs` (the codec itself), CUDA in `cuda.rs`.
 
 pub mod cpu;

@@ -161,6 +161,9 @@ pub struct CommSummary {
     pub metrics_wait_ms_per_step: f64,
     /// Gradient bytes averaged per step (as f32).
     pub bytes_per_step: f64,
+    /// Gradient bytes copied to the host per step (as many come back; over PCIe on a GPU):
+    /// the wire's form where the device packs it, else f32.
+    pub staged_bytes_per_step: f64,
     pub wire: Wire,
     /// Gradient bytes per step in the wire's format (computed from `bytes_per_step`).
     pub wire_bytes_per_step: f64,

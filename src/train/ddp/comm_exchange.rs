@@ -11,7 +11,7 @@ use super::exchange::{BucketStats, Exchange, ExchangeStats, NetId, Update};
 use super::fragment_progress::FragmentProgress;
 use super::over_ranks::MetricsOverRanks;
 use crate::backend::{Backend, HostBuffer, StageWaiter, View, ViewMut};
-use crate::comm::{BucketRequest, CommHandle, HostData, Ticket};
+use crate::comm::{BucketRequest, CommHandle, HostData, Ticket, Wire};
 use crate::nn::params::ParamStore;
 use crate::train::timeline::{Timeline, Track};
 use anyhow::Result;
@@ -126,7 +126,7 @@ fn copy_back<B: Backend>(
         match packed.as_deref_mut() {
             Some(pk) => {
                 be.stage_in(host, f.start, pk.encodings_mut(k, f))?;
-                pk.unpack(be, k, ViewMut::range(grad, bucket.range.clone()));
+                pk.unpack(be, k, grad, &bucket.range);
             }
             None => {
                 let dst = ViewMut::range(grad, bucket.range.start + f.start..bucket.range.start + f.end);
@@ -153,8 +153,8 @@ pub struct CommExchange<B: Backend> {
     /// The last step that submitted a bucket, and whether it was compressed (counts
     /// `stats.sent_steps`).
     last_submit: Option<u64>,
-    /// `--wire 1bit` packed on the device: per network and bucket (None: the comm thread
-    /// quantizes it).
+    /// The wire packed on the device (`device_packing`): per network and bucket (None: the
+    /// comm thread packs it, or the wire is f32).
     packed: [Vec<Option<PackedBucket<B>>>; 2],
     /// The packed buckets' column sums of squares as of their last exchange finished, and
     /// the host memory they are downloaded into each step.
@@ -177,15 +177,15 @@ impl<B: Backend> Drop for CommExchange<B> {
 }
 
 impl<B: Backend> CommExchange<B> {
-    /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts; `pack_1bit`: the
-    /// wire is 1-bit and the backend quantizes (`Backend::packs_wire`).
+    /// `buckets` from `plan_buckets`; `stages` = (G's, D's) stage counts; `pack`: the wire the
+    /// backend packs beside the gradients (`Backend::packs_wire`; f32: none).
     pub fn new(
         be: &B,
         comm: Rc<CommHandle>,
         buckets: [Vec<Bucket>; 2],
         stages: (usize, usize),
         overlap: bool,
-        pack_1bit: bool,
+        pack: Wire,
     ) -> Result<Self> {
         let [g, d] = buckets;
         let mut stats = ExchangeStats::default();
@@ -203,10 +203,7 @@ impl<B: Backend> CommExchange<B> {
             nb.plan
                 .iter()
                 .zip(&nb.fragments)
-                .map(|(b, f)| match pack_1bit {
-                    true => PackedBucket::new(be, b.range.len(), f, ranks, &mut sums),
-                    false => Ok(None),
-                })
+                .map(|(b, f)| PackedBucket::new(be, pack, b.range.len(), f, ranks, &mut sums))
                 .collect()
         };
         let packed = [packed_net(&nets[0])?, packed_net(&nets[1])?];
@@ -235,7 +232,7 @@ impl<B: Backend> CommExchange<B> {
         let mut packed = self.packed[net as usize][b].as_mut().filter(|_| !exact);
         let t0 = Instant::now();
         if let Some(pk) = packed.as_deref_mut() {
-            pk.pack(be, View::range(&store.grad, bucket.range.clone()));
+            pk.pack(be, &store.grad, &bucket.range);
         }
         let (mut staged, mut copied) = (Vec::new(), 0);
         for (k, f) in nb.fragments[b].iter().enumerate() {
@@ -325,13 +322,15 @@ impl<B: Backend> CommExchange<B> {
         self.stats.comm_busy += done.busy;
         self.stats.comm_cpu += done.cpu;
         self.stats.bytes += done.bytes as u64;
+        self.stats.staged += copied as u64;
         self.stats.sent[usize::from(!exact)] += done.sent;
         if let Some(sq) = done.residual_sq {
             self.nets[net as usize].residual_sq[b] = Some(sq);
         }
-        if let (Some(pk), Some(sums)) =
-            (self.packed[net as usize][b].as_mut().filter(|_| packed), &mut self.packed_sums)
-        {
+        if let (Some(pk), Some(sums)) = (
+            self.packed[net as usize][b].as_mut().filter(|_| packed).and_then(PackedBucket::one_bit_mut),
+            &mut self.packed_sums,
+        ) {
             pk.exchanged(be, sums);
         }
         // The stats list G's buckets, then D's.
@@ -436,7 +435,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         let mut held = super::residuals::collect(&self.comm, [&self.nets[0].plan, &self.nets[1].plan])?;
         // Buckets packed on the device: their own residuals are there.
         for ((nb, packed), [own, _]) in self.nets.iter().zip(&self.packed).zip(held.iter_mut().flatten()) {
-            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_ref()?))) {
+            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_ref()?.one_bit()?))) {
                 own[b.range.clone()].copy_from_slice(&pk.residual(be));
             }
         }
@@ -448,7 +447,7 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         // zeros in their place (so that its sums of squares count each value once).
         let mut r = r.clone();
         for ((nb, packed), [own, _]) in self.nets.iter().zip(&mut self.packed).zip(r.iter_mut()) {
-            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_mut()?))) {
+            for (b, pk) in nb.plan.iter().zip(packed).filter_map(|(b, pk)| Some((b, pk.as_mut()?.one_bit_mut()?))) {
                 pk.set_residual(be, &own[b.range.clone()]);
                 own[b.range.clone()].fill(0.0);
             }
@@ -473,7 +472,8 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         }
         let norm = |nb: &NetBuckets<B::Host>, packed: &[Option<PackedBucket<B>>]| -> Option<f32> {
             let held = nb.residual_sq.iter().copied().sum::<Option<f64>>()?;
-            let on_device: f64 = packed.iter().flatten().map(|pk| pk.residual_sq(&sums)).sum();
+            let on_device: f64 =
+                packed.iter().flatten().filter_map(PackedBucket::one_bit).map(|pk| pk.residual_sq(&sums)).sum();
             Some((held + on_device).sqrt() as f32)
         };
         Some([norm(&self.nets[0], &self.packed[0])?, norm(&self.nets[1], &self.packed[1])?])

@@ -1,18 +1,26 @@
-//! `--wire 1bit` packed on the device: each bucket's own quantization (the first step of the
-//! 1-bit allreduce, `comm::onebit`) runs as one kernel beside its gradients, so that the copy
-//! to the host and the comm thread carry the encodings (about 1/28 of the f32 bytes), and
-//! the quantized means come back encoded and are decoded by the device. The device keeps
-//! this rank's own residual of the bucket; the comm thread keeps the residuals of the stripes
-//! this rank owns (`onebit::allreduce_mean_packed`). The result is the same bits as the comm
-//! thread's own quantization would give.
+//! The wire packed on the device, beside the gradients, so that the copies to the host and
+//! back and the comm thread carry the small form; the result is the same bits as the comm
+//! thread's own packing would give.
+//!
+//! `--wire 1bit`: each bucket's own quantization (the first step of the 1-bit allreduce,
+//! `comm::onebit`) runs as one kernel, the encodings are about 1/28 of the f32 bytes, and the
+//! quantized means come back encoded and are decoded by the device. The device keeps this
+//! rank's own residual of the bucket; the comm thread keeps the residuals of the stripes this
+//! rank owns (`onebit::allreduce_mean_packed`).
+//!
+//! `--wire bf16`: each fragment rounded to bf16 (half the bytes), averaged as bf16 by the comm
+//! thread (`transport::bf16_wire`), and widened back by the device: the comm thread converts
+//! nothing but the sums it forms.
 
 use crate::backend::{Backend, View, ViewMut};
+use crate::codec::bf16::floats_for;
 use crate::codec::onebit::{column_words, columns, encoded_len};
+use crate::comm::Wire;
 use crate::comm::onebit::{packed_fits, packed_layout};
 use anyhow::Result;
 use std::ops::Range;
 
-/// `DCGAN_WIRE_PACKING=host` leaves the 1-bit quantization to the comm thread on every
+/// `DCGAN_WIRE_PACKING=host` leaves the packing (1-bit, bf16) to the comm thread on every
 /// backend (to measure what packing on the device saves); read once.
 pub fn on_device_allowed() -> bool {
     static HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -20,7 +28,7 @@ pub fn on_device_allowed() -> bool {
 }
 
 /// One bucket's device side of the packed 1-bit exchange.
-pub struct PackedBucket<B: Backend> {
+pub struct OneBitBucket<B: Backend> {
     /// The column table of every stripe of every fragment ([3 * columns] words as f32 bits).
     table: B::Buf,
     /// Per fragment: its columns (a range of the table's) and the floats its encodings take
@@ -40,7 +48,7 @@ pub struct PackedBucket<B: Backend> {
     resumed_sq: Option<f64>,
 }
 
-impl<B: Backend> PackedBucket<B> {
+impl<B: Backend> OneBitBucket<B> {
     /// The device side of a bucket of `len` values cut into `fragments`, for `ranks` ranks,
     /// its column sums from `*sums` on in the exchange's (which it moves past them); None
     /// where a fragment's encodings would not fit in its own floats (stripes of a few
@@ -62,7 +70,7 @@ impl<B: Backend> PackedBucket<B> {
         let words: Vec<f32> = column_words(&all).into_iter().map(f32::from_bits).collect();
         let mut table = be.alloc(words.len())?;
         be.upload(&words, ViewMut::whole(&mut table));
-        Ok(Some(PackedBucket {
+        Ok(Some(OneBitBucket {
             table,
             fragments: per_fragment,
             enc: be.alloc(len)?,
@@ -125,5 +133,101 @@ impl<B: Backend> PackedBucket<B> {
     pub fn set_residual(&mut self, be: &B, r: &[f32]) {
         be.upload(r, ViewMut::whole(&mut self.residual));
         self.resumed_sq = Some(r.iter().map(|&x| f64::from(x) * f64::from(x)).sum());
+    }
+}
+
+/// One bucket's device side of the packed bf16 exchange.
+pub struct Bf16Bucket<B: Backend> {
+    /// The comm thread's fragments of the bucket (values within it).
+    fragments: Vec<Range<usize>>,
+    /// The encodings [bucket floats]: fragment f's in its first floats_for(f.len()) floats.
+    enc: B::Buf,
+}
+
+impl<B: Backend> Bf16Bucket<B> {
+    fn encoded(f: &Range<usize>) -> Range<usize> {
+        f.start..f.start + floats_for(f.len())
+    }
+}
+
+/// A bucket packed on the device, in the form of its wire.
+pub enum PackedBucket<B: Backend> {
+    OneBit(OneBitBucket<B>),
+    Bf16(Bf16Bucket<B>),
+}
+
+impl<B: Backend> PackedBucket<B> {
+    /// The device side of a bucket of `len` values cut into `fragments` under `wire`, for
+    /// `ranks` ranks (1-bit: `OneBitBucket::new`, its column sums from `*sums` on); None where
+    /// the comm thread packs it (f32, or 1-bit stripes too small to pack).
+    pub fn new(
+        be: &B,
+        wire: Wire,
+        len: usize,
+        fragments: &[Range<usize>],
+        ranks: usize,
+        sums: &mut usize,
+    ) -> Result<Option<Self>> {
+        Ok(match wire {
+            Wire::F32 => None,
+            Wire::OneBit => OneBitBucket::new(be, len, fragments, ranks, sums)?.map(PackedBucket::OneBit),
+            Wire::Bf16 => Some(PackedBucket::Bf16(Bf16Bucket { fragments: fragments.to_vec(), enc: be.alloc(len)? })),
+        })
+    }
+
+    /// Pack the gradients of values `bucket` of `grad`.
+    pub fn pack(&mut self, be: &B, grad: &B::Buf, bucket: &Range<usize>) {
+        match self {
+            PackedBucket::OneBit(pk) => pk.pack(be, View::range(grad, bucket.clone())),
+            PackedBucket::Bf16(pk) => {
+                for f in &pk.fragments {
+                    let values = View::range(grad, bucket.start + f.start..bucket.start + f.end);
+                    be.wire_bf16_encode(values, ViewMut::range(&mut pk.enc, Bf16Bucket::<B>::encoded(f)));
+                }
+            }
+        }
+    }
+
+    /// Fragment `k`'s (values `f`) encodings, to copy to the host at the fragment's start.
+    pub fn encodings(&self, k: usize, f: &Range<usize>) -> View<'_, B> {
+        match self {
+            PackedBucket::OneBit(pk) => pk.encodings(k, f),
+            PackedBucket::Bf16(pk) => View::range(&pk.enc, Bf16Bucket::<B>::encoded(f)),
+        }
+    }
+
+    /// Where fragment `k`'s averaged encodings come back from the host.
+    pub fn encodings_mut(&mut self, k: usize, f: &Range<usize>) -> ViewMut<'_, B> {
+        match self {
+            PackedBucket::OneBit(pk) => pk.encodings_mut(k, f),
+            PackedBucket::Bf16(pk) => ViewMut::range(&mut pk.enc, Bf16Bucket::<B>::encoded(f)),
+        }
+    }
+
+    /// Unpack fragment `k`'s averaged encodings into values `bucket` of `grad`.
+    pub fn unpack(&self, be: &B, k: usize, grad: &mut B::Buf, bucket: &Range<usize>) {
+        match self {
+            PackedBucket::OneBit(pk) => pk.unpack(be, k, ViewMut::range(grad, bucket.clone())),
+            PackedBucket::Bf16(pk) => {
+                let f = &pk.fragments[k];
+                let out = ViewMut::range(grad, bucket.start + f.start..bucket.start + f.end);
+                be.wire_bf16_decode(View::range(&pk.enc, Bf16Bucket::<B>::encoded(f)), out);
+            }
+        }
+    }
+
+    /// The 1-bit side, which has residuals.
+    pub fn one_bit(&self) -> Option<&OneBitBucket<B>> {
+        match self {
+            PackedBucket::OneBit(pk) => Some(pk),
+            PackedBucket::Bf16(_) => None,
+        }
+    }
+
+    pub fn one_bit_mut(&mut self) -> Option<&mut OneBitBucket<B>> {
+        match self {
+            PackedBucket::OneBit(pk) => Some(pk),
+            PackedBucket::Bf16(_) => None,
+        }
     }
 }

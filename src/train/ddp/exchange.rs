@@ -26,6 +26,9 @@ pub struct ExchangeStats {
     pub device_wait: Duration,
     /// Gradient bytes averaged.
     pub bytes: u64,
+    /// Bytes staged out of the gradients to the host (as many come back): the packed form
+    /// where the device packs the wire.
+    pub staged: u64,
     /// Bytes this rank sent for gradients, counted at the transport, and the steps that sent
     /// them: [1-bit's f32 warm-up, in `--wire`'s form].
     pub sent: [u64; 2],

@@ -272,9 +272,9 @@ fn build<B: Backend>(
         Box::new(solo_over_ranks())
     } else {
         let stages = (model.g.stages.len(), model.d.stages.len());
-        let pack_1bit =
-            args.comm.wire == crate::comm::Wire::OneBit && be.packs_wire() && device_packing::on_device_allowed();
-        let exchange = CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap, pack_1bit);
+        let on_device = be.packs_wire() && device_packing::on_device_allowed();
+        let pack = if on_device { args.comm.wire } else { crate::comm::Wire::F32 };
+        let exchange = CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap, pack);
         Box::new(job.agree(exchange)?)
     };
     let solo_first = world.size > 1 && !p.no_exchange && p.distributed_after > 0;
