@@ -42,11 +42,11 @@
 #    binary    the release dcgan-train: --version, info, a training run, and the two
 #              batch-size errors (32-bit indexing, out of device memory)
 #    mpi       2 ranks on the one GPU through the carried Open MPI: every allreduce family,
-#              the bf16 wire, ranks checked identical; the same without the exchange;
+#              ranks checked identical; the same without the exchange;
 #              overlap against --no-overlap, and the 2-rank --pipeline against one rank
-#              with its micro-batches, bitwise (scripts/gpu/same-weights.py); --wire 1bit
-#              packed on the GPU against packed by the comm thread, bitwise, and its trace
-#              replayed to 8 GPUs
+#              with its micro-batches, bitwise (scripts/gpu/same-weights.py); --wire bf16
+#              and 1bit packed on the GPU against packed by the comm thread, bitwise, and
+#              the 1bit trace replayed to 8 GPUs
 #    quality   5 epochs of Fashion-MNIST in each --precision, FID and KID every epoch (the
 #              data and feature network --build puts in target/gpu-quality, 33 MB: carry it
 #              with target/gpu-bin and without .ompi to stay under 64 MiB; not default)
@@ -290,8 +290,8 @@ export -f expect_error
 
 # Two ranks on the one GPU through the copied Open MPI runtime (.ompi, scripts/gpu/gpu-mpi-env.sh):
 # the staged gradient path (copy stream, pinned memory, comm thread) with real MPI, ranks
-# checked bitwise identical every 10 steps, each allreduce family and the bf16 wire, and the
-# same run without the exchange for its cost.
+# checked bitwise identical every 10 steps, each allreduce family, the same run without the
+# exchange for its cost, and the bf16 and 1bit wires.
 stage_mpi() {
   ensure_nvrtc
   have_bin dcgan-train-mpi mpi || return
@@ -303,7 +303,7 @@ stage_mpi() {
     # shellcheck source=gpu-mpi-env.sh
     source "$ROOT/scripts/gpu/gpu-mpi-env.sh" || exit 1
     run_step mpi-info 60 mpiexec -n 2 "$BIN/dcgan-train-mpi" info
-    for run in "auto" "auto --no-overlap" "auto --cuda-graphs" "ring" "tree" "rd" "vhd" "ring --wire bf16" "auto --no-exchange"; do
+    for run in "auto" "auto --no-overlap" "auto --cuda-graphs" "ring" "tree" "rd" "vhd" "auto --no-exchange"; do
       local name="mpi-train-${run// /}"
       name=${name//--/-}
       rm -rf "/tmp/$name"
@@ -331,20 +331,25 @@ stage_mpi() {
     run_step mpi-pipeline 120 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${micro[@]}" --pipeline --out /tmp/mpi-pipeline
     cp /tmp/mpi-pipeline/summary.json "$OUT/mpi-pipeline-summary.json" 2>/dev/null || true
     run_step mpi-pipeline-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" /tmp/mpi-micro /tmp/mpi-pipeline
-    # --wire 1bit quantized and decoded on the GPU (the copies carry the encodings) against
-    # the comm thread quantizing (DCGAN_WIRE_PACKING=host): the same bits, and the comm
-    # thread's time per step of each (summary.json) beside f32's above; then the scaling
-    # replay of the packed run's trace to 8 GPUs on 100 Gbit/s links (0.08 ns a byte, 5 us
-    # a message).
-    local onebit=(--device "$DEVICE" "${TRAIN_DATA[@]}" --max-steps "$TRAIN_STEPS" --wire 1bit
-      --wire-warmup-steps "$WIRE_WARMUP" --check-consistency "$CHECK_EVERY" --trace /tmp/mpi-1bit-trace.json --no-progress)
-    rm -rf /tmp/mpi-1bit /tmp/mpi-1bit-host
-    run_step mpi-1bit 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" "${onebit[@]}" --out /tmp/mpi-1bit
-    DCGAN_WIRE_PACKING=host run_step mpi-1bit-host 180 mpiexec -n 2 -x DCGAN_WIRE_PACKING \
-      "$BIN/dcgan-train-mpi" "${onebit[@]}" --out /tmp/mpi-1bit-host
-    cp /tmp/mpi-1bit/summary.json "$OUT/mpi-1bit-summary.json" 2>/dev/null || true
-    cp /tmp/mpi-1bit-host/summary.json "$OUT/mpi-1bit-host-summary.json" 2>/dev/null || true
-    run_step mpi-1bit-bitwise 60 python3 "$ROOT/scripts/gpu/same-weights.py" /tmp/mpi-1bit /tmp/mpi-1bit-host
+    # A wire packed and unpacked on the GPU (the copies carry the small form) against the comm
+    # thread packing it (DCGAN_WIRE_PACKING=host): the same bits, and the comm thread's time
+    # per step of each (summary.json) beside f32's above; then the scaling replay of the
+    # packed 1bit run's trace to 8 GPUs on 100 Gbit/s links (0.08 ns a byte, 5 us a message).
+    packed_against_host() { # NAME TRAIN-ARGS...
+      local name=$1
+      shift
+      rm -rf "/tmp/$name" "/tmp/$name-host"
+      run_step "$name" 180 mpiexec -n 2 "$BIN/dcgan-train-mpi" "$@" --trace "/tmp/$name-trace.json" --out "/tmp/$name"
+      DCGAN_WIRE_PACKING=host run_step "$name-host" 180 mpiexec -n 2 -x DCGAN_WIRE_PACKING \
+        "$BIN/dcgan-train-mpi" "$@" --out "/tmp/$name-host"
+      cp "/tmp/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null || true
+      cp "/tmp/$name-host/summary.json" "$OUT/$name-host-summary.json" 2>/dev/null || true
+      run_step "$name-bitwise" 60 python3 "$ROOT/scripts/gpu/same-weights.py" "/tmp/$name" "/tmp/$name-host"
+    }
+    local run=(--device "$DEVICE" "${TRAIN_DATA[@]}" --max-steps "$TRAIN_STEPS" --check-consistency "$CHECK_EVERY"
+      --no-progress)
+    packed_against_host mpi-bf16 "${run[@]}" --wire bf16
+    packed_against_host mpi-1bit "${run[@]}" --wire 1bit --wire-warmup-steps "$WIRE_WARMUP"
     run_step mpi-1bit-simulate 120 "$BIN/dcgan-train-mpi" simulate-scaling --summary /tmp/mpi-1bit/summary.json \
       --trace /tmp/mpi-1bit-trace.json --nodes 2,4,8 --alpha 5 --beta 0.08
   )

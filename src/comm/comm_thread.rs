@@ -149,10 +149,9 @@ impl CommThread {
         let started = Instant::now();
         let n = req.data.as_mut_slice().len();
         let frags = fragments(n, self.fragment_bytes);
+        // Picked by the fragment's f32 size whatever the wire (as `scaling::cost` models it).
+        let algorithm = self.table.pick(frags[0].len() * 4);
         let wire = if req.exact { Wire::F32 } else { self.wire };
-        // Picked by the bytes a fragment puts on the wire.
-        let value_bytes = if wire == Wire::Bf16 { 2 } else { 4 };
-        let algorithm = self.table.pick(frags[0].len() * value_bytes);
         let tag = (req.id % TAG_RESERVED as u32) as Tag;
         self.begin(&format!(
             "bucket {} \"{}\" ({} bytes, {} fragment(s), {algorithm})",

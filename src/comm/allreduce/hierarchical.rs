@@ -117,7 +117,8 @@ pub fn allreduce<V: Value, T: Transport + ?Sized>(
         let peers = layout.peers(l);
         let mut across = Group::new(t, &peers);
         let piece = &mut data[mine];
-        match across_hosts(std::mem::size_of_val(piece), h_count) {
+        // By the f32 size whatever the wire, as `scaling` models it.
+        match across_hosts(piece.len() * 4, h_count) {
             Algorithm::Rd => recursive_doubling::allreduce(&mut across, piece, tag, scale)?,
             Algorithm::Vhd => vector_halving::allreduce(&mut across, piece, tag, scale)?,
             _ => ring::allreduce(&mut across, piece, tag, scale)?,
