@@ -24,7 +24,7 @@ pub(crate) mod tests;
 
 use crate::codec::bf16;
 use crate::comm::reduce;
-use crate::comm::transport::{CommError, RecvEnd, SendEnd, Tag, Transport};
+use crate::comm::transport::{CommError, RecvEnd, SendEnd, Tag, Transport, bf16_wire};
 use std::ops::Range;
 
 /// One way of averaging a vector over the ranks (the names are `--allreduce`'s values).
@@ -125,7 +125,7 @@ impl Value for f32 {
     }
 }
 
-/// bf16 bits.
+/// bf16 bits: `bf16_wire::exchange`, made of the transport's `send`, `recv` and `sendrecv`.
 impl Value for u16 {
     fn exchange<T: Transport + ?Sized>(
         t: &mut T,
@@ -134,7 +134,7 @@ impl Value for u16 {
         recv: RecvEnd,
         tag: Tag,
     ) -> Result<(), CommError> {
-        t.exchange_bf16(buf, send, recv, tag)
+        bf16_wire::exchange(t, buf, send, recv, tag)
     }
     /// The library has no bf16 sum here: it sums the values widened to f32.
     fn native_mean<T: Transport + ?Sized>(t: &mut T, data: &mut [u16], scale: f32) -> Result<(), CommError> {

@@ -208,7 +208,7 @@ fn bf16_values_travel_as_their_two_bytes() {
         let sender = s.spawn(|| {
             let mut v = sent.clone();
             let n = v.len();
-            t0.exchange_bf16(&mut v, Some((1, 0..n)), None, 4).unwrap();
+            crate::comm::transport::bf16_wire::exchange(&mut t0, &mut v, Some((1, 0..n)), None, 4).unwrap();
             v
         });
         let raw = t1.recv_vec(0, 4).unwrap();

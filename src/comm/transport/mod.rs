@@ -269,13 +269,6 @@ pub trait Transport {
     /// lengths. Large reductions are pipelined in chunks where the transport can.
     fn exchange(&mut self, buf: &mut [f32], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError>;
 
-    /// `exchange` for `--wire bf16`'s buffers of bf16 values (bits): they travel as they are;
-    /// received values are added in f32 and rounded back (`bf16_wire::exchange`, made of this
-    /// transport's `send`, `recv` and `sendrecv`).
-    fn exchange_bf16(&mut self, buf: &mut [u16], send: SendEnd, recv: RecvEnd, tag: Tag) -> Result<(), CommError> {
-        bf16_wire::exchange(self, buf, send, recv, tag)
-    }
-
     /// The library's own sum-allreduce (MPI_Allreduce), the baseline `mpi` algorithm.
     fn native_allreduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError>;
 

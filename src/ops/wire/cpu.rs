@@ -33,13 +33,13 @@ pub fn onebit_decode(cols: &[f32], enc: &[f32], out: &mut [f32]) {
 
 /// out [floats_for(n)] = the bf16 encodings of x [n], two to a float.
 pub fn bf16_encode(x: &[f32], out: &mut [f32]) {
-    assert_eq!(out.len(), bf16::floats_for(x.len()), "bf16_encode: two values to a float");
+    super::check_bf16_floats(x.len(), out.len());
     bf16::encode_into(x, &mut bf16::as_bf16_mut(out)[..x.len()]);
 }
 
 /// out [n] = the values of the bf16 encodings enc [floats_for(n)], two to a float.
 pub fn bf16_decode(enc: &[f32], out: &mut [f32]) {
-    assert_eq!(enc.len(), bf16::floats_for(out.len()), "bf16_decode: two values to a float");
+    super::check_bf16_floats(out.len(), enc.len());
     let n = out.len();
     bf16::decode_into(&bf16::as_bf16(enc)[..n], out);
 }

@@ -44,7 +44,7 @@ pub fn onebit_decode(cu: &Cuda, cols: View<Cuda>, enc: View<Cuda>, out: ViewMut<
 
 /// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float; a thread per value.
 pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
-    assert_eq!(out.len, crate::codec::bf16::floats_for(x.len), "bf16_encode: two values to a float");
+    super::check_bf16_floats(x.len, out.len);
     if x.len == 0 {
         return;
     }
@@ -54,7 +54,7 @@ pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
 
 /// out [n] = the values of the bf16 encodings enc [ceil(n/2)]; a thread per value.
 pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
-    assert_eq!(enc.len, crate::codec::bf16::floats_for(out.len), "bf16_decode: two values to a float");
+    super::check_bf16_floats(out.len, enc.len);
     if out.len == 0 {
         return;
     }

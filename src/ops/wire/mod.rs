@@ -7,3 +7,8 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+
+/// The bf16 packing's shape: `values` values take `floats` floats, two to a float.
+pub fn check_bf16_floats(values: usize, floats: usize) {
+    assert_eq!(floats, crate::codec::bf16::floats_for(values), "bf16 packing: {values} values take two to a float");
+}

@@ -144,10 +144,9 @@ pub struct Bf16Bucket<B: Backend> {
     enc: B::Buf,
 }
 
-impl<B: Backend> Bf16Bucket<B> {
-    fn encoded(f: &Range<usize>) -> Range<usize> {
-        f.start..f.start + floats_for(f.len())
-    }
+/// The floats of a bucket's bf16 encodings that hold fragment `f`'s: its first ones.
+fn bf16_floats(f: &Range<usize>) -> Range<usize> {
+    f.start..f.start + floats_for(f.len())
 }
 
 /// A bucket packed on the device, in the form of its wire.
@@ -182,7 +181,7 @@ impl<B: Backend> PackedBucket<B> {
             PackedBucket::Bf16(pk) => {
                 for f in &pk.fragments {
                     let values = View::range(grad, bucket.start + f.start..bucket.start + f.end);
-                    be.wire_bf16_encode(values, ViewMut::range(&mut pk.enc, Bf16Bucket::<B>::encoded(f)));
+                    be.wire_bf16_encode(values, ViewMut::range(&mut pk.enc, bf16_floats(f)));
                 }
             }
         }
@@ -192,7 +191,7 @@ impl<B: Backend> PackedBucket<B> {
     pub fn encodings(&self, k: usize, f: &Range<usize>) -> View<'_, B> {
         match self {
             PackedBucket::OneBit(pk) => pk.encodings(k, f),
-            PackedBucket::Bf16(pk) => View::range(&pk.enc, Bf16Bucket::<B>::encoded(f)),
+            PackedBucket::Bf16(pk) => View::range(&pk.enc, bf16_floats(f)),
         }
     }
 
@@ -200,7 +199,7 @@ impl<B: Backend> PackedBucket<B> {
     pub fn encodings_mut(&mut self, k: usize, f: &Range<usize>) -> ViewMut<'_, B> {
         match self {
             PackedBucket::OneBit(pk) => pk.encodings_mut(k, f),
-            PackedBucket::Bf16(pk) => ViewMut::range(&mut pk.enc, Bf16Bucket::<B>::encoded(f)),
+            PackedBucket::Bf16(pk) => ViewMut::range(&mut pk.enc, bf16_floats(f)),
         }
     }
 
@@ -211,7 +210,7 @@ impl<B: Backend> PackedBucket<B> {
             PackedBucket::Bf16(pk) => {
                 let f = &pk.fragments[k];
                 let out = ViewMut::range(grad, bucket.start + f.start..bucket.start + f.end);
-                be.wire_bf16_decode(View::range(&pk.enc, Bf16Bucket::<B>::encoded(f)), out);
+                be.wire_bf16_decode(View::range(&pk.enc, bf16_floats(f)), out);
             }
         }
     }
