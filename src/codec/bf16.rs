@@ -57,15 +57,12 @@ pub fn floats_for(n: usize) -> usize {
 /// The floats of `x` as twice as many bf16 values, in memory order (value i at bytes 2i and
 /// 2i + 1): how bf16 encodings live in f32 buffers.
 pub fn as_bf16_mut(x: &mut [f32]) -> &mut [u16] {
-    // SAFETY: 2 x.len() u16 take exactly x's bytes; u16's alignment (2) divides f32's (4);
-    // every bit pattern is a valid u16 and a valid f32.
-    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), 2 * x.len()) }
+    bytemuck::cast_slice_mut(x)
 }
 
 /// `as_bf16_mut`, read-only.
 pub fn as_bf16(x: &[f32]) -> &[u16] {
-    // SAFETY: as `as_bf16_mut`.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), 2 * x.len()) }
+    bytemuck::cast_slice(x)
 }
 
 /// The first `floats_for(x.len())` floats of `x` as `x.len()` bf16 values: where a fragment

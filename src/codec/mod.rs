@@ -7,12 +7,10 @@ pub mod onebit;
 
 /// The bytes of a float slice (native byte order).
 pub fn f32_bytes(x: &[f32]) -> &[u8] {
-    // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; the length is exact.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
+    bytemuck::cast_slice(x)
 }
 
 /// The bytes of a float slice, writable: every byte pattern is a valid f32.
 pub fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
-    // SAFETY: as `f32_bytes`, and any bytes written make valid f32s.
-    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), std::mem::size_of_val(x)) }
+    bytemuck::cast_slice_mut(x)
 }

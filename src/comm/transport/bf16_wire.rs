@@ -12,21 +12,12 @@
 
 use super::{Combine, CommError, RecvEnd, SendEnd, Tag, Transport, skip_empty};
 use crate::codec::bf16::{decode, encode};
+use bytemuck::{cast_slice, cast_slice_mut};
 use std::cell::RefCell;
 
 thread_local! {
     /// The values being received, kept between exchanges (the comm thread's, in a job).
     static RECEIVED: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-}
-
-fn bytes(x: &[u16]) -> &[u8] {
-    // SAFETY: any u16 is valid bytes; u8 has alignment 1; the length is exact.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), std::mem::size_of_val(x)) }
-}
-
-fn bytes_mut(x: &mut [u16]) -> &mut [u8] {
-    // SAFETY: as `bytes`; every byte pattern is a valid u16.
-    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), std::mem::size_of_val(x)) }
 }
 
 /// `Transport::exchange` for buffers of bf16 values: send `buf[send.1]` as it is while
@@ -40,13 +31,13 @@ pub fn exchange<T: Transport + ?Sized>(
 ) -> Result<(), CommError> {
     match skip_empty(send, recv) {
         (None, None) => Ok(()),
-        (Some((to, sr)), None) => t.send(to, tag, bytes(&buf[sr])),
-        (None, Some((from, rr, Combine::Copy))) => t.recv(from, tag, bytes_mut(&mut buf[rr])),
+        (Some((to, sr)), None) => t.send(to, tag, cast_slice(&buf[sr])),
+        (None, Some((from, rr, Combine::Copy))) => t.recv(from, tag, cast_slice_mut(&mut buf[rr])),
         (send, Some((from, rr, how))) => RECEIVED.with_borrow_mut(|got| {
             got.resize(rr.len(), 0);
             match send {
-                Some((to, sr)) => t.sendrecv(to, bytes(&buf[sr]), from, bytes_mut(got), tag)?,
-                None => t.recv(from, tag, bytes_mut(got))?,
+                Some((to, sr)) => t.sendrecv(to, cast_slice(&buf[sr]), from, cast_slice_mut(got), tag)?,
+                None => t.recv(from, tag, cast_slice_mut(got))?,
             }
             combine(&mut buf[rr], got, how);
             Ok(())
