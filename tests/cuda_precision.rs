@@ -19,7 +19,7 @@ use dcgan_train::backend::{Backend, Precision, View, ViewMut};
 use dcgan_train::ops::conv::ConvGeom;
 use dcgan_train::ops::conv::cuda::{Direction, Tile, backward_data_direction, plan};
 
-/// The fp32 kernels' tolerance against the CPU (tests/cuda_ops.rs).
+/// The fp32 kernels' tolerance against the CPU (tests/cuda_ops/).
 const F32_TOL: f64 = 1e-4;
 /// TF32 against the exact convolution: each operand within 2^-11 of itself.
 const TF32_TOL: f64 = 2e-3;

@@ -72,17 +72,28 @@ fn traced_mean_step_ms(trace: &Path) -> f64 {
     (first[&7] - first[&1]) / 6.0 / 1e3
 }
 
+/// Links that cost nothing, on 1, 2, 3 and 64 nodes.
+const FREE: [&str; 10] = ["--alpha", "0", "--beta", "0", "--gamma", "0", "--nodes", "1,2,3,64", "--algorithms", "auto"];
+
+/// One traced run replayed under many models, each of which fixes what the replay must give
+/// (the run is the expensive part, so the models share it).
 #[test]
 fn replay_of_a_real_trace() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     traced_run(&dir);
     let mean = traced_mean_step_ms(&dir.join("trace.json"));
+    free_links_run_at_the_traced_compute(&dir, mean);
+    the_exchange_cpu_and_its_speed_beside_compute_lengthen_the_step(&dir, mean);
+    ranks_in_their_own_order_wait_for_the_slowest(&dir, mean);
+    slow_links_cost_their_bytes_on_the_wire(&dir, mean);
+    nodes_of_several_ranks_pay_only_for_bytes_that_leave_a_node(&dir);
+}
 
-    // Free links, every rank running the same step at once: every node count runs at the
-    // traced compute, speedup = N exactly.
-    let free = ["--alpha", "0", "--beta", "0", "--gamma", "0", "--nodes", "1,2,3,64", "--algorithms", "auto"];
-    let p = simulate(&dir, &[&free[..], &["--identical-ranks"]].concat());
+/// Free links, every rank running the same step at once: every node count runs at the traced
+/// compute, speedup = N exactly.
+fn free_links_run_at_the_traced_compute(dir: &Path, mean: f64) {
+    let p = simulate(dir, &[&FREE[..], &["--identical-ranks"]].concat());
     assert_eq!(p["replayed_steps"], serde_json::json!([1, 2, 3, 4, 5, 6]));
     assert!((p["compute_ms_per_step"].as_f64().unwrap() - mean).abs() < 1e-6 * mean, "{p:#}");
     for r in p["rows"].as_array().unwrap() {
@@ -91,15 +102,17 @@ fn replay_of_a_real_trace() {
         assert!((r["speedup_eq1"].as_f64().unwrap() - n).abs() < 1e-6 * n, "{r}");
         assert_eq!(r["exposed_comm_ms_per_step"], 0.0);
     }
+}
 
-    // The same with the exchange's CPU at 1 us per byte moved each way. On free links each
-    // collective lasts as long as its CPU and stops compute while it runs, so every step grows
-    // by exactly the CPU, lost to compute or waited out. vhd on 2^k nodes moves 2 (p-1)/p of
-    // each bucket each way. (The 24-byte metrics are not charged.)
+/// The exchange's CPU at 1 us per byte moved each way. On free links each collective lasts
+/// as long as its CPU and stops compute while it runs, so every step grows by exactly the CPU,
+/// lost to compute or waited out. vhd on 2^k nodes moves 2 (p-1)/p of each bucket each way.
+/// (The 24-byte metrics are not charged.)
+fn the_exchange_cpu_and_its_speed_beside_compute_lengthen_the_step(dir: &Path, mean: f64) {
     let cpu = simulate(
-        &dir,
+        dir,
         &[
-            &free[..6],
+            &FREE[..6],
             &["--nodes", "1,2,4", "--algorithms", "vhd", "--identical-ranks", "--comm-cpu-ns-per-byte", "1000"],
         ]
         .concat(),
@@ -121,19 +134,21 @@ fn replay_of_a_real_trace() {
     // exchange mostly hides, so each lasts up to twice as long, and the step is no shorter.
     let fast =
         ["--alpha", "0", "--beta", "1", "--gamma", "0", "--nodes", "2", "--algorithms", "vhd", "--identical-ranks"];
-    let full = &simulate(&dir, &fast)["rows"][0];
-    let half = simulate(&dir, &[&fast[..], &["--comm-speed-beside-compute", "0.5"]].concat());
+    let full = &simulate(dir, &fast)["rows"][0];
+    let half = simulate(dir, &[&fast[..], &["--comm-speed-beside-compute", "0.5"]].concat());
     assert_eq!(half["comm_speed_beside_compute"], 0.5);
     let ratio = half["rows"][0]["comm_ms_per_step"].as_f64().unwrap() / full["comm_ms_per_step"].as_f64().unwrap();
     assert!(ratio > 1.2 && ratio <= 2.0 + 1e-9, "{ratio}: {full} against {}", half["rows"][0]);
     assert!(half["rows"][0]["step_ms"].as_f64().unwrap() >= full["step_ms"].as_f64().unwrap() - 1e-9);
+}
 
-    // Free links, each rank taking the traced steps in its own order: now a rank waits
-    // whenever another's step ran longer up to a hand-off. Links cost nothing, so every wait
-    // is for the slowest rank, each rank's compute averages the traced mean, and the step is
-    // that mean plus the waits. Ranks 0..N-1 are the same ranks at every N, so the step can
-    // only grow with N; with 64 ranks some rank is always in a longer step.
-    let p = simulate(&dir, &free);
+/// Free links, each rank taking the traced steps in its own order: now a rank waits whenever
+/// another's step ran longer up to a hand-off. Links cost nothing, so every wait is for the
+/// slowest rank, each rank's compute averages the traced mean, and the step is that mean plus
+/// the waits. Ranks 0..N-1 are the same ranks at every N, so the step can only grow with N;
+/// with 64 ranks some rank is always in a longer step.
+fn ranks_in_their_own_order_wait_for_the_slowest(dir: &Path, mean: f64) {
+    let p = simulate(dir, &FREE);
     let rows = p["rows"].as_array().unwrap();
     let ms = |r: &Value, k: &str| r[k].as_f64().unwrap();
     for w in rows.windows(2) {
@@ -146,13 +161,15 @@ fn replay_of_a_real_trace() {
     }
     assert_eq!(ms(&rows[0], "exposed_comm_ms_per_step"), 0.0, "one node waits for nobody");
     assert!(ms(&rows[3], "exposed_comm_ms_per_step") > 0.0, "{:#}", p["rows"]);
+}
 
-    // Slow links (1 us per byte), vhd on 4 nodes, no latency or reduction: each bucket takes
-    // 2 (p-1)/p = 1.5 times its bytes in microseconds, however it is fragmented; the comm
-    // thread is busy longer than the compute, so every step lasts at least the comm time.
+/// Slow links (1 us per byte), vhd on 4 nodes, no latency or reduction: each bucket takes
+/// 2 (p-1)/p = 1.5 times its bytes in microseconds, however it is fragmented; the comm thread
+/// is busy longer than the compute, so every step lasts at least the comm time.
+fn slow_links_cost_their_bytes_on_the_wire(dir: &Path, mean: f64) {
     let slow =
         ["--alpha", "0", "--beta", "1000", "--gamma", "0", "--nodes", "4", "--algorithms", "vhd", "--identical-ranks"];
-    let p = simulate(&dir, &slow);
+    let p = simulate(dir, &slow);
     let r = &p["rows"][0];
     let mut total = 0.0;
     for b in r["buckets"].as_array().unwrap() {
@@ -172,7 +189,7 @@ fn replay_of_a_real_trace() {
     // The same f32 run asked about --wire bf16: every bucket sends half the bytes, so with
     // nothing but bandwidth in the model each takes half as long; the metrics stay exact f32.
     assert_eq!(p["wire"], "f32");
-    let half = simulate(&dir, &[&slow[..], &["--wire", "bf16"]].concat());
+    let half = simulate(dir, &[&slow[..], &["--wire", "bf16"]].concat());
     assert_eq!(half["wire"], "bf16");
     let rh = &half["rows"][0];
     for (b, h) in r["buckets"].as_array().unwrap().iter().zip(rh["buckets"].as_array().unwrap()) {
@@ -183,15 +200,17 @@ fn replay_of_a_real_trace() {
     assert!((comm_half - total / 2.0 - 1.5 * 24.0 * 1e-3).abs() < 1e-6 * comm_half, "{rh}");
 
     // auto on 3 nodes (not a power of two): the large-message algorithm is ring.
-    let p = simulate(&dir, &["--alpha", "10", "--beta", "8", "--gamma", "0.1", "--nodes", "3", "--algorithms", "auto"]);
+    let p = simulate(dir, &["--alpha", "10", "--beta", "8", "--gamma", "0.1", "--nodes", "3", "--algorithms", "auto"]);
     let algos: Vec<&str> =
         p["rows"][0]["buckets"].as_array().unwrap().iter().map(|b| b["algorithm"].as_str().unwrap()).collect();
     assert!(algos.contains(&"ring"), "{algos:?}");
+}
 
-    // Nodes of 4 ranks (ranks 0-3 on node 0, 4-7 on node 1). Free links and identical ranks:
-    // eq. (1) counts ranks, so 2 nodes give a speedup of 8.
+/// Nodes of 4 ranks (ranks 0-3 on node 0, 4-7 on node 1). Free links and identical ranks:
+/// eq. (1) counts ranks, so 2 nodes give a speedup of 8.
+fn nodes_of_several_ranks_pay_only_for_bytes_that_leave_a_node(dir: &Path) {
     let four = ["--ranks-per-node", "4", "--intra-alpha", "0", "--intra-beta", "0", "--nodes", "2"];
-    let p = simulate(&dir, &[&free[..6], &four[..], &["--algorithms", "auto", "--identical-ranks"]].concat());
+    let p = simulate(dir, &[&FREE[..6], &four[..], &["--algorithms", "auto", "--identical-ranks"]].concat());
     assert_eq!(p["ranks_per_node"], 4);
     assert_eq!(p["rows"][0]["ranks"], 8);
     assert!((p["rows"][0]["speedup_eq1"].as_f64().unwrap() - 8.0).abs() < 1e-6, "{:#}", p["rows"]);
@@ -200,7 +219,7 @@ fn replay_of_a_real_trace() {
     // link; ring lets one rank per node cross at each of its 14 rounds, n/8 each (1.75 n);
     // vhd sends all four ranks' halves across at once, in its first and its last round (4 n).
     let slow4 = [&four[..], &["--alpha", "0", "--beta", "1000", "--gamma", "0", "--identical-ranks"]].concat();
-    let p = simulate(&dir, &[&slow4[..], &["--algorithms", "auto,ring,vhd"]].concat());
+    let p = simulate(dir, &[&slow4[..], &["--algorithms", "auto,ring,vhd"]].concat());
     let large = |row: &Value, algo: &str, times: f64| {
         let mut seen = 0;
         for b in row["buckets"].as_array().unwrap().iter().filter(|b| b["bytes"].as_u64().unwrap() >= 8192) {

@@ -1,4 +1,4 @@
-//! Shared by the tests/cuda_*.rs files: which CUDA engines to test (a real GPU, the CPU
+//! Shared by the tests/cuda_* files: which CUDA engines to test (a real GPU, the CPU
 //! emulator of the kernels, or both), random inputs, and the comparison with the CPU backend.
 #![allow(dead_code)]
 

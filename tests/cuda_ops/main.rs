@@ -4,6 +4,9 @@
 //! must come back untouched.
 #![cfg(feature = "cuda")]
 
+mod batchnorm;
+mod conv;
+#[path = "../cuda_common/mod.rs"]
 mod cuda_common;
 
 use cuda_common::*;
@@ -15,11 +18,11 @@ use dcgan_train::ops::adam::AdamStep;
 use dcgan_train::ops::batchnorm::BnGeom;
 use dcgan_train::ops::conv::ConvGeom;
 
-const TOL: f64 = 1e-4;
+pub(crate) const TOL: f64 = 1e-4;
 
 /// A buffer of `pad + data.len() + pad` floats holding `data` in the middle, with a marker
 /// value around it, and the range of the data.
-fn padded(cu: &Cuda, data: &[f32], pad: usize) -> (<Cuda as Backend>::Buf, std::ops::Range<usize>) {
+pub(crate) fn padded(cu: &Cuda, data: &[f32], pad: usize) -> (<Cuda as Backend>::Buf, std::ops::Range<usize>) {
     let mut host = vec![7.25f32; data.len() + 2 * pad];
     host[pad..pad + data.len()].copy_from_slice(data);
     (up(cu, &host), pad..pad + data.len())
@@ -27,7 +30,7 @@ fn padded(cu: &Cuda, data: &[f32], pad: usize) -> (<Cuda as Backend>::Buf, std::
 
 /// The data range of a padded buffer, after checking that the padding is untouched.
 #[track_caller]
-fn unpad(cu: &Cuda, b: &<Cuda as Backend>::Buf, r: std::ops::Range<usize>) -> Vec<f32> {
+pub(crate) fn unpad(cu: &Cuda, b: &<Cuda as Backend>::Buf, r: std::ops::Range<usize>) -> Vec<f32> {
     let all = down(cu, b);
     assert!(all[..r.start].iter().chain(&all[r.end..]).all(|&v| v == 7.25), "a kernel wrote outside its view");
     all[r].to_vec()
@@ -206,252 +209,6 @@ fn adam_matches_the_cpu_over_several_steps() {
         assert_close("adam param", &unpad(&cu, &bp, rp), &cp, TOL);
         assert_close("adam m", &unpad(&cu, &bm, rm), &cm, TOL);
         assert_close("adam v", &unpad(&cu, &bv, rv), &cv, TOL);
-    }
-}
-
-fn bn_shapes(cu: &Cuda) -> Vec<BnGeom> {
-    if small(cu) {
-        vec![BnGeom::new(3, 50), BnGeom::new(5, 3000), BnGeom::new(2, 1)]
-    } else {
-        vec![
-            BnGeom::new(256, 64 * 49),
-            BnGeom::new(128, 64 * 196),
-            BnGeom::new(128, 64 * 49),
-            BnGeom::new(64, 256 * 1024),
-            BnGeom::new(512, 256 * 16),
-            BnGeom::new(3, 1000),
-        ]
-    }
-}
-
-#[test]
-fn batchnorm_forward_and_backward_match_the_cpu() {
-    for cu in engines("batchnorm") {
-        let mut rng = rng(5);
-        for g in bn_shapes(&cu) {
-            let (c, len) = (g.channels, g.len());
-            // An offset mean, so that sum x^2 carries real cancellation.
-            let x: Vec<f32> = random(&mut rng, len, 1.5).iter().map(|v| v + 0.7).collect();
-            let gamma: Vec<f32> = random(&mut rng, c, 0.1).iter().map(|v| v + 1.0).collect();
-            let beta = random(&mut rng, c, 0.3);
-            let running0: Vec<f32> = (0..2 * c).map(|i| if i < c { 0.1 } else { 0.9 }).collect();
-            for act in [Activation::None, Activation::Relu, Activation::LeakyRelu] {
-                let what = format!("{g:?} {act:?}");
-                let bx = up(&cu, &x);
-                let (bgamma, bbeta) = (up(&cu, &gamma), up(&cu, &beta));
-                let (mut bstats, rs) = padded(&cu, &vec![0.0; 2 * c], 1);
-                cu.bn_forward_stats(&g, View::whole(&bx), ViewMut::range(&mut bstats, rs.clone()));
-                let mut cstats = vec![0.0; 2 * c];
-                Cpu.bn_forward_stats(&g, View::whole(&x), ViewMut::whole(&mut cstats));
-                assert_close(&format!("{what} stats"), &unpad(&cu, &bstats, rs.clone()), &cstats, TOL);
-
-                // Statistics as if from two ranks: both sides use the same (CPU) sums.
-                let stats2: Vec<f32> = cstats.iter().map(|v| 2.0 * v).collect();
-                for (stats, count) in [(&cstats, g.count as f64), (&stats2, 2.0 * g.count as f64)] {
-                    let bst = up(&cu, stats);
-                    let mut by = cu.alloc(len).unwrap();
-                    let (mut bsaved, rsv) = padded(&cu, &vec![0.0; 2 * c], 2);
-                    let mut brun = up(&cu, &running0);
-                    cu.bn_forward_apply(
-                        &g,
-                        View::whole(&bx),
-                        View::whole(&bst),
-                        count,
-                        View::whole(&bgamma),
-                        View::whole(&bbeta),
-                        act,
-                        ViewMut::whole(&mut by),
-                        ViewMut::range(&mut bsaved, rsv.clone()),
-                        ViewMut::whole(&mut brun),
-                    );
-                    let (mut cy, mut csaved, mut crun) = (vec![0.0; len], vec![0.0; 2 * c], running0.clone());
-                    Cpu.bn_forward_apply(
-                        &g,
-                        View::whole(&x),
-                        View::whole(stats),
-                        count,
-                        View::whole(&gamma),
-                        View::whole(&beta),
-                        act,
-                        ViewMut::whole(&mut cy),
-                        ViewMut::whole(&mut csaved),
-                        ViewMut::whole(&mut crun),
-                    );
-                    assert_close(&format!("{what} y"), &down(&cu, &by), &cy, TOL);
-                    assert_close(&format!("{what} saved"), &unpad(&cu, &bsaved, rsv), &csaved, TOL);
-                    assert_close(&format!("{what} running"), &down(&cu, &brun), &crun, TOL);
-
-                    // Backward from the CPU's forward state, so only backward is compared.
-                    let dy = random(&mut rng, len, 1.0);
-                    let (bcy, bcs) = (up(&cu, &cy), up(&cu, &csaved));
-                    let mut bdy = up(&cu, &dy);
-                    let (mut bsums, rsu) = padded(&cu, &vec![0.0; 2 * c], 3);
-                    cu.bn_backward_reduce(
-                        &g,
-                        View::whole(&bx),
-                        View::whole(&bcy),
-                        act,
-                        View::whole(&bcs),
-                        ViewMut::whole(&mut bdy),
-                        ViewMut::range(&mut bsums, rsu.clone()),
-                    );
-                    let (mut cdz, mut csums) = (dy.clone(), vec![0.0; 2 * c]);
-                    Cpu.bn_backward_reduce(
-                        &g,
-                        View::whole(&x),
-                        View::whole(&cy),
-                        act,
-                        View::whole(&csaved),
-                        ViewMut::whole(&mut cdz),
-                        ViewMut::whole(&mut csums),
-                    );
-                    assert_close(&format!("{what} dz"), &down(&cu, &bdy), &cdz, TOL);
-                    assert_close(&format!("{what} sums"), &unpad(&cu, &bsums, rsu), &csums, TOL);
-
-                    let (bdz, bsm) = (up(&cu, &cdz), up(&cu, &csums));
-                    let mut bdx = cu.alloc(len).unwrap();
-                    cu.bn_backward_data(
-                        &g,
-                        View::whole(&bx),
-                        View::whole(&bdz),
-                        View::whole(&bcs),
-                        View::whole(&bgamma),
-                        View::whole(&bsm),
-                        count,
-                        ViewMut::whole(&mut bdx),
-                    );
-                    let mut cdx = vec![0.0; len];
-                    Cpu.bn_backward_data(
-                        &g,
-                        View::whole(&x),
-                        View::whole(&cdz),
-                        View::whole(&csaved),
-                        View::whole(&gamma),
-                        View::whole(&csums),
-                        count,
-                        ViewMut::whole(&mut cdx),
-                    );
-                    assert_close(&format!("{what} dx"), &down(&cu, &bdx), &cdx, TOL);
-                }
-
-                // Evaluation mode from running statistics.
-                let run: Vec<f32> = (0..2 * c).map(|i| if i < c { 0.3 } else { 1.7 }).collect();
-                let brun = up(&cu, &run);
-                let mut by = cu.alloc(len).unwrap();
-                cu.bn_forward_eval(
-                    &g,
-                    View::whole(&bx),
-                    View::whole(&bgamma),
-                    View::whole(&bbeta),
-                    View::whole(&brun),
-                    act,
-                    ViewMut::whole(&mut by),
-                );
-                let mut cy = vec![0.0; len];
-                Cpu.bn_forward_eval(
-                    &g,
-                    View::whole(&x),
-                    View::whole(&gamma),
-                    View::whole(&beta),
-                    View::whole(&run),
-                    act,
-                    ViewMut::whole(&mut cy),
-                );
-                assert_close(&format!("{what} eval"), &down(&cu, &by), &cy, TOL);
-            }
-        }
-    }
-}
-
-/// Shapes that reach every kernel path: the four tile shapes, split-K, stride phases with
-/// padding (H or k not divisible by the stride), the dense and the single-input-channel
-/// backward-data, stride 3.
-fn conv_shapes(cu: &Cuda) -> Vec<ConvGeom> {
-    let c = |b, ci, h, w, co, k, s, p| ConvGeom::conv(b, ci, h, w, co, k, s, p).unwrap();
-    let t = |b, ci, h, w, co, k, s, p| ConvGeom::transposed(b, ci, h, w, co, k, s, p).unwrap();
-    let mut v = vec![
-        c(2, 3, 9, 7, 5, 3, 2, 1),
-        c(2, 20, 8, 8, 70, 4, 2, 1),
-        c(3, 6, 7, 7, 5, 7, 1, 0),
-        c(2, 4, 10, 10, 1, 5, 3, 2),
-        c(2, 1, 28, 28, 8, 4, 2, 1),
-        t(2, 16, 7, 7, 8, 4, 2, 1),
-        t(3, 10, 1, 1, 12, 4, 1, 0),
-        c(3, 1, 3, 3, 6, 3, 1, 0),
-        c(2, 1, 2, 2, 3, 2, 1, 0),
-        c(2, 32, 7, 7, 1, 7, 1, 0),
-        c(2, 3, 16, 16, 40, 3, 1, 1),
-        c(4, 2, 16, 16, 32, 3, 1, 1),
-        c(4, 1, 16, 16, 2, 3, 1, 1),
-        // 128x128 tiles (M >= 128, not a multiple of 128) in each direction.
-        c(2, 4, 16, 16, 130, 3, 1, 1),
-        c(2, 60, 6, 6, 130, 3, 1, 1),
-        c(2, 130, 8, 8, 6, 4, 2, 1),
-        c(3, 12, 7, 7, 5, 7, 1, 0),
-        // Single-input-channel backward-data at stride 3 with padding, and a C_in = 1 layer
-        // whose weights (300*16 floats) do not fit its shared memory: the phase GEMM instead.
-        c(2, 1, 10, 11, 4, 5, 3, 2),
-        c(2, 1, 10, 10, 300, 4, 2, 1),
-    ];
-    // The DCGAN's layers: on the emulator at batch 2, on a GPU at 64 and an odd batch.
-    let batches: &[usize] = if small(cu) { &[2] } else { &[64, 5] };
-    for &b in batches {
-        v.extend(dcgan_layers(b));
-    }
-    v
-}
-
-#[test]
-fn convolution_forward_and_backward_match_the_cpu() {
-    for cu in engines("convolution") {
-        let mut rng = rng(6);
-        for g in conv_shapes(&cu) {
-            let x = random(&mut rng, g.x_len(), 1.0);
-            let w = random(&mut rng, g.w_len(), 0.2);
-            let dy = random(&mut rng, g.y_len(), 1.0);
-            let (bx, rx) = padded(&cu, &x, 3);
-            let (bw, rw) = padded(&cu, &w, 5);
-            let (bdy, rdy) = padded(&cu, &dy, 2);
-
-            let (mut by, ry) = padded(&cu, &vec![0.0; g.y_len()], 4);
-            cu.conv2d_forward(
-                &g,
-                View::range(&bx, rx.clone()),
-                View::range(&bw, rw.clone()),
-                ViewMut::range(&mut by, ry.clone()),
-            );
-            let mut cy = vec![0.0; g.y_len()];
-            Cpu.conv2d_forward(&g, View::whole(&x), View::whole(&w), ViewMut::whole(&mut cy));
-            assert_close(&format!("{g:?} forward"), &unpad(&cu, &by, ry), &cy, TOL);
-
-            let (mut bdx, rdx) = padded(&cu, &vec![0.0; g.x_len()], 1);
-            cu.conv2d_backward_data(
-                &g,
-                View::range(&bdy, rdy.clone()),
-                View::range(&bw, rw.clone()),
-                ViewMut::range(&mut bdx, rdx.clone()),
-            );
-            let mut cdx = vec![0.0; g.x_len()];
-            Cpu.conv2d_backward_data(&g, View::whole(&dy), View::whole(&w), ViewMut::whole(&mut cdx));
-            assert_close(&format!("{g:?} backward-data"), &unpad(&cu, &bdx, rdx), &cdx, TOL);
-
-            // Weight gradient, written and then accumulated onto.
-            let (mut bdw, rdw) = padded(&cu, &vec![0.0; g.w_len()], 6);
-            for accumulate in [false, true] {
-                cu.conv2d_backward_weight(
-                    &g,
-                    View::range(&bx, rx.clone()),
-                    View::range(&bdy, rdy.clone()),
-                    ViewMut::range(&mut bdw, rdw.clone()),
-                    accumulate,
-                );
-            }
-            let mut cdw = vec![0.0; g.w_len()];
-            for accumulate in [false, true] {
-                Cpu.conv2d_backward_weight(&g, View::whole(&x), View::whole(&dy), ViewMut::whole(&mut cdw), accumulate);
-            }
-            assert_close(&format!("{g:?} backward-weight"), &unpad(&cu, &bdw, rdw), &cdw, TOL);
-        }
     }
 }
 
