@@ -1,3 +1,5 @@
+//! Tests of the run summary: eq. (1) and its speedups, the end-of-run lines, reading it back.
+
 use super::*;
 use serde_json::json;
 
