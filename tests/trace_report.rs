@@ -128,7 +128,11 @@ fn a_real_two_rank_trace_splits_every_bucket() {
     let mut args = args.to_vec();
     args.extend(["--trace", trace.to_str().unwrap(), "--trace-steps", "6", "--out", out.to_str().unwrap()]);
     let o = common::mpirun(2, &args, 300);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // The run's last line says where the trace went and what reads it.
+    let named = format!("trace of every rank in {0} (`dcgan-train trace-report {0}`", trace.display());
+    assert!(err.lines().last().is_some_and(|l| l.starts_with("done: ") && l.contains(&named)), "{err}");
     let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     let r = report(&t, tmp.path());
     for b in &common::read_summary(&out).comm.buckets {

@@ -8,6 +8,18 @@ use crate::record::{LineType, StoppedRecord};
 use crate::report::trace::Trace;
 use crate::train::summary::{RunEnd, build_summary};
 use anyhow::{Context, Result, bail};
+use std::path::Path;
+
+/// The end of the run's last line with `--trace`: the trace is written outside the run's
+/// folder, so say where, and what reads it (`trace-report` reports on the exchange: only a
+/// trace with one, `exchanged`, has something for it).
+fn where_the_trace_went(trace: &Path, exchanged: bool) -> String {
+    let report = match exchanged {
+        true => format!("`dcgan-train trace-report {}`, or ", trace.display()),
+        false => String::new(),
+    };
+    format!("; trace of every rank in {} ({report}open it in ui.perfetto.dev)", trace.display())
+}
 
 impl<B: Backend> Run<'_, B> {
     /// Everything after the last step; `train_seconds`: the training loop's wall time.
@@ -39,12 +51,16 @@ impl<B: Backend> Run<'_, B> {
             eprintln!("{line}");
         }
         let ck_name = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
+        let parallel = &self.args.parallel;
+        let exchanged = job.world.size > 1 && !parallel.no_exchange;
+        let trace = parallel.trace.as_deref().map(|p| where_the_trace_went(p, exchanged));
         eprintln!(
-            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}",
+            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}{}",
             f.steps_run,
             f.wall_seconds,
             out.dir.display(),
-            ck_name.unwrap_or_default()
+            ck_name.unwrap_or_default(),
+            trace.unwrap_or_default()
         );
         Ok(())
     }
@@ -114,5 +130,19 @@ impl<B: Backend> Run<'_, B> {
             self.job.fail(e);
         }
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_report_is_offered_only_for_a_trace_with_an_exchange() {
+        let p = Path::new("runs/t.json");
+        let with = where_the_trace_went(p, true);
+        assert!(with.contains("runs/t.json (`dcgan-train trace-report runs/t.json`, or open it"), "{with}");
+        let without = where_the_trace_went(p, false);
+        assert!(without.contains("runs/t.json (open it in ui.perfetto.dev)"), "{without}");
     }
 }
