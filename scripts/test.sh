@@ -35,4 +35,7 @@ export CARGO_INCREMENTAL=0
 # built.
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+# The API docs, private items included, build without warnings: a tensor's shape written
+# [B, C] in a doc comment is read as a link unless it is in backticks.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 cargo test --quiet

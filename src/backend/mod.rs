@@ -158,7 +158,7 @@ pub trait Backend: Sized + 'static {
     type Buf: DeviceBuf;
     type Host: HostBuffer;
 
-    /// "cpu" or "cuda:<ordinal> <name>".
+    /// `"cpu"` or `"cuda:<ordinal> <name>"`.
     fn describe(&self) -> String;
     /// A zero-filled buffer of `len` floats.
     fn alloc(&self, len: usize) -> Result<Self::Buf>;
@@ -223,7 +223,7 @@ pub trait Backend: Sized + 'static {
     }
     /// The 1-bit columns of table `cols` ([3 * columns] words, `codec::onebit::column_words`)
     /// of values + residual into `out`, the residual left with what they miss, and the sum of
-    /// squares of each column's residual in col_sq [columns].
+    /// squares of each column's residual in col_sq `[columns]`.
     fn wire_onebit_quantize(
         &self,
         cols: View<Self>,
@@ -234,9 +234,9 @@ pub trait Backend: Sized + 'static {
     );
     /// out = the values of the 1-bit columns `cols` of `enc`.
     fn wire_onebit_decode(&self, cols: View<Self>, enc: View<Self>, out: ViewMut<Self>);
-    /// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float (`codec::bf16`).
+    /// out `[ceil(n/2)]` = the bf16 encodings of x `[n]`, two to a float (`codec::bf16`).
     fn wire_bf16_encode(&self, x: View<Self>, out: ViewMut<Self>);
-    /// out [n] = the values of the bf16 encodings enc [ceil(n/2)].
+    /// out `[n]` = the values of the bf16 encodings enc `[ceil(n/2)]`.
     fn wire_bf16_decode(&self, enc: View<Self>, out: ViewMut<Self>);
 
     // ---- convolution (ops/conv): x [C_in,B,H,W], w [C_out,C_in,k,k], y [C_out,B,OH,OW] ----
@@ -248,7 +248,7 @@ pub trait Backend: Sized + 'static {
     fn conv2d_backward_weight(&self, g: &ConvGeom, x: View<Self>, dy: View<Self>, dw: ViewMut<Self>, accumulate: bool);
 
     // ---- batch norm (ops/batchnorm), x and y [C, count] with count = B*H*W ----
-    /// Per-channel partial sums for the batch statistics: stats [2C] = (sum x, sum x^2).
+    /// Per-channel partial sums for the batch statistics: stats `[2C]` = (sum x, sum x^2).
     /// Split from `bn_forward_apply` so that `--sync-bn` can average them over ranks.
     fn bn_forward_stats(&self, g: &BnGeom, x: View<Self>, stats: ViewMut<Self>);
     /// Normalize with the batch statistics `stats` (sums over `stats_count` elements per
@@ -281,7 +281,7 @@ pub trait Backend: Sized + 'static {
         y: ViewMut<Self>,
     );
     /// Backward part 1: turn dy into dz, the gradient before the fused activation (in place,
-    /// using the saved output y), and reduce sums [2C] = (sum dz*xhat, sum dz): this rank's
+    /// using the saved output y), and reduce sums `[2C]` = (sum dz*xhat, sum dz): this rank's
     /// dgamma and dbeta, in the order gamma and beta are stored.
     #[allow(clippy::too_many_arguments)]
     fn bn_backward_reduce(
@@ -316,11 +316,11 @@ pub trait Backend: Sized + 'static {
 
     // ---- loss (ops/loss) ----
     /// Mean BCE with logits against a constant target. Writes dlogits = d(mean loss)/dlogits
-    /// and out [2] = (loss, mean sigmoid(logits)); both stay on the device.
+    /// and out `[2]` = (loss, mean sigmoid(logits)); both stay on the device.
     fn bce_with_logits(&self, logits: View<Self>, target: f32, dlogits: ViewMut<Self>, out: ViewMut<Self>);
-    /// Mean softmax cross-entropy of class logits [classes, B] against labels [B] (class
+    /// Mean softmax cross-entropy of class logits `[classes, B]` against labels `[B]` (class
     /// indices as f32; one outside 0..classes panics). Writes dlogits [classes, B] =
-    /// d(mean loss)/dlogits and out [2] = (loss, accuracy: the share of samples whose first
+    /// d(mean loss)/dlogits and out `[2]` = (loss, accuracy: the share of samples whose first
     /// largest logit is their label). CUDA reads the labels back to check them, so it waits.
     fn softmax_xent(
         &self,
@@ -332,14 +332,14 @@ pub trait Backend: Sized + 'static {
     );
 
     // ---- the WGAN-GP critic's terms (ops/penalty) ----
-    /// out[0] = the mean of the critic's outputs [B]; doutputs = sign / B (its gradient, times
+    /// `out[0]` = the mean of the critic's outputs `[B]`; doutputs = sign / B (its gradient, times
     /// the sign the loss gives that mean).
     fn critic_mean(&self, outputs: View<Self>, sign: f32, doutputs: ViewMut<Self>, out: ViewMut<Self>);
-    /// out [C, B, P] = eps_b real + (1 - eps_b) fake, with eps [B].
+    /// out `[C, B, P]` = eps_b real + (1 - eps_b) fake, with eps `[B]`.
     fn interpolate(&self, real: View<Self>, fake: View<Self>, channels: usize, eps: View<Self>, out: ViewMut<Self>);
-    /// The gradient penalty of g [C, B, P] (D's gradient at each interpolate): norms [B] =
-    /// ||g_b||, out [2] = (lambda mean (||g_b|| - 1)^2, mean ||g_b||), seed [C, B, P] = the
-    /// gradient of out[0] with respect to g.
+    /// The gradient penalty of g `[C, B, P]` (D's gradient at each interpolate): norms `[B]` =
+    /// ||g_b||, out `[2]` = (lambda mean (||g_b|| - 1)^2, mean ||g_b||), seed `[C, B, P]` = the
+    /// gradient of `out[0]` with respect to g.
     #[allow(clippy::too_many_arguments)] // the input, its shape, lambda and three outputs
     fn gradient_penalty(
         &self,

@@ -9,11 +9,11 @@ use safetensors::SafeTensors;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockCheckpoint {
-    /// [G, D]: the global model the block started from, [param_len] each.
+    /// `[G, D]`: the global model the block started from, `[param_len]` each.
     pub global: [Vec<f32>; 2],
-    /// [G, D]: the block momentum, [param_len] each.
+    /// `[G, D]`: the block momentum, `[param_len]` each.
     pub velocity: [Vec<f32>; 2],
-    /// Ranks 1..: [G, D] x [weights, exp_avg, exp_avg_sq], [param_len] each.
+    /// Ranks 1..: `[G, D]` x `[weights, exp_avg, exp_avg_sq]`, `[param_len]` each.
     pub ranks: Vec<[[Vec<f32>; 3]; 2]>,
 }
 

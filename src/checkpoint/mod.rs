@@ -45,7 +45,7 @@ pub struct Progress {
     pub config: serde_json::Value,
 }
 
-/// Adam's moments of one network, in its layout's flat order ([param_len] each).
+/// Adam's moments of one network, in its layout's flat order (`[param_len]` each).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Moments {
     pub exp_avg: Vec<f32>,
@@ -70,7 +70,7 @@ pub struct Checkpoint {
     pub block: Option<block::BlockCheckpoint>,
 }
 
-/// One rank's 1-bit residuals: [G, D] x [its own, its stripe's], each [param_len] of that
+/// One rank's 1-bit residuals: `[G, D]` x `[its own, its stripe's]`, each `[param_len]` of that
 /// network in its layout's flat order.
 pub type RankResiduals = [[Vec<f32>; 2]; 2];
 

@@ -13,9 +13,9 @@ pub const FORMAT: &str = "dcgan-train/1";
 /// Host copies of one network's tensors, in the layout's flat order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetTensors {
-    /// [param_len]: weights, gammas, betas.
+    /// `[param_len]`: weights, gammas, betas.
     pub values: Vec<f32>,
-    /// [state_len]: running means and variances.
+    /// `[state_len]`: running means and variances.
     pub state: Vec<f32>,
     /// PyTorch's `num_batches_tracked` (the same for every batch-norm layer).
     pub batches_tracked: u64,

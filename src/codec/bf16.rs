@@ -27,7 +27,7 @@ pub fn decode(b: u16) -> f32 {
     f32::from_bits(u32::from(b) << 16)
 }
 
-/// out[i] = the bf16 encoding of x[i].
+/// `out[i]` = the bf16 encoding of `x[i]`.
 pub fn encode_into(x: &[f32], out: &mut [u16]) {
     assert_eq!(x.len(), out.len(), "bf16 encode_into: length mismatch");
     #[cfg(target_arch = "x86_64")]
@@ -38,7 +38,7 @@ pub fn encode_into(x: &[f32], out: &mut [u16]) {
     encode_into_plain(x, out)
 }
 
-/// out[i] = the f32 of bf16 encoding src[i].
+/// `out[i]` = the f32 of bf16 encoding `src[i]`.
 pub fn decode_into(src: &[u16], out: &mut [f32]) {
     assert_eq!(src.len(), out.len(), "bf16 decode_into: length mismatch");
     #[cfg(target_arch = "x86_64")]

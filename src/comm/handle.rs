@@ -16,7 +16,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Host memory the comm thread may read and write while it owns it (Vec<f32> for the CPU
+/// Host memory the comm thread may read and write while it owns it (`Vec<f32>` for the CPU
 /// backend, pinned memory for CUDA).
 pub trait HostData: Send {
     fn as_mut_slice(&mut self) -> &mut [f32];
@@ -45,10 +45,10 @@ pub struct BucketRequest {
     pub label: String,
     /// Averaged in place (sum over ranks, then * 1/N).
     pub data: Box<dyn HostData>,
-    /// Called on the comm thread before fragment [range] is reduced (the CUDA path waits there
+    /// Called on the comm thread before fragment `[range]` is reduced (the CUDA path waits there
     /// for the device-to-host copy of that fragment). None = ready now.
     pub before_fragment: Option<FragmentHook>,
-    /// Called on the comm thread after fragment [range] is reduced (the exchange reports it
+    /// Called on the comm thread after fragment `[range]` is reduced (the exchange reports it
     /// to the training thread, which copies that fragment back while the next is reduced).
     pub after_fragment: Option<FragmentHook>,
     /// Travels as f32 whatever `--wire` says (the per-step metrics: losses are reported, not

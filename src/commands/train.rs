@@ -105,6 +105,8 @@ pub struct TrainArgs {
     pub max_steps: Option<u64>,
     /// Output directory (default runs/<timestamp>, or runs/<timestamp>-2, -3... where a run
     /// started in the same second took it).
+    // The text is --help's, where `<timestamp>` reads as meant: not an HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// No progress bar and no periodic progress lines (the same as --progress none).

@@ -28,7 +28,7 @@ impl Split {
     }
 }
 
-/// Images [count, height, width] and their classes [count].
+/// Images `[count, height, width]` and their classes `[count]`.
 #[derive(Clone, Debug)]
 pub struct Labelled {
     pub set: Dataset,

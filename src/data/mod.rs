@@ -128,7 +128,7 @@ impl Dataset {
         })
     }
 
-    /// Images `indices`, scaled from [0,255] to [-1,1] (x/127.5 - 1) and resized (bilinear,
+    /// Images `indices`, scaled from `[0,255]` to `[-1,1]` (x/127.5 - 1) and resized (bilinear,
     /// align_corners=false like PyTorch's) to size x size when size != native, into
     /// out [B, size, size] (= [1, B, size, size] channel-major, B = indices.len()).
     pub fn fill_batch(&self, indices: &[usize], size: usize, out: &mut [f32]) {

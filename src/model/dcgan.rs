@@ -33,18 +33,18 @@ const fn conv(
     StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm, act }
 }
 
-/// G: z [B,100,1,1] -> [256,7,7] -> [128,14,14] -> [1,28,28].
+/// G: z `[B,100,1,1]` -> `[256,7,7]` -> `[128,14,14]` -> `[1,28,28]`.
 pub const GENERATOR_28: [StageSpec; 3] =
     [convt(NZ, 256, 7, 1, 0, true, Relu), convt(256, 128, 4, 2, 1, true, Relu), convt(128, 1, 4, 2, 1, false, Tanh)];
 
-/// D: [1,28,28] -> [64,14,14] -> [128,7,7] -> logits [1,1,1].
+/// D: `[1,28,28]` -> `[64,14,14]` -> `[128,7,7]` -> logits `[1,1,1]`.
 pub const DISCRIMINATOR_28: [StageSpec; 3] = [
     conv(1, 64, 4, 2, 1, false, LeakyRelu),
     conv(64, 128, 4, 2, 1, true, LeakyRelu),
     conv(128, 1, 7, 1, 0, false, Activation::None),
 ];
 
-/// G: z -> [512,4,4] -> [256,8,8] -> [128,16,16] -> [64,32,32] -> [1,64,64].
+/// G: z -> `[512,4,4]` -> `[256,8,8]` -> `[128,16,16]` -> `[64,32,32]` -> `[1,64,64]`.
 pub const GENERATOR_64: [StageSpec; 5] = [
     convt(NZ, 512, 4, 1, 0, true, Relu),
     convt(512, 256, 4, 2, 1, true, Relu),
@@ -53,7 +53,8 @@ pub const GENERATOR_64: [StageSpec; 5] = [
     convt(64, 1, 4, 2, 1, false, Tanh),
 ];
 
-/// D: [1,64,64] -> [64,32,32] -> [128,16,16] -> [256,8,8] -> [512,4,4] -> logits [1,1,1].
+/// D: `[1,64,64]` -> `[64,32,32]` -> `[128,16,16]` -> `[256,8,8]` -> `[512,4,4]` ->
+/// logits `[1,1,1]`.
 pub const DISCRIMINATOR_64: [StageSpec; 5] = [
     conv(1, 64, 4, 2, 1, false, LeakyRelu),
     conv(64, 128, 4, 2, 1, true, LeakyRelu),

@@ -153,7 +153,7 @@ pub fn stage_geometry(specs: &[StageSpec], batch: usize, input: (usize, usize, u
 /// gamma/beta (parameters) and running statistics (state).
 pub type StageRanges = (Range<usize>, Option<(Range<usize>, Range<usize>)>);
 
-/// Parameter layout with PyTorch `nn.Sequential` names ("main.<index>.<tensor>"): every
+/// Parameter layout with PyTorch `nn.Sequential` names (`"main.<index>.<tensor>"`): every
 /// conv, batch norm and activation takes one index, as in the PyTorch DCGAN example.
 pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
     let mut layout = ParamLayout::default();

@@ -13,7 +13,7 @@ const NOISE_PURPOSE: u64 = 0x6e6f697365;
 const FIXED_NOISE_PURPOSE: u64 = 0x66697865;
 const UNIFORM_PURPOSE: u64 = 0x756e69666f726d;
 
-/// One sample's z [nz]: stream `index` of a generator keyed by (seed, step).
+/// One sample's z `[nz]`: stream `index` of a generator keyed by (seed, step).
 fn sample(key: u64, index: u64, out: &mut [f32]) {
     let mut rng = ChaCha8Rng::seed_from_u64(key);
     rng.set_stream(index);
@@ -37,7 +37,7 @@ pub fn step_noise(seed: u64, step: u64, rank: usize, world: usize, nz: usize, ou
 }
 
 /// One uniform number in [0, 1) per sample of this rank's share of the global batch of
-/// `step`, out [B], drawn as `step_noise` draws z: local sample i is global sample
+/// `step`, out `[B]`, drawn as `step_noise` draws z: local sample i is global sample
 /// i * world + rank (WGAN-GP's interpolation weights).
 pub fn step_uniform(seed: u64, step: u64, rank: usize, world: usize, out: &mut [f32]) {
     let key = seed_for(seed_for(seed, UNIFORM_PURPOSE), step);

@@ -24,10 +24,10 @@ pub struct GradientPenalty<B: Backend> {
     streams: Vec<B::Buf>,
     /// [B]: ||g_b||.
     norms: B::Buf,
-    /// [B]: ones, the output gradient that makes the critic's backward give each sample's own
+    /// `[B]`: ones, the output gradient that makes the critic's backward give each sample's own
     /// gradient of D(x^_b).
     ones: B::Buf,
-    /// [2]: (the penalty lambda mean (||g_b|| - 1)^2, the mean ||g_b||), on the backend; zeros
+    /// `[2]`: (the penalty lambda mean (||g_b|| - 1)^2, the mean ||g_b||), on the backend; zeros
     /// before the first run.
     pub out: B::Buf,
     pub lambda: f32,

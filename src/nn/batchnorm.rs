@@ -12,13 +12,13 @@ use std::ops::Range;
 pub struct BatchNormLayer<B: Backend> {
     pub geom: BnGeom,
     pub act: Activation,
-    /// gamma [C] then beta [C], contiguous in the ParamStore.
+    /// gamma `[C]` then beta `[C]`, contiguous in the ParamStore.
     pub gamma_beta: Range<usize>,
-    /// running_mean [C] then running_var [C], contiguous in the state buffer.
+    /// running_mean `[C]` then running_var `[C]`, contiguous in the state buffer.
     pub running: Range<usize>,
-    /// Saved for backward: mean [C] then 1/std [C].
+    /// Saved for backward: mean `[C]` then 1/std `[C]`.
     saved: B::Buf,
-    /// Forward statistics or backward sums, [2C]; averaged over ranks with --sync-bn.
+    /// Forward statistics or backward sums, `[2C]`; averaged over ranks with --sync-bn.
     sums: B::Buf,
     /// `--deferred-bn`: the running statistics wait for a whole batch of micro-batches.
     pub deferred: Option<DeferredStats>,
@@ -33,7 +33,7 @@ pub struct BatchNormLayer<B: Backend> {
 pub struct DeferredStats {
     /// The pass the next forwards belong to.
     pub slot: usize,
-    /// Per slot: (sum x, sum x^2) per channel [2C] in f64, and the elements they cover.
+    /// Per slot: (sum x, sum x^2) per channel `[2C]` in f64, and the elements they cover.
     sums: [Vec<f64>; 3],
     counts: [f64; 3],
 }
@@ -56,7 +56,7 @@ impl<B: Backend> BatchNormLayer<B> {
         })
     }
 
-    /// Exchange the statistics saved for backward with `other` [2C] (a micro-batch's stash).
+    /// Exchange the statistics saved for backward with `other` `[2C]` (a micro-batch's stash).
     pub fn swap_saved(&mut self, other: &mut B::Buf) {
         std::mem::swap(&mut self.saved, other);
     }

@@ -11,7 +11,7 @@ pub struct ConvLayer {
     /// The forward convolution this layer is (Conv2d) or is the transpose of (ConvTranspose2d).
     pub geom: ConvGeom,
     pub transposed: bool,
-    /// Weight range in the network's ParamStore: Conv2d [out,in,k,k], ConvT [in,out,k,k].
+    /// Weight range in the network's ParamStore: Conv2d `[out,in,k,k]`, ConvT `[in,out,k,k]`.
     pub weight: Range<usize>,
 }
 

@@ -79,7 +79,7 @@ impl ParamLayout {
     }
 }
 
-/// The device side: flat buffers, [param_len] each for value, grad, m, v and [state_len].
+/// The device side: flat buffers, `[param_len]` each for value, grad, m, v and `[state_len]`.
 pub struct ParamStore<B: Backend> {
     pub layout: ParamLayout,
     pub value: B::Buf,

@@ -19,7 +19,7 @@ pub struct TrainOptions {
     /// written before it could be left out hold a number, which reads as given.
     pub epochs: Option<u64>,
     pub max_steps: Option<u64>,
-    /// The run directory (None: runs/<timestamp>).
+    /// The run directory (None: `runs/<timestamp>`).
     pub out: Option<PathBuf>,
     pub no_progress: bool,
     /// `--progress` (`--no-progress` is its `none`: `progress_choice` says which applies).

@@ -1,5 +1,5 @@
 //! A timeline of the run in the Chrome trace event format (open trace.json in
-//! https://ui.perfetto.dev or chrome://tracing): one process per rank (pid = rank + 1, named
+//! <https://ui.perfetto.dev> or chrome://tracing): one process per rank (pid = rank + 1, named
 //! "rank r (host)"), one thread per track
 //! (compute, comm thread, copy stream), a complete ("X") event per span, flow arrows from a
 //! gradient's hand-off to its allreduce.

@@ -7,7 +7,7 @@ use super::simulate::{Prediction, Row};
 use crate::comm::Wire;
 use crate::units::format_bytes;
 
-/// "G[1] vhd x5, D[3+2] vhd, D[1] rd": the algorithm per bucket (and fragments when cut).
+/// `"G[1] vhd x5, D[3+2] vhd, D[1] rd"`: the algorithm per bucket (and fragments when cut).
 fn bucket_summary(row: &Row, fragment_bytes: usize) -> String {
     row.buckets
         .iter()

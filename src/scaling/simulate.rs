@@ -117,7 +117,7 @@ pub struct Prediction {
     pub rows: Vec<Row>,
 }
 
-/// Which recorded step each rank replays as its step k ([rank][k]). Rank 0 takes them in
+/// Which recorded step each rank replays as its step k (`[rank][k]`). Rank 0 takes them in
 /// recorded order; every other rank takes each recorded step once per pass over them, in an
 /// order of its own (seeded by the rank), so that at any moment the ranks run different steps
 /// with the same mean compute, as the ranks of a real job do: a step whose compute ran long on

@@ -131,7 +131,7 @@ pub fn schedule(algo: Algorithm, n: f64, place: Placement) -> Option<Schedule> {
     Some(Schedule { rounds })
 }
 
-/// A one-level algorithm among `g` (g[i] is the rank that plays rank i).
+/// A one-level algorithm among `g` (`g[i]` is the rank that plays rank i).
 fn flat_rounds(algo: Algorithm, n: f64, g: &[usize]) -> Vec<Round> {
     match algo {
         Algorithm::Tree => tree(n, g),
@@ -150,7 +150,7 @@ fn msg(from: usize, to: usize, bytes: f64, reduced: bool) -> Message {
     Message { from, to, bytes, reduced }
 }
 
-/// Binomial reduce to g[0] (one round per bit), then the binomial broadcast from it.
+/// Binomial reduce to `g[0]` (one round per bit), then the binomial broadcast from it.
 fn tree(n: f64, g: &[usize]) -> Vec<Round> {
     let p = g.len();
     let mut rounds = Vec::new();

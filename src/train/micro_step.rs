@@ -24,15 +24,15 @@ pub struct MicroBatches<B: Backend> {
     /// M
     pub count: usize,
     pub recompute: bool,
-    /// [M] G's forward of each micro-batch, put aside until its backward (none with
+    /// `[M]` G's forward of each micro-batch, put aside until its backward (none with
     /// recompute).
     pub(super) saved: Vec<NetSaved<B>>,
     /// [b, H, W]: one micro-batch's real images on the host.
     pub(super) images: Vec<f32>,
-    /// [b] zeros on the device: clears an output gradient (and [2] outputs) before a scaled
+    /// `[b]` zeros on the device: clears an output gradient (and `[2]` outputs) before a scaled
     /// sum into it, with no host copy in the step.
     zeros: B::Buf,
-    /// [2]: one micro-batch's (loss, mean sigmoid) before it is averaged in.
+    /// `[2]`: one micro-batch's (loss, mean sigmoid) before it is averaged in.
     pub(super) out_one: B::Buf,
     /// The micro-batch running (its noise stream and whether outputs start afresh).
     pub(super) at: usize,
@@ -76,7 +76,7 @@ impl<B: Backend> GanTrainer<B> {
     }
 
     /// Write a pass's loss gradient `dlogits` into D's output gradient, times 1/M, and add
-    /// its outputs (`one`, [2]) into `out` times 1/M (starting afresh at the first
+    /// its outputs (`one`, `[2]`) into `out` times 1/M (starting afresh at the first
     /// micro-batch).
     pub(super) fn add_micro_pass(&mut self, which: usize) {
         let (scale, first) = self.micro_scale();

@@ -20,8 +20,8 @@ pub struct Outputs {
     _lock: File,
 }
 
-/// The default run directory, runs/<local time>, made here and this run's alone: a run
-/// started in the same second as another takes runs/<local time>-2 (-3, ...).
+/// The default run directory, `runs/<local time>`, made here and this run's alone: a run
+/// started in the same second as another takes `runs/<local time>-2` (-3, ...).
 pub fn default_dir() -> Result<PathBuf> {
     claim_dir(Path::new("runs"), &chrono::Local::now().format("%Y%m%d-%H%M%S").to_string())
 }
@@ -134,7 +134,7 @@ impl Outputs {
         self.metrics.sync()
     }
 
-    /// samples/<name>.png from images [64, side, side].
+    /// `samples/<name>.png` from images `[64, side, side]`.
     pub fn grid(&self, name: &str, images: &[f32], side: usize) -> Result<PathBuf> {
         let path = self.dir.join("samples").join(format!("{name}.png"));
         write_grid(&path, images, images.len() / (side * side), side, side, 8)?;

@@ -55,9 +55,9 @@ pub struct GanTrainer<B: Backend> {
     pub cfg: StepConfig,
     /// Steps completed (the next step's index).
     pub step: u64,
-    /// [B]: d loss / d logits.
+    /// `[B]`: d loss / d logits.
     pub(super) dlogits: B::Buf,
-    /// [2] each: (mean loss, mean sigmoid) of the real pass, the fake pass and the G pass.
+    /// `[2]` each: (mean loss, mean sigmoid) of the real pass, the fake pass and the G pass.
     pub(super) out_real: B::Buf,
     pub(super) out_fake: B::Buf,
     pub(super) out_g: B::Buf,

@@ -40,7 +40,7 @@ pub struct WganParts<B: Backend> {
     penalty: GradientPenalty<B>,
     /// [1, B, H, W]: this step's real images, kept for the interpolates.
     real: B::Buf,
-    /// [B]: each sample's interpolation weight e, on the backend and on the host.
+    /// `[B]`: each sample's interpolation weight e, on the backend and on the host.
     eps: B::Buf,
     eps_host: Vec<f32>,
 }
@@ -174,7 +174,7 @@ impl<B: Backend> GanTrainer<B> {
         self.end_step(&mut raw, wgan_losses(None))
     }
 
-    /// out[0] of output buffer `which` (0: real, 1: fake, 2: G's pass).
+    /// `out[0]` of output buffer `which` (0: real, 1: fake, 2: G's pass).
     fn read_first(&self, which: usize) -> f32 {
         let buf = match which {
             0 => &self.out_real,

@@ -1,4 +1,4 @@
-//! NVRTC: compile one kernel family (kernels/<file>.cu with common.cuh and the generated
+//! NVRTC: compile one kernel family (`kernels/<file>.cu` with common.cuh and the generated
 //! params.cuh) to PTX or CUBIN, keeping the compiler log so that warnings fail the CI test and
 //! errors reach the user with file and line.
 

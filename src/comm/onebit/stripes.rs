@@ -24,9 +24,9 @@ use crate::comm::transport::{CommError, Tag, Transport};
 /// The error feedback of one vector on one rank: what the quantizations missed so far.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Residuals {
-    /// This rank's gradient's residual ([n]).
+    /// This rank's gradient's residual (`[n]`).
     pub own: Vec<f32>,
-    /// The residual of the mean of the stripe this rank owns ([n]; only its stripe is used,
+    /// The residual of the mean of the stripe this rank owns (`[n]`; only its stripe is used,
     /// so that the layout does not depend on the rank).
     pub stripe: Vec<f32>,
 }
@@ -50,7 +50,7 @@ pub struct OneBitStage {
     sum: Vec<f32>,
 }
 
-/// This rank's residuals of one vector (or of one fragment of it), [n] each.
+/// This rank's residuals of one vector (or of one fragment of it), `[n]` each.
 pub struct ResidualsMut<'a> {
     pub own: &'a mut [f32],
     pub stripe: &'a mut [f32],

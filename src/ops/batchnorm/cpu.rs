@@ -32,7 +32,7 @@ fn lane_sums(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> (f64, f64)) -> (f6
     (s.iter().sum(), q.iter().sum())
 }
 
-/// stats [2C] = (sum x, sum x^2) per channel.
+/// stats `[2C]` = (sum x, sum x^2) per channel.
 pub fn forward_stats(g: &BnGeom, x: &[f32], stats: &mut [f32]) {
     assert_eq!(x.len(), g.len());
     assert_eq!(stats.len(), 2 * g.channels);
@@ -44,7 +44,7 @@ pub fn forward_stats(g: &BnGeom, x: &[f32], stats: &mut [f32]) {
     }
 }
 
-/// Normalize with batch statistics; saved [2C] = (mean, 1/std); running [2C] = (mean, var).
+/// Normalize with batch statistics; saved `[2C]` = (mean, 1/std); running `[2C]` = (mean, var).
 #[allow(clippy::too_many_arguments)]
 pub fn forward_apply(
     g: &BnGeom,
@@ -108,7 +108,7 @@ fn normalize(g: &BnGeom, x: &[f32], act: Activation, y: &mut [f32], affine: impl
     ));
 }
 
-/// dy -> dz in place through the fused activation; sums [2C] = (sum dz*xhat, sum dz).
+/// dy -> dz in place through the fused activation; sums `[2C]` = (sum dz*xhat, sum dz).
 pub fn backward_reduce(
     g: &BnGeom,
     x: &[f32],

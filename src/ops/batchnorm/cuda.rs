@@ -109,7 +109,7 @@ fn finalize(cu: &Cuda, g: &BnGeom, s: BnSplit, partial: DevPtr, out: DevPtr) {
     );
 }
 
-/// stats [2C] = (sum x, sum x^2) per channel.
+/// stats `[2C]` = (sum x, sum x^2) per channel.
 pub fn forward_stats(cu: &Cuda, g: &BnGeom, x: View<Cuda>, stats: ViewMut<Cuda>) {
     check(g, x.len, stats.len);
     if g.is_empty() {
@@ -195,7 +195,7 @@ pub fn forward_eval(
     );
 }
 
-/// dy -> dz in place through the activation; sums [2C] = (sum dz*xhat, sum dz).
+/// dy -> dz in place through the activation; sums `[2C]` = (sum dz*xhat, sum dz).
 #[allow(clippy::too_many_arguments)]
 pub fn backward_reduce(
     cu: &Cuda,

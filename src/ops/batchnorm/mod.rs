@@ -30,7 +30,7 @@ impl BnGeom {
 }
 
 /// Mean and biased variance from (sum, sum of squares) over n elements, in f64 so that the
-/// cancellation in E[x^2] - E[x]^2 costs as little as possible. Shared by both backends' CPU
+/// cancellation in `E[x^2]` - `E[x]^2` costs as little as possible. Shared by both backends' CPU
 /// reference and by tests.
 pub fn mean_var(sum: f64, sumsq: f64, n: f64) -> (f64, f64) {
     let mean = sum / n;

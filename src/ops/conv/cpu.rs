@@ -52,7 +52,7 @@ impl Mat {
     }
 }
 
-/// c[m,n] (+)= a[m,k] * b[k,n], with c row-major at row stride `c_rs`.
+/// `c[m,n]` (+)= `a[m,k]` * `b[k,n]`, with c row-major at row stride `c_rs`.
 ///
 /// # Safety
 /// `a`, `b` must address m*k and k*n valid floats with their strides; `c` must address
@@ -112,7 +112,7 @@ impl SendPtr {
     }
 }
 
-/// One `gemm::gemm` call: c[m,n] (+)= a[m,k] * b[k,n]. Safety as `sgemm`.
+/// One `gemm::gemm` call: `c[m,n]` (+)= `a[m,k]` * `b[k,n]`. Safety as `sgemm`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn sgemm_on_this_thread(
     m: usize,

@@ -2,7 +2,7 @@
 //! every copy is a run of whole output rows instead of a per-pixel gather.
 //!
 //! A stride-s convolution reads input pixel (oh*s - p + ki, ow*s - p + kj). Split each image
-//! into s*s phase planes, plane (py, px)[i][j] = x[i*s + py][j*s + px]; then kernel tap
+//! into s*s phase planes, plane `(py, px)[i][j] = x[i*s + py][j*s + px]`; then kernel tap
 //! (ki, kj) reads plane ((ki-p) mod s, (kj-p) mod s) at [oh + di][ow + dj] with
 //! di = floor((ki-p)/s), dj = floor((kj-p)/s): a shifted window of one plane. The planes get
 //! a border of zeros wide enough for every tap's shift, so a tap's window is OH rows of OW
@@ -49,7 +49,7 @@ impl Columns {
     }
 
     /// Where output (0, 0) of tap t = ki*k + kj reads in an image's plane set: the plane's
-    /// index times its padded size, plus the padded offset of [di][dj].
+    /// index times its padded size, plus the padded offset of `[di][dj]`.
     fn tap(&self, t: usize) -> usize {
         let (s, p) = (self.g.stride as isize, self.g.pad as isize);
         let (a, b) = ((t / self.g.k) as isize - p, (t % self.g.k) as isize - p);

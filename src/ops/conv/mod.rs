@@ -1,10 +1,10 @@
 //! 2-D convolution: geometry (the one place output sizes and im2col shapes are computed),
 //! with the CPU side in `cpu.rs` and the CUDA launchers in `cuda.rs`.
 //!
-//! A `ConvGeom` always describes a forward convolution x [C_in,B,H,W] -> y [C_out,B,OH,OW]
-//! with weight [C_out,C_in,k,k]. A ConvTranspose2d(in, out) is the same geometry read
+//! A `ConvGeom` always describes a forward convolution x `[C_in,B,H,W]` -> y `[C_out,B,OH,OW]`
+//! with weight `[C_out,C_in,k,k]`. A ConvTranspose2d(in, out) is the same geometry read
 //! backwards: its forward is this conv's backward-data with C_in = out, C_out = in, and its
-//! weight [in,out,k,k] is exactly this conv's weight.
+//! weight `[in,out,k,k]` is exactly this conv's weight.
 
 pub mod cpu;
 mod cpu_columns;
@@ -102,7 +102,7 @@ impl ConvGeom {
         self.h_in * self.w_in
     }
     /// Side of one of the stride*stride phase planes of an input image, [ceil(H/s), ceil(W/s)]:
-    /// plane (py, px)[i][j] = x[i*s + py][j*s + px]. Backward-data runs per phase on the GPU,
+    /// plane `(py, px)[i][j] = x[i*s + py][j*s + px]`. Backward-data runs per phase on the GPU,
     /// and the CPU's columns are read from these planes.
     pub fn phase_side(&self) -> (usize, usize) {
         (self.h_in.div_ceil(self.stride), self.w_in.div_ceil(self.stride))

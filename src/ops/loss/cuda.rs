@@ -11,7 +11,7 @@ cuda_kernels! {
     fn softmax_xent(logits: DevPtr, labels: DevPtr, dlogits: DevPtr, out: DevPtr, batch: i32, classes: i32);
 }
 
-/// dlogits = (sigmoid(x) - target) / n; out [2] = (mean loss, mean sigmoid(x)).
+/// dlogits = (sigmoid(x) - target) / n; out `[2]` = (mean loss, mean sigmoid(x)).
 pub fn bce_with_logits(cu: &Cuda, logits: View<Cuda>, target: f32, dlogits: ViewMut<Cuda>, out: ViewMut<Cuda>) {
     assert_eq!(logits.len, dlogits.len, "BCE logits and gradient lengths");
     assert!(out.len >= 2, "BCE output needs 2 floats");

@@ -3,7 +3,7 @@
 
 use super::{check_gradient_penalty, check_interpolate, seed_factor};
 
-/// doutputs = sign / n; out[0] = mean(outputs).
+/// doutputs = sign / n; `out[0]` = mean(outputs).
 pub fn critic_mean(outputs: &[f32], sign: f32, doutputs: &mut [f32], out: &mut [f32]) {
     assert_eq!(outputs.len(), doutputs.len(), "critic mean: outputs and gradient lengths");
     let n = outputs.len().max(1);
@@ -11,7 +11,7 @@ pub fn critic_mean(outputs: &[f32], sign: f32, doutputs: &mut [f32], out: &mut [
     out[0] = (outputs.iter().map(|&v| v as f64).sum::<f64>() / n as f64) as f32;
 }
 
-/// out [C, B, P] = eps_b real + (1 - eps_b) fake, with eps [B].
+/// out `[C, B, P]` = eps_b real + (1 - eps_b) fake, with eps `[B]`.
 pub fn interpolate(real: &[f32], fake: &[f32], channels: usize, eps: &[f32], out: &mut [f32]) {
     let p = check_interpolate(real.len(), fake.len(), channels, eps.len(), out.len());
     for (run, ((o, x), y)) in out.chunks_exact_mut(p).zip(real.chunks_exact(p)).zip(fake.chunks_exact(p)).enumerate() {
@@ -23,8 +23,8 @@ pub fn interpolate(real: &[f32], fake: &[f32], channels: usize, eps: &[f32], out
     }
 }
 
-/// For g [C, B, P], the gradient of D at each interpolate: norms [B] = ||g_b||, out [2] =
-/// (lambda * mean_b (||g_b|| - 1)^2, mean_b ||g_b||), and seed [C, B, P] = d out[0] / dg =
+/// For g `[C, B, P]`, the gradient of D at each interpolate: norms `[B]` = ||g_b||, out `[2]` =
+/// (lambda * mean_b (||g_b|| - 1)^2, mean_b ||g_b||), and seed `[C, B, P]` = d `out[0]` / dg =
 /// 2 lambda / B (||g_b|| - 1) g_b / ||g_b|| (0 where ||g_b|| = 0).
 pub fn gradient_penalty(g: &[f32], channels: usize, lambda: f32, seed: &mut [f32], norms: &mut [f32], out: &mut [f32]) {
     let p = check_gradient_penalty(g.len(), channels, seed.len(), norms.len(), out.len());

@@ -14,7 +14,7 @@ cuda_kernels! {
     fn penalty_stats(norms: DevPtr, out: DevPtr, lambda: f32, batch: i32);
 }
 
-/// doutputs = sign / n; out[0] = mean(outputs).
+/// doutputs = sign / n; `out[0]` = mean(outputs).
 pub fn critic_mean(cu: &Cuda, outputs: View<Cuda>, sign: f32, doutputs: ViewMut<Cuda>, out: ViewMut<Cuda>) {
     assert_eq!(outputs.len, doutputs.len, "critic mean: outputs and gradient lengths");
     assert!(out.len >= 1 && outputs.len <= i32::MAX as usize, "critic mean over {} outputs", outputs.len);
@@ -37,7 +37,8 @@ pub fn interpolate(
     launch::interpolate(cu, elementwise_dims(cu, n), dptr(real), dptr(fake), dptr(eps), o, n as i64, p as i64, batch);
 }
 
-/// The penalty of g [C, B, P]: norms [B], out [2] = (penalty, mean norm), seed = d penalty / dg.
+/// The penalty of g `[C, B, P]`: norms `[B]`, out `[2]` = (penalty, mean norm), seed =
+/// d penalty / dg.
 pub fn gradient_penalty(
     cu: &Cuda,
     g: View<Cuda>,

@@ -26,7 +26,7 @@ pub fn check_interpolate(real: usize, fake: usize, channels: usize, eps: usize, 
     run_len(real, channels, eps, "interpolate")
 }
 
-/// The shapes `gradient_penalty` takes: g and seed [C, B, P], norms [B], out [2]; returns P.
+/// The shapes `gradient_penalty` takes: g and seed `[C, B, P]`, norms `[B]`, out `[2]`; returns P.
 pub fn check_gradient_penalty(g: usize, channels: usize, seed: usize, norms: usize, out: usize) -> usize {
     assert_eq!(seed, g, "gradient penalty: gradient and seed lengths");
     assert_eq!(out, 2, "gradient penalty writes 2 floats (penalty, mean norm)");

@@ -16,7 +16,7 @@ fn table(cols: &[f32]) -> Vec<Column> {
 }
 
 /// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each
-/// column's residual's sum of squares (in f64, in order) into col_sq [columns].
+/// column's residual's sum of squares (in f64, in order) into col_sq `[columns]`.
 pub fn onebit_quantize(cols: &[f32], values: &[f32], residual: &mut [f32], out: &mut [f32], col_sq: &mut [f32]) {
     let table = table(cols);
     assert_eq!(col_sq.len(), table.len(), "onebit_quantize: a square sum per column");
@@ -31,13 +31,13 @@ pub fn onebit_decode(cols: &[f32], enc: &[f32], out: &mut [f32]) {
     onebit::decode_columns(&table(cols), f32_bytes(enc), out, Land::Copy);
 }
 
-/// out [floats_for(n)] = the bf16 encodings of x [n], two to a float.
+/// out `[floats_for(n)]` = the bf16 encodings of x `[n]`, two to a float.
 pub fn bf16_encode(x: &[f32], out: &mut [f32]) {
     super::check_bf16_floats(x.len(), out.len());
     bf16::encode_into(x, &mut bf16::as_bf16_mut(out)[..x.len()]);
 }
 
-/// out [n] = the values of the bf16 encodings enc [floats_for(n)], two to a float.
+/// out `[n]` = the values of the bf16 encodings enc `[floats_for(n)]`, two to a float.
 pub fn bf16_decode(enc: &[f32], out: &mut [f32]) {
     super::check_bf16_floats(out.len(), enc.len());
     let n = out.len();

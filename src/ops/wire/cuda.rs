@@ -13,7 +13,7 @@ cuda_kernels! {
 }
 
 /// The 1-bit columns `cols` (a table of words) of values + residual into `out`, and each
-/// column's residual's sum of squares into col_sq [columns]; a thread per column.
+/// column's residual's sum of squares into col_sq `[columns]`; a thread per column.
 pub fn onebit_quantize(
     cu: &Cuda,
     cols: View<Cuda>,
@@ -42,7 +42,7 @@ pub fn onebit_decode(cu: &Cuda, cols: View<Cuda>, enc: View<Cuda>, out: ViewMut<
     launch::wire_onebit_decode(cu, Dims::linear(ncols, THREADS), dptr(cols), dptr(enc), dptr_mut(&out));
 }
 
-/// out [ceil(n/2)] = the bf16 encodings of x [n], two to a float; a thread per value.
+/// out `[ceil(n/2)]` = the bf16 encodings of x `[n]`, two to a float; a thread per value.
 pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
     super::check_bf16_floats(x.len, out.len);
     if x.len == 0 {
@@ -52,7 +52,7 @@ pub fn bf16_encode(cu: &Cuda, x: View<Cuda>, out: ViewMut<Cuda>) {
     launch::wire_bf16_encode(cu, dims, dptr(x), x.len as i32, dptr_mut(&out));
 }
 
-/// out [n] = the values of the bf16 encodings enc [ceil(n/2)]; a thread per value.
+/// out `[n]` = the values of the bf16 encodings enc `[ceil(n/2)]`; a thread per value.
 pub fn bf16_decode(cu: &Cuda, enc: View<Cuda>, out: ViewMut<Cuda>) {
     super::check_bf16_floats(out.len, enc.len);
     if out.len == 0 {

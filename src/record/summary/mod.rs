@@ -185,7 +185,7 @@ pub struct CommSummary {
 /// One gradient bucket's exchange.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BucketSummary {
-    /// "G[1]", "D[3+2+1]": the network and its layers, 1-based.
+    /// `"G[1]"`, `"D[3+2+1]"`: the network and its layers, 1-based.
     pub bucket: String,
     pub bytes: usize,
     /// The algorithm of its first fragment ("none" when it never travelled).

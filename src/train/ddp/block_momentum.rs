@@ -41,7 +41,7 @@ impl BlockSettings {
     }
 }
 
-/// The global model and the momentum of both networks, [param_len] each, on the host.
+/// The global model and the momentum of both networks, `[param_len]` each, on the host.
 pub struct BlockMomentum {
     pub settings: BlockSettings,
     /// [G, D]: the global model the current block started from (before any lookahead).

@@ -5,8 +5,8 @@
 //! The stage backward completes last always travels alone. No backward is left to hide that
 //! bucket's exchange, and D's update waits for it at once, so the tail should be as small as
 //! the stages allow. At the default 1 MiB all three of D's stages (554 KB) would fuse into one
-//! bucket that no backward hides; split as D[3+2] and D[1], D[3+2] travels during D.1's
-//! backward and only D[1] (4 KB) is left to wait for. G's update waits until the next step,
+//! bucket that no backward hides; split as `D[3+2]` and `D[1]`, `D[3+2]` travels during D.1's
+//! backward and only `D[1]` (4 KB) is left to wait for. G's update waits until the next step,
 //! so G gains nothing from the rule; it applies to both networks for simplicity.
 
 use crate::backend::Backend;
@@ -17,7 +17,7 @@ use std::ops::Range;
 pub struct Bucket {
     /// Unique over both networks; also the bucket's message tag.
     pub id: u32,
-    /// e.g. "G[1]" or "D[3+2]": the network and its stages (1-based), in completion order.
+    /// e.g. `"G[1]"` or `"D[3+2]"`: the network and its stages (1-based), in completion order.
     /// Made once per run; traces refer to it every step.
     pub label: &'static str,
     /// Range in the network's flat gradient buffer.

@@ -11,7 +11,7 @@ use crate::train::job::Job;
 use anyhow::{Result, bail};
 
 /// This rank's residuals of the networks whose buckets are `plans` ([G, D]), each network
-/// [param_len] long; None while no bucket has travelled 1-bit.
+/// `[param_len]` long; None while no bucket has travelled 1-bit.
 pub fn collect(comm: &CommHandle, plans: [&[Bucket]; 2]) -> Result<Option<RankResiduals>> {
     let held = comm.residuals()?;
     if held.is_empty() {
