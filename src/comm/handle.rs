@@ -77,7 +77,7 @@ impl BucketRequest {
         }
     }
 
-    /// The same bucket, sent as f32 even under `--wire bf16`.
+    /// The same bucket, sent as f32 whatever the wire (`--wire bf16` or `1bit`).
     pub fn exact(self) -> Self {
         BucketRequest { exact: true, ..self }
     }
