@@ -73,8 +73,7 @@ fn resume_matches_uninterrupted(ranks: usize, extra: &[&str], go_on: GoOn) {
 /// Run `args` under `mpiexec -n ranks`, stopped after step `step` as by a signal; the command
 /// its stop message says to continue with, which metrics.jsonl in `run` records too.
 fn stop_at(ranks: usize, args: &[&str], step: u64, run: &Path) -> String {
-    let mut cmd = Command::new("mpiexec");
-    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    let mut cmd = common::mpiexec_ranks(ranks);
     cmd.args(args).env("DCGAN_TEST_STOP_AT_STEP", step.to_string());
     let o = run_limited(cmd, 600);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -137,8 +136,7 @@ fn a_stop_in_the_last_step_completes_the_run() {
         let mut args = base.to_vec();
         args.extend(bound);
         args.extend(["--out", path(&run)]);
-        let mut cmd = Command::new("mpiexec");
-        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", env!("CARGO_BIN_EXE_dcgan-train")]);
+        let mut cmd = common::mpiexec_ranks(2);
         cmd.args(&args).env("DCGAN_TEST_STOP_AT_STEP", stop_at);
         let o = run_limited(cmd, 300);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -196,8 +194,7 @@ fn resuming_with_another_rank_count_is_refused() {
 
 /// An mpiexec job in the background.
 fn spawn_job(ranks: usize, args: &[&str]) -> Child {
-    let mut cmd = Command::new("mpiexec");
-    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    let mut cmd = common::mpiexec_ranks(ranks);
     cmd.args(args);
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -312,8 +309,7 @@ fn a_killed_rank_ends_the_job_within_a_minute_and_the_checkpoint_resumes() {
     args.extend(["--checkpoint-every", "2", "--max-steps", &max, "--no-progress", "--resume", path(&run)]);
     let o = run_limited(
         {
-            let mut c = Command::new("mpiexec");
-            c.args(["--oversubscribe", "--bind-to", "none", "-n", "3", env!("CARGO_BIN_EXE_dcgan-train")]);
+            let mut c = common::mpiexec_ranks(3);
             c.args(&args);
             c
         },

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::mpirun;
+use common::{mpiexec, mpiexec_ranks, mpirun};
 use std::path::Path;
-use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 
@@ -16,14 +15,6 @@ fn stderr(o: &std::process::Output) -> String {
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// `mpiexec` with the options every run here needs (more ranks than cores, threads free to
-/// use any core).
-fn mpiexec() -> Command {
-    let mut cmd = Command::new("mpiexec");
-    cmd.args(["--oversubscribe", "--bind-to", "none"]);
-    cmd
 }
 
 /// A short run's arguments: two steps of small batches on one thread.
@@ -145,8 +136,8 @@ fn a_model_that_fails_to_build_on_one_rank_ends_every_rank() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
     for failing in ["0", "1"] {
-        let mut cmd = mpiexec();
-        cmd.args(["-n", "2", BIN]).args(SMALL).args(["--out", path(&out)]);
+        let mut cmd = mpiexec_ranks(2);
+        cmd.args(SMALL).args(["--out", path(&out)]);
         cmd.env("DCGAN_TEST_FAIL_BUILD_ON_RANK", failing);
         let o = common::run_limited(cmd, 60);
         assert!(!o.status.success());
@@ -211,8 +202,7 @@ fn benchmarks_started_with_other_sizes_on_one_rank_are_refused() {
 fn a_diverging_loss_ends_cleanly_while_buckets_are_in_flight() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    let mut cmd = mpiexec();
-    cmd.args(["-n", "2", BIN]);
+    let mut cmd = mpiexec_ranks(2);
     cmd.args(["--data", "synthetic:256", "--batch-size", "8", "--threads", "1", "--lr", "1e30"]);
     cmd.args(["--max-steps", "6", "--no-progress", "--out", path(&out)]);
     cmd.env("DCGAN_TEST_SLOW_COMM", "300");

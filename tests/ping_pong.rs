@@ -4,10 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
-
 /// ping-pong between two ranks: rank 1 makes as many round trips as rank 0 decided from its
 /// probe (a mismatch would hang, caught by the time limit, or mix sizes), the largest
 /// message takes longer than the smallest, the fit gives a positive per-byte time, and
@@ -18,8 +14,8 @@ fn ping_pong_agrees_on_its_trips_and_fits_the_link() {
     let json = dir.path().join("links.json");
     let sizes = "4B,64KiB,1MiB,4MiB";
     let limited = |args: &[&str]| {
-        let mut cmd = Command::new("mpiexec");
-        cmd.args(["--oversubscribe", "--bind-to", "none", "-n", "2", BIN]).args(args);
+        let mut cmd = common::mpiexec_ranks(2);
+        cmd.args(args);
         common::run_limited(cmd, 120)
     };
     let o = limited(&["ping-pong", "--sizes", sizes, "--json", json.to_str().unwrap()]);

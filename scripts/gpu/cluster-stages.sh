@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # cluster-stages.sh: gpu-check.sh's stages that run CPU ranks on emulated hosts of the GPU
 # machine's many cores (scaling, two-level, wire), through the carried Open MPI. Sourced by
-# gpu-check.sh, whose note, run_step, have_bin, ROOT, BIN and OUT they use.
+# gpu-check.sh, whose note, run_step, have_bin, have_ompi, ROOT, BIN and OUT they use.
 
 # The copied Open MPI for an emulated cluster (scaling, two-level), in the calling subshell.
 cluster_mpi_env() {
@@ -10,12 +10,6 @@ cluster_mpi_env() {
   # Those defaults keep a job on one host over shared memory; the emulated cluster starts
   # its daemons through its own agent and sends over TCP between namespaces.
   unset OMPI_MCA_plm OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
-}
-
-have_ompi() {
-  [[ -x "$ROOT/.ompi/root/usr/bin/orterun" ]] && return 0
-  note "$(printf '%-34s SKIP   no .ompi (scripts/gpu/fetch-ompi-runtime.sh, then copy .ompi here)' "$1")"
-  return 1
 }
 
 # The weak-scaling benchmark where ranks have cores of their own (a 2-core machine puts 4

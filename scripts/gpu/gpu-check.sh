@@ -122,6 +122,13 @@ have_bin() {
   [[ -x "$BIN/$1" ]] || { note "$(printf '%-34s SKIP   missing %s (run --build here first)' "$2" "$BIN/$1")"; return 1; }
 }
 
+# have_ompi STAGE: whether the carried Open MPI runtime is here (else the stage is skipped).
+have_ompi() {
+  [[ -x "$ROOT/.ompi/root/usr/bin/orterun" ]] && return 0
+  note "$(printf '%-34s SKIP   no .ompi (scripts/gpu/fetch-ompi-runtime.sh, then copy .ompi here)' "$1")"
+  return 1
+}
+
 # Directories that hold a libnvrtc, best guesses first.
 nvrtc_candidates() {
   [[ -n "${NVRTC_DIR:-}" ]] && echo "$NVRTC_DIR"
@@ -295,10 +302,7 @@ export -f expect_error
 stage_mpi() {
   ensure_nvrtc
   have_bin dcgan-train-mpi mpi || return
-  if [[ ! -x "$ROOT/.ompi/root/usr/bin/orterun" ]]; then
-    note "$(printf '%-34s SKIP   no .ompi (scripts/gpu/fetch-ompi-runtime.sh, then copy .ompi here)' mpi)"
-    return
-  fi
+  have_ompi mpi || return
   (
     # shellcheck source=gpu-mpi-env.sh
     source "$ROOT/scripts/gpu/gpu-mpi-env.sh" || exit 1

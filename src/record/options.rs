@@ -286,6 +286,14 @@ impl Default for ParallelOptions {
     }
 }
 
+impl ParallelOptions {
+    /// Whether a job of `ranks` ranks averages gradients at all (not on one rank, nor with
+    /// `--no-exchange`).
+    pub fn exchanges_gradients(&self, ranks: usize) -> bool {
+        ranks > 1 && !self.no_exchange
+    }
+}
+
 impl TrainOptions {
     /// The progress display asked for: `--progress`, or none with `--no-progress`.
     pub fn progress_choice(&self) -> ProgressChoice {

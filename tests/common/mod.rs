@@ -76,11 +76,25 @@ pub fn final_weights(run: &std::path::Path) -> std::collections::BTreeMap<String
     all
 }
 
+/// `mpiexec` with the options every run in the tests needs: more ranks than cores, and each
+/// rank's threads free to use any core (`run_limited` adds the root permissions).
+pub fn mpiexec() -> std::process::Command {
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args(["--oversubscribe", "--bind-to", "none"]);
+    cmd
+}
+
+/// `mpiexec -n ranks dcgan-train` with those options; its arguments follow.
+pub fn mpiexec_ranks(ranks: usize) -> std::process::Command {
+    let mut cmd = mpiexec();
+    cmd.args(["-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    cmd
+}
+
 /// The dcgan-train binary under `mpiexec -n ranks` (as root, oversubscribed: what the test
 /// machines need), killed and failed if it runs longer than `limit_s`.
 pub fn mpirun(ranks: usize, args: &[&str], limit_s: u64) -> std::process::Output {
-    let mut cmd = std::process::Command::new("mpiexec");
-    cmd.args(["--oversubscribe", "--bind-to", "none", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_dcgan-train")]);
+    let mut cmd = mpiexec_ranks(ranks);
     cmd.args(args);
     run_limited(cmd, limit_s)
 }

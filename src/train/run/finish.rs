@@ -52,7 +52,7 @@ impl<B: Backend> Run<'_, B> {
         }
         let ck_name = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
         let parallel = &self.args.parallel;
-        let exchanged = job.world.size > 1 && !parallel.no_exchange;
+        let exchanged = parallel.exchanges_gradients(job.world.size);
         let trace = parallel.trace.as_deref().map(|p| where_the_trace_went(p, exchanged));
         eprintln!(
             "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}{}",

@@ -181,12 +181,12 @@ impl<'a, B: Backend> Run<'a, B> {
                 "--no-exchange: benchmarking only; gradients are not averaged, so the ranks' models drift apart (the losses still are)"
             );
         }
-        if self.args.comm.wire == crate::comm::Wire::Bf16 && w.size > 1 && !p.no_exchange {
+        if self.args.comm.wire == crate::comm::Wire::Bf16 && p.exchanges_gradients(w.size) {
             eprintln!(
                 "--wire bf16: gradients travel as bfloat16 (half the bytes; each value rounded to 8 significant bits)"
             );
         }
-        if self.args.comm.wire == crate::comm::Wire::OneBit && w.size > 1 && !p.no_exchange {
+        if self.args.comm.wire == crate::comm::Wire::OneBit && p.exchanges_gradients(w.size) {
             let from = crate::train::config::compressed_from(self.args, self.shard.batches_per_epoch());
             eprintln!(
                 "--wire 1bit: gradients travel as f32 for the first {from} steps (--wire-warmup-steps), then as 1 bit a value with error feedback"
@@ -277,7 +277,7 @@ fn build<B: Backend>(
         let exchange = CommExchange::new(&be, job.comm.clone(), buckets.clone(), stages, !p.no_overlap, pack);
         Box::new(job.agree(exchange)?)
     };
-    let solo_first = world.size > 1 && !p.no_exchange && p.distributed_after > 0;
+    let solo_first = p.exchanges_gradients(world.size) && p.distributed_after > 0;
     let mut parked = None;
     if solo_first {
         let bn_sync: Option<Box<dyn BnSync<B>>> = match p.sync_bn {
