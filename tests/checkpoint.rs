@@ -221,13 +221,31 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
 #[test]
 fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, critic) = architecture(28, Discriminator::Critic).unwrap();
+    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: false }).unwrap();
     let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
     let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     let want = expected(&[
         ("main.0.weight", "F32", &[64, 1, 4, 4]),
         ("main.2.weight", "F32", &[128, 64, 4, 4]),
         ("main.4.weight", "F32", &[1, 128, 7, 7]),
+    ]);
+    assert_eq!(header(&saved.join("D.safetensors")), want);
+}
+
+/// `--critic-norm layer`: layer norm where D has batch norm, named and shaped as PyTorch's
+/// nn.GroupNorm(1, 128) at the batch norm's index (a weight and a bias, no running statistics).
+#[test]
+fn the_layer_norm_critic_header_matches_a_pytorch_sequential_with_group_norm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: true }).unwrap();
+    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
+    let want = expected(&[
+        ("main.0.weight", "F32", &[64, 1, 4, 4]),
+        ("main.2.weight", "F32", &[128, 64, 4, 4]),
+        ("main.3.weight", "F32", &[128]),
+        ("main.3.bias", "F32", &[128]),
+        ("main.5.weight", "F32", &[1, 128, 7, 7]),
     ]);
     assert_eq!(header(&saved.join("D.safetensors")), want);
 }

@@ -193,7 +193,7 @@ fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64) -> GanTrainer<B> {
     } else {
         (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec(), 64)
     };
-    let d: Vec<StageSpec> = d.iter().map(|s| StageSpec { batch_norm: false, ..*s }).collect();
+    let d: Vec<StageSpec> = d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: false, ..*s }).collect();
     let model = Dcgan::from_specs(&be, &g, &d, 28, batch, seed).unwrap();
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed, rank: 0, world: 1, overlap_steps: true };

@@ -13,7 +13,7 @@ use common::reference as r;
 use common::{dot, random, rel_err, to_f64};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28, NZ};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Discriminator, GENERATOR_28, NZ, architecture};
 use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, StageSpec};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::adam::AdamStep;
@@ -371,6 +371,14 @@ fn check_network(
 #[test]
 fn discriminator_gradients_match_finite_differences() {
     check_network(&DISCRIMINATOR_28, (1, 28, 28), 3, BackwardOrder::LayerByLayer, 1.0);
+}
+
+#[test]
+fn layer_norm_critic_gradients_match_finite_differences() {
+    // `--critic-norm layer`: layer norm in place of the discriminator's batch norm.
+    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: true }).unwrap();
+    assert!(critic.iter().any(|s| s.layer_norm));
+    check_network(&critic, (1, 28, 28), 3, BackwardOrder::LayerByLayer, 1.0);
 }
 
 #[test]

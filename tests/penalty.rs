@@ -1,6 +1,7 @@
 //! WGAN-GP's gradient penalty (model/penalty.rs) against an independent f64 reference: its
 //! value, the critic's input gradient, and its weight gradient by central finite differences
-//! of the penalty itself; and the CUDA backend's penalty step against the CPU's.
+//! of the penalty itself, for a critic without a norm and one with layer norm; and the CUDA
+//! backend's penalty step against the CPU's.
 
 mod common;
 
@@ -16,7 +17,10 @@ const H: f64 = 1e-6;
 const LAMBDA: f32 = 10.0;
 
 const fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize, act: Activation) -> StageSpec {
-    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm: false, act }
+    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm: false, layer_norm: false, act }
+}
+const fn conv_ln(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize) -> StageSpec {
+    StageSpec { layer_norm: true, ..conv(c_in, c_out, k, stride, pad, LeakyRelu) }
 }
 
 /// A small critic with every kind of stage of the real one: strided padded convolutions with
@@ -24,12 +28,31 @@ const fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize, ac
 /// that a sample's norm spans channels.
 const CRITIC: [StageSpec; 3] =
     [conv(2, 4, 4, 2, 1, LeakyRelu), conv(4, 6, 4, 2, 1, LeakyRelu), conv(6, 1, 3, 1, 0, Activation::None)];
+/// The same with layer norm as `--critic-norm layer` puts it (after every convolution but the
+/// first and the last), twice in a row, so that one layer norm's adjoint travels through
+/// another.
+const CRITIC_LN: [StageSpec; 4] = [
+    conv(2, 4, 4, 2, 1, LeakyRelu),
+    conv_ln(4, 6, 4, 2, 1),
+    conv_ln(6, 5, 3, 1, 1),
+    conv(5, 1, 3, 1, 0, Activation::None),
+];
 const INPUT: (usize, usize, usize) = (2, 12, 12);
 const BATCH: usize = 3;
 
-/// The critic at `input`, its penalty run: (the critic, the penalty's [value, mean norm]).
-fn ours<B: Backend>(be: &B, input: &[f32]) -> (Net<B>, Vec<f32>) {
-    let mut net = Net::new(be, "C", &CRITIC, BATCH, INPUT, BackwardOrder::LayerByLayer, 11).unwrap();
+/// The critic `specs` at `input`, its penalty run: (the critic, the penalty's [value, mean
+/// norm]). Layer norm's gamma and beta are drawn away from their initial 1 and 0, so that a
+/// term that drops either shows.
+fn ours<B: Backend>(be: &B, specs: &[StageSpec], input: &[f32]) -> (Net<B>, Vec<f32>) {
+    let mut net = Net::new(be, "C", specs, BATCH, INPUT, BackwardOrder::LayerByLayer, 11).unwrap();
+    let mut values = vec![0.0; net.store.layout.param_len()];
+    be.download(View::whole(&net.store.value), &mut values);
+    for (k, t) in net.store.layout.params.iter().filter(|t| t.shape.len() == 1).enumerate() {
+        let offset = if t.name.ends_with("weight") { 1.0 } else { 0.0 };
+        let drawn = random(t.range.len(), 0.5, 40 + k as u64);
+        values[t.range.clone()].iter_mut().zip(drawn).for_each(|(v, d)| *v = offset + d);
+    }
+    be.upload(&values, ViewMut::whole(&mut net.store.value));
     be.upload(input, ViewMut::whole(net.input_mut()));
     let mut gp = GradientPenalty::new(be, &net, LAMBDA).unwrap();
     assert!(gp.run(be, &mut net, false, &mut NoObserver));
@@ -40,12 +63,38 @@ fn ours<B: Backend>(be: &B, input: &[f32]) -> (Net<B>, Vec<f32>) {
 
 #[test]
 fn the_penalty_weight_gradient_matches_finite_differences_in_f64() {
+    check_against_finite_differences(&CRITIC, 3 * 6);
+}
+
+#[test]
+fn with_layer_norm_the_penalty_weight_gradient_matches_finite_differences_in_f64() {
+    // Four weights and two layer norms' gamma and beta.
+    check_against_finite_differences(&CRITIC_LN, 8 * 6);
+}
+
+/// The reference's own input gradient through layer norm against finite differences of its
+/// forward: the penalty test above leans on it.
+#[test]
+fn the_references_layer_norm_input_gradient_matches_finite_differences() {
+    let (c, h, w) = INPUT;
+    let input = to_f64(&random(c * BATCH * h * w, 1.0, 23));
+    let (net, _) = ours(&Cpu, &CRITIC_LN, &random(c * BATCH * h * w, 1.0, 21));
+    let params = to_f64(&net.store.value);
+    let (_, g, _) = r::gradient_penalty(&CRITIC_LN, BATCH, INPUT, &params, &input, LAMBDA as f64);
+    let mut outputs = |x: &[f64]| r::net_forward(&CRITIC_LN, BATCH, INPUT, &params, x).iter().sum::<f64>();
+    for i in (0..input.len()).step_by(37) {
+        let fd = r::central_difference(&mut outputs, &input, i, H);
+        assert!((g[i] - fd).abs() < 1e-6 * fd.abs().max(1e-2), "input {i}: {} vs {fd}", g[i]);
+    }
+}
+
+fn check_against_finite_differences(specs: &[StageSpec], coordinates: usize) {
     let (c, h, w) = INPUT;
     let input = random(c * BATCH * h * w, 1.0, 21);
-    let (net, out) = ours(&Cpu, &input);
+    let (net, out) = ours(&Cpu, specs, &input);
     let params = to_f64(&net.store.value);
     let inputd = to_f64(&input);
-    let (want, want_g, nearest_kink) = r::gradient_penalty(&CRITIC, BATCH, INPUT, &params, &inputd, LAMBDA as f64);
+    let (want, want_g, nearest_kink) = r::gradient_penalty(specs, BATCH, INPUT, &params, &inputd, LAMBDA as f64);
     // The differences below move one weight by H, so a pre-activation by at most H times the
     // largest value it multiplies (inputs in [-1, 1], activations below 2 here): none may
     // cross a kink, where the penalty has no derivative.
@@ -55,24 +104,27 @@ fn the_penalty_weight_gradient_matches_finite_differences_in_f64() {
     assert!(want > 1e-2, "a penalty this small ({want}) would hide a wrong gradient");
 
     let grad = net.store.grad.clone();
-    let penalty = |p: &[f64]| r::gradient_penalty(&CRITIC, BATCH, INPUT, p, &inputd, LAMBDA as f64).0;
+    let penalty = |p: &[f64]| r::gradient_penalty(specs, BATCH, INPUT, p, &inputd, LAMBDA as f64).0;
     let checked = r::check_gradient_by_differences(&net.store.layout, &grad, &params, &mut |p| penalty(p), 6, H);
-    assert_eq!(checked, 3 * 6);
+    assert_eq!(checked, coordinates);
 }
 
 #[test]
 fn the_penalty_adds_to_gradients_already_there() {
     let (c, h, w) = INPUT;
     let input = random(c * BATCH * h * w, 1.0, 21);
-    let (net, _) = ours(&Cpu, &input);
-    let once = net.store.grad.clone();
-    let mut again = Net::new(&Cpu, "C", &CRITIC, BATCH, INPUT, BackwardOrder::LayerByLayer, 11).unwrap();
-    Cpu.upload(&input, ViewMut::whole(again.input_mut()));
-    let mut gp = GradientPenalty::new(&Cpu, &again, LAMBDA).unwrap();
-    gp.run(&Cpu, &mut again, false, &mut NoObserver);
-    gp.run(&Cpu, &mut again, true, &mut NoObserver);
-    let twice: Vec<f32> = once.iter().map(|v| 2.0 * v).collect();
-    assert!(rel_err(&again.store.grad, &to_f64(&twice), 1e-9) < 1e-6);
+    for specs in [&CRITIC[..], &CRITIC_LN[..]] {
+        let (mut net, _) = ours(&Cpu, specs, &input);
+        let once = net.store.grad.clone();
+        // Anything already there is replaced by a run that does not accumulate.
+        net.store.grad.fill(7.0);
+        let mut gp = GradientPenalty::new(&Cpu, &net, LAMBDA).unwrap();
+        gp.run(&Cpu, &mut net, false, &mut NoObserver);
+        assert!(rel_err(&net.store.grad, &to_f64(&once), 1e-9) < 1e-6, "{} stages: a fresh run", specs.len());
+        gp.run(&Cpu, &mut net, true, &mut NoObserver);
+        let twice: Vec<f32> = once.iter().map(|v| 2.0 * v).collect();
+        assert!(rel_err(&net.store.grad, &to_f64(&twice), 1e-9) < 1e-6, "{} stages: added", specs.len());
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -84,13 +136,20 @@ mod cuda_common;
 fn the_cuda_penalty_step_matches_the_cpu() {
     let (c, h, w) = INPUT;
     let input = random(c * BATCH * h * w, 1.0, 22);
-    let (cpu_net, cpu_out) = ours(&Cpu, &input);
-    for cu in cuda_common::engines("penalty step") {
-        let (net, out) = ours(&cu, &input);
-        let mut grad = vec![0.0; cpu_net.store.grad.len()];
-        cu.download(View::whole(&net.store.grad), &mut grad);
-        assert!(rel_err(&grad, &to_f64(&cpu_net.store.grad), 1e-9) < 1e-4, "weight gradient");
-        assert!(rel_err(&out, &to_f64(&cpu_out), 1e-9) < 1e-4, "penalty and mean norm: {out:?} vs {cpu_out:?}");
+    for specs in [&CRITIC[..], &CRITIC_LN[..]] {
+        let (cpu_net, cpu_out) = ours(&Cpu, specs, &input);
+        for cu in cuda_common::engines("penalty step") {
+            let (net, out) = ours(&cu, specs, &input);
+            let mut grad = vec![0.0; cpu_net.store.grad.len()];
+            cu.download(View::whole(&net.store.grad), &mut grad);
+            assert!(
+                rel_err(&grad, &to_f64(&cpu_net.store.grad), 1e-9) < 1e-4,
+                "{} stages: weight gradient",
+                specs.len()
+            );
+            let what = format!("{} stages: penalty and mean norm: {out:?} vs {cpu_out:?}", specs.len());
+            assert!(rel_err(&out, &to_f64(&cpu_out), 1e-9) < 1e-4, "{what}");
+        }
     }
 }
 

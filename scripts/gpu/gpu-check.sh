@@ -202,7 +202,7 @@ ensure_nvrtc() {
 
 stage_tests() {
   ensure_nvrtc
-  for t in cuda_nvrtc cuda_device cuda_ops cuda_dcgan; do
+  for t in cuda_nvrtc cuda_device cuda_ops cuda_layernorm cuda_dcgan; do
     have_bin "$t" "test $t" && run_step "test-$t" 240 "$BIN/$t" --test-threads=1 --nocapture
   done
 }

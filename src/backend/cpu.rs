@@ -8,6 +8,7 @@ use crate::ops::adam::{self, AdamStep};
 use crate::ops::batchnorm::{self, BnGeom};
 use crate::ops::conv::{self, ConvGeom};
 use crate::ops::cpu_helpers::keep_awake;
+use crate::ops::layernorm::{self, LnGeom};
 use crate::ops::{elementwise, loss, penalty, wire};
 use anyhow::Result;
 
@@ -177,6 +178,54 @@ impl Backend for Cpu {
         batchnorm::cpu::backward_data(g, s(x), s(dz), s(saved), s(gamma), s(sums), sums_count, sm(dx));
     }
 
+    fn ln_normalize(&self, g: &LnGeom, x: View<Self>, n: ViewMut<Self>, stats: ViewMut<Self>) {
+        keep_awake();
+        layernorm::cpu::normalize(g, s(x), sm(n), sm(stats));
+    }
+    fn ln_affine(&self, g: &LnGeom, n: View<Self>, gamma_beta: View<Self>, with_beta: bool, y: ViewMut<Self>) {
+        layernorm::cpu::affine(g, s(n), s(gamma_beta), with_beta, sm(y));
+    }
+    fn ln_backward_data(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        by_gamma: bool,
+        dy: View<Self>,
+        dx: ViewMut<Self>,
+    ) {
+        keep_awake();
+        layernorm::cpu::backward_data(g, s(n), s(stats), s(gamma_beta), by_gamma, s(dy), sm(dx));
+    }
+    fn ln_param_grad(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        dy: View<Self>,
+        with_beta: bool,
+        dgamma_beta: ViewMut<Self>,
+        accumulate: bool,
+    ) {
+        keep_awake();
+        layernorm::cpu::param_grad(g, s(n), s(dy), with_beta, sm(dgamma_beta), accumulate);
+    }
+    fn ln_penalty_adjoint(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        ta: View<Self>,
+        tn: View<Self>,
+        dty: View<Self>,
+        dy: Option<View<Self>>,
+        da: ViewMut<Self>,
+    ) {
+        keep_awake();
+        let (n, st, gb, ta, tn, dty) = (s(n), s(stats), s(gamma_beta), s(ta), s(tn), s(dty));
+        layernorm::cpu::penalty_adjoint(g, n, st, gb, ta, tn, dty, dy.map(s), sm(da));
+    }
     fn act_forward(&self, act: Activation, x: ViewMut<Self>) {
         keep_awake();
         activation::cpu::forward(act, sm(x));

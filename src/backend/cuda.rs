@@ -29,7 +29,7 @@ pub use probe::{DeviceProbe, NoGpu, device_count, probe, probe_device};
 use super::{DeviceBuf, Precision, View, ViewMut};
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty, wire};
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, layernorm, loss, penalty, wire};
 use anyhow::{Result, anyhow, bail};
 use cudarc::driver::HostSlice;
 use kernel_table::{DevPtr, Dims, FastDiv, KernelFile};
@@ -48,10 +48,11 @@ pub enum Family {
     Conv,
     Penalty,
     Wire,
+    LayerNorm,
 }
 
 impl Family {
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Elementwise,
         Family::Activation,
         Family::Loss,
@@ -60,6 +61,7 @@ impl Family {
         Family::Conv,
         Family::Penalty,
         Family::Wire,
+        Family::LayerNorm,
     ];
 
     /// The family's source file and kernel signatures (declared in its `ops/<family>/cuda.rs`).
@@ -73,6 +75,7 @@ impl Family {
             Family::Conv => &conv::cuda::KERNELS,
             Family::Penalty => &penalty::cuda::KERNELS,
             Family::Wire => &wire::cuda::KERNELS,
+            Family::LayerNorm => &layernorm::cuda::KERNELS,
         }
     }
 }

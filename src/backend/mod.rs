@@ -18,6 +18,7 @@ use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
+use crate::ops::layernorm::LnGeom;
 use anyhow::Result;
 use std::ops::Range;
 
@@ -307,6 +308,52 @@ pub trait Backend: Sized + 'static {
         sums: View<Self>,
         sums_count: f64,
         dx: ViewMut<Self>,
+    );
+
+    // ---- layer norm (ops/layernorm): x, n, y `[C, B, P]`, each sample over its C * P values ----
+    /// stats `[2B]` = (each sample's mean, then its 1 / sqrt(var + eps)); n = the normalized x.
+    fn ln_normalize(&self, g: &LnGeom, x: View<Self>, n: ViewMut<Self>, stats: ViewMut<Self>);
+    /// y = gamma_c n + beta_c with gamma_beta `[2C]`; without the shift unless `with_beta`.
+    fn ln_affine(&self, g: &LnGeom, n: View<Self>, gamma_beta: View<Self>, with_beta: bool, y: ViewMut<Self>);
+    /// dx = J (gamma_c dy) per sample (J in ops/layernorm), or J dy unless `by_gamma`.
+    #[allow(clippy::too_many_arguments)]
+    fn ln_backward_data(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        by_gamma: bool,
+        dy: View<Self>,
+        dx: ViewMut<Self>,
+    );
+    /// dgamma_beta `[2C]` (+)= per channel (sum dy n, sum dy), or (sum dy n, 0) unless
+    /// `with_beta`.
+    #[allow(clippy::too_many_arguments)]
+    fn ln_param_grad(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        dy: View<Self>,
+        with_beta: bool,
+        dgamma_beta: ViewMut<Self>,
+        accumulate: bool,
+    );
+    /// The gradient penalty's adjoint at a layer norm's input (ops/layernorm/cpu.rs says how):
+    /// from the tangent ta and tn = J ta, the tangent's adjoint dty after the scale and the
+    /// values' adjoint dy (None: zero).
+    #[allow(clippy::too_many_arguments)]
+    fn ln_penalty_adjoint(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        ta: View<Self>,
+        tn: View<Self>,
+        dty: View<Self>,
+        dy: Option<View<Self>>,
+        da: ViewMut<Self>,
     );
 
     // ---- activations (ops/activation), in place ----

@@ -27,8 +27,8 @@ pub struct ModelArgs {
     /// Wasserstein critic without batch norm, held near 1-Lipschitz by a gradient penalty).
     #[arg(long, value_enum, default_value_t = GanLoss::Dcgan)]
     pub loss: GanLoss,
-    /// WGAN-GP: the critic's normalization. none (the only one: batch norm would tie each
-    /// sample's penalty to the rest of the batch; layer norm is not built) [default: none]
+    /// WGAN-GP: the critic's normalization: none, or layer where DCGAN has batch norm (batch
+    /// norm would tie each sample's penalty to the rest of the batch) [default: none]
     #[arg(long, value_enum)]
     pub critic_norm: Option<CriticNorm>,
     /// WGAN-GP: critic steps per generator step (each takes a batch of real images).

@@ -36,6 +36,7 @@ pub fn specs(image_size: usize, classes: usize) -> Result<[StageSpec; 4]> {
         stride,
         pad,
         batch_norm,
+        layer_norm: false,
         act,
     };
     Ok([

@@ -19,7 +19,7 @@ const fn convt(
     batch_norm: bool,
     act: Activation,
 ) -> StageSpec {
-    StageSpec { transposed: true, c_in, c_out, k, stride, pad, batch_norm, act }
+    StageSpec { transposed: true, c_in, c_out, k, stride, pad, batch_norm, layer_norm: false, act }
 }
 const fn conv(
     c_in: usize,
@@ -30,7 +30,7 @@ const fn conv(
     batch_norm: bool,
     act: Activation,
 ) -> StageSpec {
-    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm, act }
+    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm, layer_norm: false, act }
 }
 
 /// G: z `[B,100,1,1]` -> `[256,7,7]` -> `[128,14,14]` -> `[1,28,28]`.
@@ -69,9 +69,10 @@ pub enum Discriminator {
     /// The DCGAN discriminator, with batch norm.
     Dcgan,
     /// WGAN-GP's critic: the same stages without batch norm (the gradient penalty is taken
-    /// per input, and batch norm would tie each input's output to the rest of the batch).
-    /// Its parameters are named as a PyTorch `nn.Sequential` of those layers.
-    Critic,
+    /// per input, and batch norm would tie each input's output to the rest of the batch);
+    /// with `layer_norm`, layer norm where DCGAN has batch norm, as the WGAN-GP paper
+    /// suggests. Its parameters are named as a PyTorch `nn.Sequential` of those layers.
+    Critic { layer_norm: bool },
 }
 
 /// The architecture for an image size: G's stages and D's.
@@ -83,7 +84,9 @@ pub fn architecture(image_size: usize, kind: Discriminator) -> Result<(&'static 
     };
     let d = match kind {
         Discriminator::Dcgan => d.to_vec(),
-        Discriminator::Critic => d.iter().map(|s| StageSpec { batch_norm: false, ..*s }).collect(),
+        Discriminator::Critic { layer_norm } => {
+            d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: layer_norm && s.batch_norm, ..*s }).collect()
+        }
     };
     Ok((g, d))
 }
@@ -175,9 +178,12 @@ mod tests {
 
     #[test]
     fn the_plan_is_what_building_allocates() {
-        for (side, batch, kind) in
-            [(28, 3, Discriminator::Dcgan), (64, 2, Discriminator::Dcgan), (28, 2, Discriminator::Critic)]
-        {
+        for (side, batch, kind) in [
+            (28, 3, Discriminator::Dcgan),
+            (64, 2, Discriminator::Dcgan),
+            (28, 2, Discriminator::Critic { layer_norm: false }),
+            (28, 2, Discriminator::Critic { layer_norm: true }),
+        ] {
             let before = allocated::floats();
             let model = Dcgan::new(&Cpu, side, batch, 1, kind).unwrap();
             let built = allocated::floats() - before;

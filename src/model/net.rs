@@ -5,17 +5,20 @@ use crate::backend::{Backend, DeviceBuf, View, ViewMut};
 use crate::nn::BnSync;
 use crate::nn::batchnorm::BatchNormLayer;
 use crate::nn::conv::ConvLayer;
+use crate::nn::layernorm::LayerNormLayer;
 use crate::nn::params::{Init, ParamLayout, ParamStore};
 use crate::nn::stage::Stage;
 use crate::ops::activation::Activation;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
+use crate::ops::layernorm::LnGeom;
 use anyhow::Result;
 use std::ops::Range;
 use std::time::Instant;
 
 /// One stage of an architecture: Conv2d or ConvTranspose2d (no bias), then BatchNorm2d with
-/// the activation fused, or the activation alone.
+/// the activation fused, layer norm (`nn.GroupNorm(1, C)`) and the activation, or the
+/// activation alone.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StageSpec {
     pub transposed: bool,
@@ -25,6 +28,8 @@ pub struct StageSpec {
     pub stride: usize,
     pub pad: usize,
     pub batch_norm: bool,
+    /// Layer norm over each sample's C x H x W values (never with batch norm).
+    pub layer_norm: bool,
     pub act: Activation,
 }
 
@@ -118,7 +123,10 @@ pub fn plan_net(specs: &[StageSpec], batch: usize, input: (usize, usize, usize))
     for (spec, geom) in specs.iter().zip(&geoms) {
         let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: 0..0 };
         let (_, oh, ow) = conv.output_shape();
-        plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.batch_norm);
+        plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.batch_norm || spec.layer_norm);
+        if spec.layer_norm {
+            plan.floats += crate::nn::layernorm::buffer_floats(&LnGeom::new(spec.c_out, batch, oh * ow));
+        }
         let bn_channels = spec.batch_norm.then_some(spec.c_out);
         plan.saved_floats += crate::nn::stage::saved_floats(conv.output_len(), bn_channels);
         if spec.batch_norm {
@@ -149,12 +157,13 @@ pub fn stage_geometry(specs: &[StageSpec], batch: usize, input: (usize, usize, u
     Ok(out)
 }
 
-/// Where one stage's tensors are: its weight in the parameters, and with batch norm its
-/// gamma/beta (parameters) and running statistics (state).
-pub type StageRanges = (Range<usize>, Option<(Range<usize>, Range<usize>)>);
+/// Where one stage's tensors are: its weight in the parameters, with batch norm its
+/// gamma/beta (parameters) and running statistics (state), with layer norm its gamma/beta.
+pub type StageRanges = (Range<usize>, Option<(Range<usize>, Range<usize>)>, Option<Range<usize>>);
 
 /// Parameter layout with PyTorch `nn.Sequential` names (`"main.<index>.<tensor>"`): every
-/// conv, batch norm and activation takes one index, as in the PyTorch DCGAN example.
+/// conv, norm and activation takes one index, as in the PyTorch DCGAN example (layer norm's
+/// tensors are those of `nn.GroupNorm(1, C)`: weight and bias `[C]`, no running statistics).
 pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
     let mut layout = ParamLayout::default();
     let mut ranges = Vec::new();
@@ -174,17 +183,27 @@ pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
         } else {
             None
         };
+        let ln = s.layer_norm.then(|| {
+            let g = layout.add_param(format!("main.{index}.weight"), &[s.c_out], Init::Constant(1.0));
+            let b = layout.add_param(format!("main.{index}.bias"), &[s.c_out], Init::Constant(0.0));
+            index += 1;
+            g.start..b.end
+        });
         if s.act != Activation::None {
             index += 1;
         }
-        ranges.push((w, bn));
+        ranges.push((w, bn, ln));
     }
     (layout, ranges)
 }
 
 fn stage_label(net: &str, i: usize, s: &StageSpec) -> &'static str {
     let kind = if s.transposed { "convT" } else { "conv" };
-    let bn = if s.batch_norm { " bn" } else { "" };
+    let bn = match (s.batch_norm, s.layer_norm) {
+        (true, _) => " bn",
+        (_, true) => " ln",
+        _ => "",
+    };
     let act = match s.act {
         Activation::None => "",
         Activation::Relu => " relu",
@@ -210,7 +229,7 @@ impl<B: Backend> Net<B> {
         let (layout, ranges) = param_layout(specs);
         let store = ParamStore::new(be, layout, seed)?;
         let mut stages = Vec::with_capacity(specs.len());
-        for (i, ((spec, geom), (w, bn))) in specs.iter().zip(&geoms).zip(ranges).enumerate() {
+        for (i, ((spec, geom), (w, bn, ln))) in specs.iter().zip(&geoms).zip(ranges).enumerate() {
             be.prepare_conv(geom)?;
             let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: w.clone() };
             let (_, oh, ow) = conv.output_shape();
@@ -224,8 +243,20 @@ impl<B: Backend> Net<B> {
                 }
                 None => None,
             };
-            stages.push(Stage::new(be, stage_label(name, i, spec), conv, bn, spec.act, group)?);
+            let ln = match ln {
+                Some(gamma_beta) => {
+                    group.end = gamma_beta.end;
+                    Some(LayerNormLayer::new(be, LnGeom::new(spec.c_out, batch, oh * ow), gamma_beta)?)
+                }
+                None => None,
+            };
+            stages.push(Stage::new(be, stage_label(name, i, spec), conv, (bn, ln), spec.act, group)?);
         }
+        // The exchange sends what the groups cover: they must tile the parameters.
+        let ends = stages.iter().map(|s| s.group.end);
+        let tiled = stages.iter().map(|s| s.group.start).eq(std::iter::once(0).chain(ends).take(stages.len()))
+            && stages.last().is_some_and(|s| s.group.end == store.layout.param_len());
+        anyhow::ensure!(tiled, "{name}: the stages' gradient groups do not cover its parameters in order");
         let in_len = input.0 * batch * input.1 * input.2;
         Ok(Net { name, stages, store, order, batch, input: be.alloc(in_len)?, d_input: be.alloc(in_len)? })
     }
@@ -287,6 +318,17 @@ impl<B: Backend> Net<B> {
     /// The input gradient, valid after `backward(.., input_grad = true, ..)`.
     pub fn d_input(&self) -> &B::Buf {
         &self.d_input
+    }
+    /// Adds to stage i's weight gradient the product of its input at the last forward and `dy`,
+    /// a gradient at its conv output from elsewhere than its own backward (the penalty's).
+    pub fn add_weight_grad(&mut self, be: &B, i: usize, dy: View<B>) {
+        let x = if i == 0 { View::whole(&self.input) } else { View::whole(self.stages[i - 1].output()) };
+        self.stages[i].conv.backward_weight(be, &mut self.store, x, dy, true);
+    }
+    /// Stage i's input `[C, B, H, W]` at the last forward: the network's input or the output of
+    /// stage i - 1.
+    pub fn stage_input(&self, i: usize) -> &B::Buf {
+        if i == 0 { &self.input } else { self.stages[i - 1].output() }
     }
 
     pub fn forward(&mut self, be: &B, train: bool, mut sync: Option<&mut dyn BnSync<B>>, obs: &mut dyn Observer<B>) {

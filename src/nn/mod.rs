@@ -3,6 +3,7 @@
 
 pub mod batchnorm;
 pub mod conv;
+pub mod layernorm;
 pub mod params;
 pub mod stage;
 

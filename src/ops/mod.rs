@@ -8,6 +8,7 @@ pub mod conv;
 pub mod cpu_helpers;
 pub mod cpu_scratch;
 pub mod elementwise;
+pub mod layernorm;
 pub mod loss;
 pub mod penalty;
 pub mod wire;

@@ -143,14 +143,16 @@ impl GanLoss {
 
 /// `--critic-norm`: the normalization of WGAN-GP's critic. Batch norm is ruled out by the
 /// penalty itself (it makes each sample's gradient depend on the others in the batch); layer
-/// norm, which the WGAN-GP paper suggests, would need its own second-order terms in the
-/// penalty's double backward and is not built.
+/// norm, which the WGAN-GP paper suggests, normalizes each sample alone.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CriticNorm {
     /// Convolutions and LeakyReLUs only, as the WGAN-GP authors' MNIST critic.
     #[default]
     None,
+    /// Layer norm (PyTorch's `nn.GroupNorm(1, C)`) where DCGAN's discriminator has batch
+    /// norm, as the WGAN-GP paper's critics for larger images.
+    Layer,
 }
 
 impl ModelOptions {

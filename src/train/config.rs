@@ -2,7 +2,7 @@
 //! schedule, and the options every rank (and a resumed run) must agree on.
 
 use crate::model::dcgan::Discriminator;
-use crate::record::{GanLoss, LrScaling, TrainOptions};
+use crate::record::{CriticNorm, GanLoss, LrScaling, ModelOptions, TrainOptions};
 use crate::train::ddp::block_momentum::BlockSettings;
 use anyhow::{Result, bail};
 use serde_json::Value;
@@ -167,11 +167,12 @@ pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
     args.comm.wire_warmup_steps.unwrap_or(planned / WIRE_WARMUP_FRACTION)
 }
 
-/// The discriminator a loss trains: WGAN-GP's critic has no batch norm.
-pub fn discriminator(loss: GanLoss) -> Discriminator {
-    match loss {
+/// The discriminator the options train: WGAN-GP's critic has no batch norm, and layer norm in
+/// its place with `--critic-norm layer`.
+pub fn discriminator(model: &ModelOptions) -> Discriminator {
+    match model.loss {
         GanLoss::Dcgan => Discriminator::Dcgan,
-        GanLoss::WganGp => Discriminator::Critic,
+        GanLoss::WganGp => Discriminator::Critic { layer_norm: model.critic_norm == Some(CriticNorm::Layer) },
     }
 }
 

@@ -34,7 +34,7 @@ struct Parts {
 /// The parts at `batch` images per rank.
 fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -> Result<Parts> {
     let (image_size, loss) = (model.image_size, model.loss);
-    let kind = super::config::discriminator(loss);
+    let kind = super::config::discriminator(model);
     // The networks are built for one micro-batch; G keeps each micro-batch's forward for its
     // backward unless it recomputes them (train/micro_step.rs).
     let micro = (model.micro_batches as usize).max(1);

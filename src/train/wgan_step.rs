@@ -211,15 +211,19 @@ mod tests {
 
     #[test]
     fn the_memory_plan_counts_what_the_step_allocates() {
+        for (side, batch, layer_norm) in [(28, 3, false), (28, 3, true), (64, 2, true)] {
+            let kind = Discriminator::Critic { layer_norm };
+            let model = Dcgan::new(&Cpu, side, batch, 1, kind).unwrap();
+            let before = allocated::floats();
+            let parts = WganParts::new(&Cpu, &model, 5, 10.0).unwrap();
+            let built = allocated::floats() - before;
+            let (_, d) = architecture(side, kind).unwrap();
+            // train/memory_plan.rs: the penalty's floats, the real images and the weights e.
+            let planned = plan_floats(&d, batch, (1, side, side)).unwrap() + batch * side * side + batch;
+            assert_eq!(built, planned, "{side}x{side}, layer norm {layer_norm}");
+            drop(parts);
+        }
         let (side, batch) = (28, 3);
-        let model = Dcgan::new(&Cpu, side, batch, 1, Discriminator::Critic).unwrap();
-        let before = allocated::floats();
-        let parts = WganParts::new(&Cpu, &model, 5, 10.0).unwrap();
-        let built = allocated::floats() - before;
-        let (_, d) = architecture(side, Discriminator::Critic).unwrap();
-        // train/memory_plan.rs: the penalty's floats, the real images and the weights e.
-        assert_eq!(built, plan_floats(&d, batch, (1, side, side)).unwrap() + batch * side * side + batch);
-        drop(parts);
         // A discriminator with batch norm is refused.
         let dcgan = Dcgan::new(&Cpu, side, batch, 1, Discriminator::Dcgan).unwrap();
         assert!(WganParts::new(&Cpu, &dcgan, 5, 10.0).is_err());

@@ -161,7 +161,7 @@ pub fn softmax_xent(logits: &[f64], labels: &[usize], classes: usize) -> (f64, f
 }
 
 /// A network forward in training mode. `params` is the flat parameter vector in the crate's
-/// layout order (per stage: weight, then gamma, beta).
+/// layout order (per stage: weight, then a norm's gamma, beta).
 pub fn net_forward(
     specs: &[StageSpec],
     batch: usize,
@@ -181,6 +181,10 @@ pub fn net_forward(
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
             batch_norm(&y, s.c_out, gamma, beta, s.act)
+        } else if s.layer_norm {
+            let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
+            off += 2 * s.c_out;
+            layer_norm(&y, s.c_out, batch, gamma, beta)[0].iter().map(|&v| act(s.act, v)).collect()
         } else {
             y.iter().map(|&v| act(s.act, v)).collect()
         };
@@ -199,10 +203,58 @@ pub fn central_difference(f: &mut dyn FnMut(&[f64]) -> f64, x: &[f64], i: usize,
     (fp - fm) / (2.0 * h)
 }
 
-/// WGAN-GP's penalty of a critic of convolutions and pointwise activations (no batch norm)
-/// at `input`: lambda / B sum_b (||grad_x D(x)_b|| - 1)^2, the input gradient taken by the
-/// chain rule in f64 (a transposed convolution is the convolution's data gradient). Returns
-/// (penalty, the input gradient, the smallest |pre-activation| of a kinked activation).
+/// Layer norm of each sample of x `[C, B, P]` over its C * P values, eps 1e-5, then
+/// gamma_c n + beta_c: (the output, n, 1/std per sample).
+pub fn layer_norm(x: &[f64], channels: usize, batch: usize, gamma: &[f64], beta: &[f64]) -> [Vec<f64>; 3] {
+    let p = x.len() / (channels * batch);
+    let at = |c: usize, b: usize, j: usize| (c * batch + b) * p + j;
+    let (mut y, mut n, mut rstd) = (vec![0.0; x.len()], vec![0.0; x.len()], vec![0.0; batch]);
+    for (b, r) in rstd.iter_mut().enumerate() {
+        let idx: Vec<usize> = (0..channels).flat_map(|c| (0..p).map(move |j| at(c, b, j))).collect();
+        let mean = idx.iter().map(|&i| x[i]).sum::<f64>() / idx.len() as f64;
+        let var = idx.iter().map(|&i| (x[i] - mean).powi(2)).sum::<f64>() / idx.len() as f64;
+        *r = 1.0 / (var + 1e-5).sqrt();
+        for &i in &idx {
+            n[i] = (x[i] - mean) * *r;
+            y[i] = gamma[i / (batch * p)] * n[i] + beta[i / (batch * p)];
+        }
+    }
+    [y, n, rstd]
+}
+
+/// The input gradient of `layer_norm` from dy: per sample r (v - mean v - n mean(n v)) with
+/// v = gamma_c dy.
+pub fn layer_norm_backward(n: &[f64], rstd: &[f64], channels: usize, gamma: &[f64], dy: &[f64]) -> Vec<f64> {
+    let batch = rstd.len();
+    let p = n.len() / (channels * batch);
+    let mut dx = vec![0.0; n.len()];
+    for (b, &r) in rstd.iter().enumerate() {
+        let idx: Vec<usize> = (0..channels).flat_map(|c| (0..p).map(move |j| (c * batch + b) * p + j)).collect();
+        let v = |i: usize| gamma[i / (batch * p)] * dy[i];
+        let mean_v = idx.iter().map(|&i| v(i)).sum::<f64>() / idx.len() as f64;
+        let nv = idx.iter().map(|&i| n[i] * v(i)).sum::<f64>() / idx.len() as f64;
+        for &i in &idx {
+            dx[i] = r * (v(i) - mean_v - n[i] * nv);
+        }
+    }
+    dx
+}
+
+/// The slope of a piecewise-linear activation at its input v.
+fn slope(a: Activation, v: f64) -> f64 {
+    match a {
+        Activation::LeakyRelu if v <= 0.0 => 0.2,
+        Activation::Relu if v <= 0.0 => 0.0,
+        Activation::LeakyRelu | Activation::Relu | Activation::None => 1.0,
+        a => panic!("{a:?} is not piecewise linear"),
+    }
+}
+
+/// WGAN-GP's penalty of a critic of convolutions, optional layer norm (weight, then gamma and
+/// beta in `params`) and piecewise-linear activations at `input`: lambda / B sum_b
+/// (||grad_x D(x)_b|| - 1)^2, the input gradient taken by the chain rule in f64 (a transposed
+/// convolution is the convolution's data gradient). Returns (penalty, the input gradient, the
+/// smallest |activation input| of a kinked activation).
 pub fn gradient_penalty(
     specs: &[StageSpec],
     batch: usize,
@@ -213,45 +265,40 @@ pub fn gradient_penalty(
 ) -> (f64, Vec<f64>, f64) {
     let geoms = stage_geometry(specs, batch, input_shape).unwrap();
     let mut x = input.to_vec();
-    let (mut pre, mut weights) = (Vec::new(), Vec::new());
+    // Per stage: the activation's input, its weight, and with layer norm (n, 1/std, gamma).
+    type Kept<'a> = (Vec<f64>, &'a [f64], Option<[Vec<f64>; 3]>);
+    let mut kept: Vec<Kept> = Vec::new();
     let mut off = 0;
     let mut nearest_kink = f64::INFINITY;
     for (s, g) in specs.iter().zip(&geoms) {
         assert!(!s.batch_norm && !s.transposed, "a critic of plain convolutions");
         let w = &params[off..off + g.w_len()];
         off += g.w_len();
-        let z = conv(g, &x, w);
+        let mut z = conv(g, &x, w);
+        let mut ln = None;
+        if s.layer_norm {
+            let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
+            off += 2 * s.c_out;
+            let [y, n, rstd] = layer_norm(&z, s.c_out, batch, gamma, beta);
+            z = y;
+            ln = Some([n, rstd, gamma.to_vec()]);
+        }
         if s.act != Activation::None {
             nearest_kink = z.iter().fold(nearest_kink, |m, v| m.min(v.abs()));
         }
         x = z.iter().map(|&v| act(s.act, v)).collect();
-        pre.push(z);
-        weights.push(w);
+        kept.push((z, w, ln));
     }
     assert_eq!(off, params.len());
     // Backward from one per sample: every sample's own gradient of its output.
     let mut d = vec![1.0; x.len()];
     for i in (0..specs.len()).rev() {
-        let slope = |v: f64| match specs[i].act {
-            Activation::LeakyRelu => {
-                if v > 0.0 {
-                    1.0
-                } else {
-                    0.2
-                }
-            }
-            Activation::Relu => {
-                if v > 0.0 {
-                    1.0
-                } else {
-                    0.0
-                }
-            }
-            Activation::None => 1.0,
-            a => panic!("{a:?} is not piecewise linear"),
-        };
-        let delta: Vec<f64> = d.iter().zip(&pre[i]).map(|(d, &z)| d * slope(z)).collect();
-        d = conv_transpose(&geoms[i], &delta, weights[i]);
+        let (z, w, ln) = &kept[i];
+        let mut delta: Vec<f64> = d.iter().zip(z).map(|(d, &v)| d * slope(specs[i].act, v)).collect();
+        if let Some([n, rstd, gamma]) = ln {
+            delta = layer_norm_backward(n, rstd, specs[i].c_out, gamma, &delta);
+        }
+        d = conv_transpose(&geoms[i], &delta, w);
     }
     let (c, h, w) = input_shape;
     let per_channel = h * w;

@@ -7,7 +7,8 @@ use crate::ops::activation::Activation;
 use crate::ops::adam::AdamStep;
 use crate::ops::batchnorm::BnGeom;
 use crate::ops::conv::ConvGeom;
-use crate::ops::{activation, adam, batchnorm, conv, elementwise, loss, penalty, wire};
+use crate::ops::layernorm::LnGeom;
+use crate::ops::{activation, adam, batchnorm, conv, elementwise, layernorm, loss, penalty, wire};
 use anyhow::Result;
 
 fn check_len(what: &str, got: usize, want: usize) {
@@ -198,6 +199,50 @@ impl Backend for Cuda {
         dx: ViewMut<Self>,
     ) {
         batchnorm::cuda::backward_data(self, g, x, dz, saved, gamma, sums, sums_count, dx);
+    }
+
+    fn ln_normalize(&self, g: &LnGeom, x: View<Self>, n: ViewMut<Self>, stats: ViewMut<Self>) {
+        layernorm::cuda::normalize(self, g, x, n, stats);
+    }
+    fn ln_affine(&self, g: &LnGeom, n: View<Self>, gamma_beta: View<Self>, with_beta: bool, y: ViewMut<Self>) {
+        layernorm::cuda::affine(self, g, n, gamma_beta, with_beta, y);
+    }
+    fn ln_backward_data(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        by_gamma: bool,
+        dy: View<Self>,
+        dx: ViewMut<Self>,
+    ) {
+        layernorm::cuda::backward_data(self, g, n, stats, gamma_beta, by_gamma, dy, dx);
+    }
+    fn ln_param_grad(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        dy: View<Self>,
+        with_beta: bool,
+        dgamma_beta: ViewMut<Self>,
+        accumulate: bool,
+    ) {
+        layernorm::cuda::param_grad(self, g, n, dy, with_beta, dgamma_beta, accumulate);
+    }
+    fn ln_penalty_adjoint(
+        &self,
+        g: &LnGeom,
+        n: View<Self>,
+        stats: View<Self>,
+        gamma_beta: View<Self>,
+        ta: View<Self>,
+        tn: View<Self>,
+        dty: View<Self>,
+        dy: Option<View<Self>>,
+        da: ViewMut<Self>,
+    ) {
+        layernorm::cuda::penalty_adjoint(self, g, n, stats, gamma_beta, ta, tn, dty, dy, da);
     }
 
     fn act_forward(&self, act: Activation, x: ViewMut<Self>) {

@@ -242,7 +242,7 @@ fn build<B: Backend>(
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
     let built = match fault_hooks::fail_build_on(world.rank) {
         true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
-        false => Dcgan::new(&be, m.image_size, batch, m.seed, crate::train::config::discriminator(m.loss))
+        false => Dcgan::new(&be, m.image_size, batch, m.seed, crate::train::config::discriminator(m))
             .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
     };
     let mut model = job.agree(built)?;
