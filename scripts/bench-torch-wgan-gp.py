@@ -4,7 +4,8 @@
 the twin of `dcgan-train bench-step --loss wgan-gp`, which times the same two steps.
 
 The models are dcgan-train's (scripts/bench-torch.py's G, and D without batch norm as the
-critic: conv, LeakyReLU, conv, LeakyReLU, conv); Adam(lr 1e-4, betas (0.5, 0.9)). One critic
+critic: conv, LeakyReLU, conv, LeakyReLU, conv; with --critic-norm layer, GroupNorm(1, C) in
+the batch norm's place, as `--critic-norm layer`); Adam(lr 1e-4, betas (0.5, 0.9)). One critic
 step: -mean D(x) on real images, G forward without gradients, the penalty
 lambda * mean (||grad_x^ D(x^)|| - 1)^2 at x^ = e x + (1 - e) G(z), +mean D(G(z)), the
 critic's Adam step. Data and noise are random tensors, so only the step is timed.
@@ -22,14 +23,15 @@ import sys
 import time
 
 
-def twin_models(torch, nn, image_size):
-    """G of bench-torch.py, and its D without batch norm."""
+def twin_models(torch, nn, image_size, layer_norm):
+    """G of bench-torch.py, and its D without batch norm, or with GroupNorm(1, C) in its place."""
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location("bench_torch", os.path.join(here, "bench-torch.py"))
     bt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bt)
     netg, netd = bt.build(torch, nn, image_size)
-    critic = nn.Sequential(*[m for m in netd if not isinstance(m, nn.BatchNorm2d)])
+    norm = (lambda m: [nn.GroupNorm(1, m.num_features)]) if layer_norm else (lambda m: [])
+    critic = nn.Sequential(*[n for m in netd for n in (norm(m) if isinstance(m, nn.BatchNorm2d) else [m])])
     return netg, critic
 
 
@@ -41,7 +43,7 @@ def bench(args, batch):
     dev = torch.device(args.device)
     cuda = args.device == "cuda"
     torch.backends.cudnn.allow_tf32 = not args.no_tf32
-    netg, critic = twin_models(torch, nn, args.image_size)
+    netg, critic = twin_models(torch, nn, args.image_size, args.critic_norm == "layer")
     netg, critic = netg.to(dev), critic.to(dev)
     opt = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.5, 0.9))
     s = args.image_size
@@ -83,6 +85,7 @@ def bench(args, batch):
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)",
         "image_size": s,
+        "critic_norm": args.critic_norm,
         "batch": batch,
         "steps": args.steps,
         "ms_per_critic_step": round(with_p, 4),
@@ -98,6 +101,7 @@ def main():
     p.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--gp-lambda", type=float, default=10.0)
+    p.add_argument("--critic-norm", choices=["none", "layer"], default="none")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cpu")
     p.add_argument("--threads", type=int, help="with --device cpu: torch.set_num_threads")
     p.add_argument("--no-tf32", action="store_true", help="full FP32 convolutions in cuDNN")

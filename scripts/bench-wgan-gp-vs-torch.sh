@@ -4,6 +4,7 @@
 # both see the same state of a noisy machine; prints every round and the medians.
 #
 #   PYTHON=/path/to/python-with-torch scripts/bench-wgan-gp-vs-torch.sh [ROUNDS] [--device cuda]
+#   CRITIC_NORM=layer PYTHON=... scripts/bench-wgan-gp-vs-torch.sh 8   # the layer-norm critic
 #
 # Each round runs scripts/bench-torch-wgan-gp.py, then `dcgan-train bench-step --loss wgan-gp`,
 # each 20 critic steps with the penalty and 20 without, taking turns step by step, after 4 of
@@ -17,6 +18,7 @@ rounds=${1:-8}
 device=cpu
 [[ ${2:-} == --device ]] && device=${3:?--device needs cpu or cuda}
 python=${PYTHON:-python3}
+norm=${CRITIC_NORM:-none}
 ours=${OURS:-target/release/dcgan-train}
 [[ -x $ours ]] || { echo "bench-wgan-gp-vs-torch: $ours is missing; run cargo build --release first" >&2; exit 1; }
 "$python" -c 'import torch' 2>/dev/null || {
@@ -29,8 +31,8 @@ threads=()
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for r in $(seq 1 "$rounds"); do
-  t=$("$python" scripts/bench-torch-wgan-gp.py --device "$device" "${threads[@]}" --batch-size 64 --steps 20 --warmup 4 --json | tail -n 1)
-  o=$("$ours" bench-step --loss wgan-gp --device "$device" "${threads[@]}" --batch-size 64 --steps 20 --warmup 4 --json 2>/dev/null | tail -n 1)
+  t=$("$python" scripts/bench-torch-wgan-gp.py --device "$device" "${threads[@]}" --batch-size 64 --steps 20 --warmup 4 --critic-norm "$norm" --json | tail -n 1)
+  o=$("$ours" bench-step --loss wgan-gp --critic-norm "$norm" --device "$device" "${threads[@]}" --batch-size 64 --steps 20 --warmup 4 --json 2>/dev/null | tail -n 1)
   echo "$t" >>"$results"
   echo "$o" >>"$results"
   python3 - "$r" "$t" "$o" <<'PY'

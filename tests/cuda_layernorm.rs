@@ -19,7 +19,7 @@ const TOL: f64 = 1e-5;
 /// What surrounds each view in the padded buffers.
 const MARK: f32 = 7.25;
 
-/// One sample of a single value per channel and an odd channel count, one like a critic's
+/// Two samples of a single value per channel and an odd channel count, one like a critic's
 /// 7x7 layer at batch 3, and one where a block's threads outnumber a sample's values; on a
 /// GPU also a critic's first layer at batch 64.
 fn shapes(cu: &Cuda) -> Vec<LnGeom> {

@@ -90,25 +90,25 @@ fn two_ranks_with_sync_bn_match_one_rank_over_the_same_examples() {
 /// whose own rounding is not the data-parallel arithmetic under test.
 #[test]
 fn wgan_gp_on_three_ranks_matches_one_rank_over_the_same_examples() {
-    wgan_gp_three_ranks_against_one("none", "D main.4.weight", &[0, 1, 2, 3, 4]);
+    wgan_gp_three_ranks_against_one("none", "D main.4.weight", 0);
 }
 
 /// The same with layer norm in the critic, which normalizes each sample alone and so keeps
-/// the ranks' shares apart as the critic without a norm does. Each step's figures are
-/// compared where they are continuous in the weights: the critic's values (G's loss, the
-/// Wasserstein estimate). The penalty and the gradient norm are built from D's input
-/// gradient, which jumps where a LeakyReLU input crosses 0, and layer norm sets those inputs
-/// at unit scale, where rounding moves some across: written, one step of the 3-rank run
-/// differed by 2e-5 in the mean gradient norm while 2 and 4 ranks agreed to 1e-7 at every
-/// step. The final weights, compared as above, take in every step's full gradient.
+/// the ranks' shares apart as the critic without a norm does. The figures built from D's
+/// input gradient (the penalty, the critic's loss, the gradient norm) jump where a LeakyReLU
+/// input crosses 0, and the rounding of the averaged updates can move one across. Written:
+/// at 3 ranks, step 2's mean gradient norm differed by 2e-5 while steps 1, 3 and 4 agreed to
+/// 4e-7, and at 2 and 4 ranks every step agreed to 1e-7: a jump at one step, not a drift.
+/// So those figures may miss at one step of the four; an error in the data-parallel penalty
+/// would miss at every step, and in the final weights.
 #[test]
 fn wgan_gp_with_a_layer_norm_critic_on_three_ranks_matches_one_rank() {
-    wgan_gp_three_ranks_against_one("layer", "D main.3.bias", &[1, 2]);
+    wgan_gp_three_ranks_against_one("layer", "D main.3.bias", 1);
 }
 
-/// 3 ranks x 16 against 1 rank x 48 with `--critic-norm norm`; `key` is a tensor only that
-/// critic has; `compared` picks the step figures compared (`Losses::to_raw`'s order).
-fn wgan_gp_three_ranks_against_one(norm: &str, key: &str, compared: &[usize]) {
+/// 3 ranks x 16 against 1 rank x 48 with `--critic-norm <norm>`; `key` is a tensor only that
+/// critic has; at most `jumps` steps may miss in the figures built from D's input gradient.
+fn wgan_gp_three_ranks_against_one(norm: &str, key: &str, jumps: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let common = [
         "--critic-norm",
@@ -144,10 +144,15 @@ fn wgan_gp_three_ranks_against_one(norm: &str, key: &str, compared: &[usize]) {
     // sample's e, the Wasserstein estimate with each sample's z.
     let (x, y) = (common::step_records(&one), common::step_records(&three));
     assert_eq!(x.len(), 4);
+    let mut missed = 0;
     for (p, q) in x.iter().zip(&y) {
         let (u, v) = (p.metrics.losses.to_raw(), q.metrics.losses.to_raw());
-        for &i in compared {
-            assert!((u[i] - v[i]).abs() <= 1e-5 * u[i].abs().max(1e-2), "step {}: {p:?} vs {q:?}", p.step);
+        let close = |i: usize| (u[i] - v[i]).abs() <= 1e-5 * u[i].abs().max(1e-2);
+        // to_raw: loss_c, loss_g, wasserstein, gp, grad_norm.
+        assert!(close(1) && close(2), "step {}: {p:?} vs {q:?}", p.step);
+        if !(close(0) && close(3) && close(4)) {
+            missed += 1;
+            assert!(missed <= jumps, "step {} (and {} before): {p:?} vs {q:?}", p.step, missed - 1);
         }
     }
 }

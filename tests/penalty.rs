@@ -37,6 +37,18 @@ const CRITIC_LN: [StageSpec; 4] = [
     conv_ln(6, 5, 3, 1, 1),
     conv(5, 1, 3, 1, 0, Activation::None),
 ];
+/// Layer norm at the first stage and below a stage without one: the values' adjoint passes
+/// through LeakyReLU alone between the two, and reaches a layer norm with no input adjoint
+/// to pass on.
+const CRITIC_LN_SPLIT: [StageSpec; 4] = [
+    conv_ln(2, 4, 4, 2, 1),
+    conv(4, 6, 4, 2, 1, LeakyRelu),
+    conv_ln(6, 5, 3, 1, 1),
+    conv(5, 1, 3, 1, 0, Activation::None),
+];
+/// The topmost layer norm at the first stage: the values' adjoint starts and ends there.
+const CRITIC_LN_FIRST: [StageSpec; 3] =
+    [conv_ln(2, 4, 4, 2, 1), conv(4, 6, 4, 2, 1, LeakyRelu), conv(6, 1, 3, 1, 0, Activation::None)];
 const INPUT: (usize, usize, usize) = (2, 12, 12);
 const BATCH: usize = 3;
 
@@ -72,6 +84,12 @@ fn with_layer_norm_the_penalty_weight_gradient_matches_finite_differences_in_f64
     check_against_finite_differences(&CRITIC_LN, 8 * 6);
 }
 
+#[test]
+fn with_layer_norm_first_or_apart_the_penalty_weight_gradient_matches_finite_differences() {
+    check_against_finite_differences(&CRITIC_LN_SPLIT, 8 * 6);
+    check_against_finite_differences(&CRITIC_LN_FIRST, 5 * 6);
+}
+
 /// The reference's own input gradient through layer norm against finite differences of its
 /// forward: the penalty test above leans on it.
 #[test]
@@ -95,9 +113,10 @@ fn check_against_finite_differences(specs: &[StageSpec], coordinates: usize) {
     let params = to_f64(&net.store.value);
     let inputd = to_f64(&input);
     let (want, want_g, nearest_kink) = r::gradient_penalty(specs, BATCH, INPUT, &params, &inputd, LAMBDA as f64);
-    // The differences below move one weight by H, so a pre-activation by at most H times the
-    // largest value it multiplies (inputs in [-1, 1], activations below 2 here): none may
-    // cross a kink, where the penalty has no derivative.
+    // The differences below move one weight by H, so a conv output by at most H times the
+    // largest value it multiplies (inputs in [-1, 1], activations below 2 here), and an
+    // activation input by that times layer norm's gain (which `nearest_kink` divides out):
+    // none may cross a kink, where the penalty has no derivative.
     assert!(nearest_kink > 10.0 * H, "an activation input is {nearest_kink:e} from its kink: pick other inputs");
     assert!((out[0] as f64 - want).abs() < 1e-4 * want.abs().max(1.0), "penalty {} vs {want}", out[0]);
     assert!(rel_err(&net.d_input().clone(), &want_g, 1e-9) < 1e-4, "the input gradient");
@@ -113,7 +132,7 @@ fn check_against_finite_differences(specs: &[StageSpec], coordinates: usize) {
 fn the_penalty_adds_to_gradients_already_there() {
     let (c, h, w) = INPUT;
     let input = random(c * BATCH * h * w, 1.0, 21);
-    for specs in [&CRITIC[..], &CRITIC_LN[..]] {
+    for specs in [&CRITIC[..], &CRITIC_LN[..], &CRITIC_LN_SPLIT[..]] {
         let (mut net, _) = ours(&Cpu, specs, &input);
         let once = net.store.grad.clone();
         // Anything already there is replaced by a run that does not accumulate.
@@ -136,17 +155,17 @@ mod cuda_common;
 fn the_cuda_penalty_step_matches_the_cpu() {
     let (c, h, w) = INPUT;
     let input = random(c * BATCH * h * w, 1.0, 22);
-    for specs in [&CRITIC[..], &CRITIC_LN[..]] {
+    for specs in [&CRITIC[..], &CRITIC_LN[..], &CRITIC_LN_SPLIT[..]] {
         let (cpu_net, cpu_out) = ours(&Cpu, specs, &input);
         for cu in cuda_common::engines("penalty step") {
             let (net, out) = ours(&cu, specs, &input);
             let mut grad = vec![0.0; cpu_net.store.grad.len()];
             cu.download(View::whole(&net.store.grad), &mut grad);
-            assert!(
-                rel_err(&grad, &to_f64(&cpu_net.store.grad), 1e-9) < 1e-4,
-                "{} stages: weight gradient",
-                specs.len()
-            );
+            // Tensor by tensor: gamma's and beta's small gradients are held to their own scale.
+            for t in &net.store.layout.params {
+                let (ours, want) = (&grad[t.range.clone()], to_f64(&cpu_net.store.grad[t.range.clone()]));
+                assert!(rel_err(ours, &want, 1e-9) < 1e-4, "{} stages: the gradient of {}", specs.len(), t.name);
+            }
             let what = format!("{} stages: penalty and mean norm: {out:?} vs {cpu_out:?}", specs.len());
             assert!(rel_err(&out, &to_f64(&cpu_out), 1e-9) < 1e-4, "{what}");
         }

@@ -202,8 +202,11 @@ ensure_nvrtc() {
 
 stage_tests() {
   ensure_nvrtc
-  for t in cuda_nvrtc cuda_device cuda_ops cuda_layernorm cuda_dcgan; do
-    have_bin "$t" "test $t" && run_step "test-$t" 240 "$BIN/$t" --test-threads=1 --nocapture
+  for t in cuda_nvrtc cuda_device cuda_ops cuda_layernorm penalty cuda_dcgan; do
+    # penalty's training run is a CPU run on Fashion-MNIST, which the device has no copy of.
+    local skip=()
+    [[ $t == penalty ]] && skip=(--skip the_penalty_holds_the_critics_gradient_norm_near_one)
+    have_bin "$t" "test $t" && run_step "test-$t" 240 "$BIN/$t" --test-threads=1 --nocapture "${skip[@]}"
   done
 }
 

@@ -183,6 +183,7 @@ impl Backend for Cpu {
         layernorm::cpu::normalize(g, s(x), sm(n), sm(stats));
     }
     fn ln_affine(&self, g: &LnGeom, n: View<Self>, gamma_beta: View<Self>, with_beta: bool, y: ViewMut<Self>) {
+        keep_awake();
         layernorm::cpu::affine(g, s(n), s(gamma_beta), with_beta, sm(y));
     }
     fn ln_backward_data(

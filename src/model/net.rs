@@ -57,6 +57,8 @@ pub enum Phase {
     PenaltyForward,
     /// The penalty's weight gradient of a critic stage.
     PenaltyWeight,
+    /// The penalty's adjoint of the values through a critic stage (with layer norm).
+    PenaltyAdjoint,
 }
 
 pub trait Observer<B: Backend> {
@@ -324,11 +326,6 @@ impl<B: Backend> Net<B> {
     pub fn add_weight_grad(&mut self, be: &B, i: usize, dy: View<B>) {
         let x = if i == 0 { View::whole(&self.input) } else { View::whole(self.stages[i - 1].output()) };
         self.stages[i].conv.backward_weight(be, &mut self.store, x, dy, true);
-    }
-    /// Stage i's input `[C, B, H, W]` at the last forward: the network's input or the output of
-    /// stage i - 1.
-    pub fn stage_input(&self, i: usize) -> &B::Buf {
-        if i == 0 { &self.input } else { self.stages[i - 1].output() }
     }
 
     pub fn forward(&mut self, be: &B, train: bool, mut sync: Option<&mut dyn BnSync<B>>, obs: &mut dyn Observer<B>) {

@@ -175,16 +175,14 @@ impl<B: Backend> GradientPenalty<B> {
                 Some(b) => &b.da,
                 None => &here[0],
             };
-            critic.add_weight_grad(be, i, View::whole(a));
             if i > 0 {
-                critic.stages[i].conv.backward_data(
-                    be,
-                    &critic.store,
-                    View::whole(a),
-                    ViewMut::whole(&mut below[i - 1]),
-                );
+                let (store, dx) = (&critic.store, ViewMut::whole(&mut below[i - 1]));
+                critic.stages[i].conv.backward_data(be, store, View::whole(a), dx);
             }
-            obs.span(critic.name, &critic.stages[i], Phase::PenaltyWeight, t0, Instant::now());
+            let t1 = Instant::now();
+            obs.span(critic.name, &critic.stages[i], Phase::PenaltyAdjoint, t0, t1);
+            critic.add_weight_grad(be, i, View::whole(a));
+            obs.span(critic.name, &critic.stages[i], Phase::PenaltyWeight, t1, Instant::now());
         }
         true
     }

@@ -42,7 +42,7 @@ impl<B: Backend> LayerNormLayer<B> {
     /// `Some(true)`), or nowhere when `param_grads` is None.
     pub fn backward(&self, be: &B, p: &mut ParamStore<B>, dy: View<B>, dx: ViewMut<B>, param_grads: Option<bool>) {
         if let Some(accumulate) = param_grads {
-            let dst = p.grad_mut(&self.gamma_beta.clone());
+            let dst = p.grad_mut(&self.gamma_beta);
             be.ln_param_grad(&self.geom, View::whole(&self.norm), dy, true, dst, accumulate);
         }
         let (norm, stats) = (View::whole(&self.norm), View::whole(&self.stats));

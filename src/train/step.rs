@@ -108,6 +108,7 @@ impl<B: Backend> Observer<B> for StepObserver<'_, B> {
             Phase::BackwardWeight => "backward-weight",
             Phase::PenaltyForward => "penalty-forward",
             Phase::PenaltyWeight => "penalty-weight",
+            Phase::PenaltyAdjoint => "penalty-adjoint",
         };
         self.timeline.span(Track::Compute, cat, stage.label, start, end);
     }

@@ -86,6 +86,7 @@ impl<B: Backend> Observer<B> for PenaltyObserver<'_> {
             Phase::BackwardBn | Phase::BackwardData => "penalty-input-gradient",
             Phase::BackwardWeight | Phase::PenaltyWeight => "penalty-weight",
             Phase::PenaltyForward => "penalty-forward",
+            Phase::PenaltyAdjoint => "penalty-adjoint",
         };
         self.timeline.span(Track::Compute, cat, stage.label, start, end);
     }

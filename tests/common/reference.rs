@@ -254,7 +254,8 @@ fn slope(a: Activation, v: f64) -> f64 {
 /// beta in `params`) and piecewise-linear activations at `input`: lambda / B sum_b
 /// (||grad_x D(x)_b|| - 1)^2, the input gradient taken by the chain rule in f64 (a transposed
 /// convolution is the convolution's data gradient). Returns (penalty, the input gradient, the
-/// smallest |activation input| of a kinked activation).
+/// smallest |activation input| of a kinked activation, divided by what layer norm multiplies
+/// a move of its input by where it lies before the activation).
 pub fn gradient_penalty(
     specs: &[StageSpec],
     batch: usize,
@@ -276,15 +277,22 @@ pub fn gradient_penalty(
         off += g.w_len();
         let mut z = conv(g, &x, w);
         let mut ln = None;
+        // What a move of the conv output becomes at the activation: layer norm multiplies it
+        // by up to 1/std |gamma| of its sample.
+        let mut gain = vec![1.0; batch];
         if s.layer_norm {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
             let [y, n, rstd] = layer_norm(&z, s.c_out, batch, gamma, beta);
+            let largest = gamma.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            gain = rstd.iter().map(|r| r * largest).collect();
             z = y;
             ln = Some([n, rstd, gamma.to_vec()]);
         }
         if s.act != Activation::None {
-            nearest_kink = z.iter().fold(nearest_kink, |m, v| m.min(v.abs()));
+            let p = z.len() / (s.c_out * batch);
+            let gained = z.iter().enumerate().map(|(i, v)| v.abs() / gain[(i / p) % batch].max(1.0));
+            nearest_kink = gained.fold(nearest_kink, f64::min);
         }
         x = z.iter().map(|&v| act(s.act, v)).collect();
         kept.push((z, w, ln));
