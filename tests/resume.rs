@@ -73,7 +73,8 @@ fn a_wgan_gp_run_resumes_bitwise_and_keeps_its_loss() {
     train(&run, &[&wgan[..], &["--max-steps", "3"]].concat());
     let (ok, err) = dcgan(&["--resume", p(&run), "--loss", "dcgan", "--max-steps", "5"]);
     assert!(!ok && err.contains("--loss dcgan (the run has wgan-gp)"), "{err}");
-    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "5", "--no-progress"]);
+    // Naming the critic's norm the run has by default is naming the run's own.
+    let (ok, err) = dcgan(&["--resume", p(&run), "--critic-norm", "none", "--max-steps", "5", "--no-progress"]);
     assert!(ok, "{err}");
     assert_eq!(final_weights(&run), final_weights(&whole));
     let records = step_records(&run);
@@ -85,6 +86,24 @@ fn a_wgan_gp_run_resumes_bitwise_and_keeps_its_loss() {
         .map(|r| r.step)
         .collect();
     assert_eq!(with_g, [2, 4], "{records:?}");
+}
+
+/// With layer norm in the critic: a resume keeps it (the run ends bit for bit where the
+/// uninterrupted one does) and refuses one that names the critic without a norm.
+#[test]
+fn a_layer_norm_critic_resumes_bitwise_and_keeps_its_norm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    let wgan = ["--loss", "wgan-gp", "--n-critic", "2", "--critic-norm", "layer"];
+    train(&whole, &[&wgan[..], &["--max-steps", "5"]].concat());
+    train(&run, &[&wgan[..], &["--max-steps", "3"]].concat());
+    let (ok, err) = dcgan(&["--resume", p(&run), "--critic-norm", "none", "--max-steps", "5"]);
+    assert!(!ok && err.contains("--critic-norm none (the run has layer)"), "{err}");
+    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "5", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole));
+    assert!(final_weights(&run).keys().any(|k| k == "D main.3.weight"), "the critic has its layer norm");
+    assert_eq!(step_records(&run), step_records(&whole));
 }
 
 /// Training options given with another value than the run's are refused in one line naming

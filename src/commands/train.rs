@@ -253,7 +253,12 @@ impl From<ModelArgs> for ModelOptions {
             image_size: a.image_size,
             batch_size: a.batch_size,
             loss: a.loss,
-            critic_norm: a.critic_norm,
+            // A WGAN-GP run records its critic's norm, given or not, so that a resume naming
+            // the default names the run's own.
+            critic_norm: match a.loss {
+                GanLoss::WganGp => Some(a.critic_norm.unwrap_or_default()),
+                GanLoss::Dcgan => a.critic_norm,
+            },
             n_critic: a.n_critic,
             gp_lambda: a.gp_lambda,
             lr: a.lr.unwrap_or(lr),
