@@ -125,13 +125,16 @@ fn twenty_training_steps_follow_the_cpu_losses() {
 
 /// WGAN-GP's step (the critic's passes, the penalty's double backward, the generator step)
 /// on the CUDA backend against the CPU's: the metrics of every step and, after the last, every
-/// weight. n_critic 1, so that every step runs all of it.
+/// weight. n_critic 1, so that every step runs all of it; the critic without a norm and with
+/// layer norm.
 #[test]
 fn wgan_gp_steps_follow_the_cpu() {
     let set = Dataset::load(&DataSource::Synthetic(4096)).unwrap();
-    for cu in engines("wgan-gp training") {
+    for (cu, layer_norm) in
+        [false, true].into_iter().flat_map(|ln| engines("wgan-gp training").into_iter().map(move |cu| (cu, ln)))
+    {
         let small = small(&cu);
-        let (mut gpu, mut cpu) = (wgan_trainer(cu, small, 13), wgan_trainer(Cpu, small, 13));
+        let (mut gpu, mut cpu) = (wgan_trainer(cu, small, 13, layer_norm), wgan_trainer(Cpu, small, 13, layer_norm));
         for t in 1..=3 {
             let x = data_batch(&set, cpu.batch(), t);
             let (mc, mg) = (
@@ -140,14 +143,15 @@ fn wgan_gp_steps_follow_the_cpu() {
             );
             let (rc, rg) = (mc.losses.to_raw(), mg.losses.to_raw());
             for i in 0..5 {
-                assert!((rc[i] - rg[i]).abs() <= 1e-3 * rc[i].abs().max(1.0), "step {t}: CPU {mc:?} vs CUDA {mg:?}");
+                let what = format!("layer norm {layer_norm}, step {t}: CPU {mc:?} vs CUDA {mg:?}");
+                assert!((rc[i] - rg[i]).abs() <= 1e-3 * rc[i].abs().max(1.0), "{what}");
             }
         }
         cpu.finish_pending();
         gpu.finish_pending();
         for (name, c_net, g_net) in [("G", &cpu.model.g, &gpu.model.g), ("D", &cpu.model.d, &gpu.model.d)] {
             let (wc, wg) = (download(&cpu.be, &c_net.store.value), download(&gpu.be, &g_net.store.value));
-            assert_close(&format!("{name} weights after 3 steps"), &wg, &wc, 1e-4);
+            assert_close(&format!("{name} weights after 3 steps, layer norm {layer_norm}"), &wg, &wc, 1e-4);
         }
     }
 }
@@ -186,14 +190,16 @@ fn graphed_training_steps_equal_launched_ones() {
     }
 }
 
-/// `trainer`'s model with D as WGAN-GP's critic (no batch norm), taking WGAN-GP steps.
-fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64) -> GanTrainer<B> {
+/// `trainer`'s model with D as WGAN-GP's critic (no batch norm; with `layer_norm`, layer norm
+/// in its place), taking WGAN-GP steps.
+fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64, layer_norm: bool) -> GanTrainer<B> {
     let (g, d, batch) = if small {
         (narrowed(&GENERATOR_28, 8), narrowed(&DISCRIMINATOR_28, 4), 4)
     } else {
         (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec(), 64)
     };
-    let d: Vec<StageSpec> = d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: false, ..*s }).collect();
+    let d: Vec<StageSpec> =
+        d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: layer_norm && s.batch_norm, ..*s }).collect();
     let model = Dcgan::from_specs(&be, &g, &d, 28, batch, seed).unwrap();
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed, rank: 0, world: 1, overlap_steps: true };
