@@ -9,8 +9,9 @@
 # (--data: MNIST-layout files with their t10k test split, or synthetic:N; by default Debian's
 # Fashion-MNIST. --out: by default runs/losses-DATE-TIME. Each loss trains with its own
 # optimizer defaults: DCGAN lr 2e-4, betas 0.5/0.999; WGAN-GP lr 1e-4, betas 0.5/0.9, 5
-# critic steps per generator step, lambda 10. An epoch is one pass over the data for both:
-# DCGAN steps, or WGAN-GP critic steps.)
+# critic steps per generator step, lambda 10; wgan-gp-layer is WGAN-GP with layer norm in the
+# critic, --critic-norm layer. An epoch is one pass over the data for both: DCGAN steps, or
+# WGAN-GP critic steps.)
 #
 # 1. The feature network: `dcgan-train classifier --data DIR`, reused when trained already.
 # 2. For each seed, rank count and loss, one run: mpiexec -n R --bind-to none, --threads
@@ -52,7 +53,7 @@ for v in EPOCHS EVAL_N BATCH; do
 done
 IFS=, read -ra LOSSES <<<"$LOSSES_ARG"
 for l in "${LOSSES[@]}"; do
-    case "$l" in dcgan | wgan-gp) ;; *) die "--losses: unknown loss '$l': use dcgan or wgan-gp" ;; esac
+    case "$l" in dcgan | wgan-gp | wgan-gp-layer) ;; *) die "--losses: unknown loss '$l': use dcgan, wgan-gp or wgan-gp-layer" ;; esac
 done
 IFS=, read -ra RANKS <<<"$RANKS_ARG"
 for n in "${RANKS[@]}"; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--ranks '$RANKS_ARG': give rank counts such as 1,2"; done
@@ -90,7 +91,9 @@ for seed in "${SEEDS[@]}"; do
             threads=$((CORES / n))
             [ "$threads" -ge 1 ] || threads=1
             log "  $name ($n rank(s) x $threads thread(s), batch $BATCH per rank)"
-            "${MPIEXEC[@]}" -n "$n" "$BIN" train --loss "$loss" --data "$DATA" --batch-size "$BATCH" --seed "$seed" \
+            loss_args=(--loss "$loss")
+            [ "$loss" = wgan-gp-layer ] && loss_args=(--loss wgan-gp --critic-norm layer)
+            "${MPIEXEC[@]}" -n "$n" "$BIN" train "${loss_args[@]}" --data "$DATA" --batch-size "$BATCH" --seed "$seed" \
                 --threads "$threads" --epochs "$EPOCHS" --eval-every 1 --eval-n "$EVAL_N" --no-progress \
                 --out "$OUT/$name" >"$OUT/$name.log" 2>&1 \
                 || { tail -n 20 "$OUT/$name.log" >&2; die "the run $name failed (the end of $OUT/$name.log above)"; }

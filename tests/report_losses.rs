@@ -36,6 +36,8 @@ fn the_losses_are_compared_at_the_shorter_runs_wall_time() {
     // DCGAN has 30.0 and WGAN-GP, between 40 (at 15 s) and 20 (at 30 s), 20.0.
     write_run(tmp.path(), "dcgan-r1-s1", &[10.0, 10.0, 10.0], &[50.0, 40.0, 30.0]);
     write_run(tmp.path(), "wgan-gp-r1-s1", &[15.0, 15.0, 15.0], &[40.0, 20.0, 10.0]);
+    // WGAN-GP with layer norm, a loss of its own: epochs at 20, 40, 60 s; 25.0 at 30 s.
+    write_run(tmp.path(), "wgan-gp-layer-r1-s1", &[20.0, 20.0, 20.0], &[35.0, 15.0, 5.0]);
     // Two ranks: only DCGAN, so nothing to compare.
     write_run(tmp.path(), "dcgan-r2-s1", &[5.0], &[60.0]);
     let o =
@@ -48,7 +50,9 @@ fn the_losses_are_compared_at_the_shorter_runs_wall_time() {
     assert_eq!(verdicts[0]["seconds"], 30.0);
     assert_eq!(verdicts[0]["fid"]["dcgan"], 30.0);
     assert_eq!(verdicts[0]["fid"]["wgan-gp"], 20.0);
+    assert_eq!(verdicts[0]["fid"]["wgan-gp-layer"], 25.0);
     assert_eq!(verdicts[0]["lower"], "wgan-gp");
     let md = std::fs::read_to_string(tmp.path().join("results.md")).unwrap();
-    assert!(md.contains("after 30 s of training: FID dcgan 30.00, wgan-gp 20.00: **wgan-gp** is lower"), "{md}");
+    let verdict = "after 30 s of training: FID dcgan 30.00, wgan-gp 20.00, wgan-gp-layer 25.00: **wgan-gp** is lower";
+    assert!(md.contains(verdict), "{md}");
 }

@@ -16,7 +16,12 @@ import sys
 
 from summaries import load
 
-RUN = re.compile(r"(dcgan|wgan-gp)-r(\d+)-s(\d+)$")
+# wgan-gp-layer: WGAN-GP with layer norm in the critic.
+RUN = re.compile(r"(dcgan|wgan-gp|wgan-gp-layer)-r(\d+)-s(\d+)$")
+
+
+# The plot's line style of each loss.
+LINE = {"dcgan": "-", "wgan-gp": "--", "wgan-gp-layer": ":"}
 
 
 def fail(msg):
@@ -103,7 +108,7 @@ def main(out, plot=True):
         for i, ((loss, ranks), rs) in enumerate(sorted(runs.items())):
             r = rs[0]
             ax.plot([e["seconds"] for e in r["epochs"]], [e["fid"] for e in r["epochs"]], marker="o",
-                    ls="-" if loss == "dcgan" else "--", color=f"C{ranks - 1}", label=f"{loss}, {ranks} rank(s) ({r['name']})")
+                    ls=LINE.get(loss, "--"), color=f"C{ranks - 1}", label=f"{loss}, {ranks} rank(s) ({r['name']})")
         ax.set_xlabel("training wall time, s (evaluations left out)")
         ax.set_ylabel("FID to the test split")
         ax.grid(True, alpha=0.3)
