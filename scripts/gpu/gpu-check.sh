@@ -17,7 +17,8 @@
 #                                                   scaling and two-level; "all": every stage
 #                                                   but the last two)
 #
-#    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire.
+#    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire
+#    wgan.
 #    Everything measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
 #    Where there is no GPU, `bash scripts/gpu/gpu-check.sh --rehearse [bench] [mpi]` runs those
@@ -58,6 +59,9 @@
 #    wire      scripts/bench-wire.sh: 4 emulated hosts at 1 Gbit/s, CPU ranks on cores of
 #              their own, f32 against bf16 and 1bit: the exposed exchange of each (about 3
 #              minutes; not default; needs .ompi)
+#    wgan      scripts/bench-wgan-gp-vs-torch.sh --device cuda: WGAN-GP's critic step with and
+#              without the penalty, ours against PyTorch eager, the critic without a norm and
+#              with layer norm, 4 rounds each (about a minute; not default)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -410,6 +414,17 @@ compare() {
   python3 "$ROOT/scripts/gpu/compare-step.py" "$OUT" | tee -a "$SUMMARY"
 }
 
+# WGAN-GP's critic step on the GPU, ours against PyTorch eager, for each critic norm.
+stage_wgan() {
+  ensure_nvrtc
+  have_bin dcgan-train wgan || return
+  python3 -c 'import torch' 2>/dev/null || { note "wgan: SKIP (no PyTorch)"; return; }
+  for norm in none layer; do
+    run_step "wgan-gp-$norm" 240 env CRITIC_NORM="$norm" OURS="$BIN/dcgan-train" PYTHON=python3 \
+      scripts/bench-wgan-gp-vs-torch.sh 4 --device cuda
+  done
+}
+
 STAGES=("$@")
 [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(env nvrtc tests sanitize bench torch binary mpi)
 [[ $REHEARSE == 1 && $# -eq 0 ]] && STAGES=(bench mpi)
@@ -420,10 +435,10 @@ for s in "${STAGES[@]}"; do
     continue
   fi
   case $s in
-    env | nvrtc | tests | sanitize | bench | torch | binary | mpi | quality | ncu | scaling) "stage_$s" ;;
+    env | nvrtc | tests | sanitize | bench | torch | binary | mpi | quality | ncu | scaling | wgan) "stage_$s" ;;
     two-level) stage_two_level ;;
     wire) stage_wire ;;
-    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire all)" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown stage '$s' (env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire wgan all)" >&2; exit 2 ;;
   esac
 done
 compare
