@@ -11,7 +11,7 @@ use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View};
 use dcgan_train::data::{DataSource, Dataset};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28, critic_specs};
 use dcgan_train::model::net::StageSpec;
 use dcgan_train::record::StepMetrics;
 use dcgan_train::train::ddp::exchange::{SoloExchange, plan_buckets};
@@ -198,8 +198,7 @@ fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64, layer_norm: bool) -> 
     } else {
         (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec(), 64)
     };
-    let d: Vec<StageSpec> =
-        d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: layer_norm && s.batch_norm, ..*s }).collect();
+    let d = critic_specs(&d, layer_norm);
     let model = Dcgan::from_specs(&be, &g, &d, 28, batch, seed).unwrap();
     let exchange = Box::new(SoloExchange::new(plan_buckets(&model, 1 << 20)));
     let cfg = StepConfig { seed, rank: 0, world: 1, overlap_steps: true };

@@ -14,7 +14,7 @@ use common::{dot, random, rel_err, to_f64};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Discriminator, GENERATOR_28, NZ, architecture};
-use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, StageSpec};
+use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, Norm, StageSpec};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::adam::AdamStep;
 use dcgan_train::ops::batchnorm::BnGeom;
@@ -377,7 +377,7 @@ fn discriminator_gradients_match_finite_differences() {
 fn layer_norm_critic_gradients_match_finite_differences() {
     // `--critic-norm layer`: layer norm in place of the discriminator's batch norm.
     let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: true }).unwrap();
-    assert!(critic.iter().any(|s| s.layer_norm));
+    assert!(critic.iter().any(|s| s.norm == Norm::Layer));
     check_network(&critic, (1, 28, 28), 3, BackwardOrder::LayerByLayer, 1.0);
 }
 

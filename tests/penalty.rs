@@ -9,7 +9,7 @@ use common::reference as r;
 use common::{random, rel_err, to_f64};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
-use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, StageSpec};
+use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, Norm, StageSpec};
 use dcgan_train::model::penalty::GradientPenalty;
 use dcgan_train::ops::activation::Activation::{self, LeakyRelu};
 
@@ -17,10 +17,10 @@ const H: f64 = 1e-6;
 const LAMBDA: f32 = 10.0;
 
 const fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize, act: Activation) -> StageSpec {
-    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm: false, layer_norm: false, act }
+    StageSpec { transposed: false, c_in, c_out, k, stride, pad, norm: Norm::None, act }
 }
 const fn conv_ln(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize) -> StageSpec {
-    StageSpec { layer_norm: true, ..conv(c_in, c_out, k, stride, pad, LeakyRelu) }
+    StageSpec { norm: Norm::Layer, ..conv(c_in, c_out, k, stride, pad, LeakyRelu) }
 }
 
 /// A small critic with every kind of stage of the real one: strided padded convolutions with

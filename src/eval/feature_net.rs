@@ -12,7 +12,7 @@
 
 use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint::tensors::{self, NetTensors};
-use crate::model::net::{BackwardOrder, Net, NoObserver, StageSpec};
+use crate::model::net::{BackwardOrder, Net, NoObserver, Norm, StageSpec};
 use crate::ops::activation::Activation::{self, Relu};
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
@@ -35,8 +35,7 @@ pub fn specs(image_size: usize, classes: usize) -> Result<[StageSpec; 4]> {
         k,
         stride,
         pad,
-        batch_norm,
-        layer_norm: false,
+        norm: if batch_norm { Norm::Batch } else { Norm::None },
         act,
     };
     Ok([

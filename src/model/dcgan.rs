@@ -1,7 +1,7 @@
 //! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
 //! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
 
-use super::net::{BackwardOrder, Net, NetPlan, NoObserver, StageSpec, plan_net};
+use super::net::{BackwardOrder, Net, NetPlan, NoObserver, Norm, StageSpec, plan_net};
 use crate::backend::Backend;
 use crate::backend::{View, ViewMut};
 use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
@@ -19,7 +19,16 @@ const fn convt(
     batch_norm: bool,
     act: Activation,
 ) -> StageSpec {
-    StageSpec { transposed: true, c_in, c_out, k, stride, pad, batch_norm, layer_norm: false, act }
+    StageSpec {
+        transposed: true,
+        c_in,
+        c_out,
+        k,
+        stride,
+        pad,
+        norm: if batch_norm { Norm::Batch } else { Norm::None },
+        act,
+    }
 }
 const fn conv(
     c_in: usize,
@@ -30,7 +39,16 @@ const fn conv(
     batch_norm: bool,
     act: Activation,
 ) -> StageSpec {
-    StageSpec { transposed: false, c_in, c_out, k, stride, pad, batch_norm, layer_norm: false, act }
+    StageSpec {
+        transposed: false,
+        c_in,
+        c_out,
+        k,
+        stride,
+        pad,
+        norm: if batch_norm { Norm::Batch } else { Norm::None },
+        act,
+    }
 }
 
 /// G: z `[B,100,1,1]` -> `[256,7,7]` -> `[128,14,14]` -> `[1,28,28]`.
@@ -84,11 +102,16 @@ pub fn architecture(image_size: usize, kind: Discriminator) -> Result<(&'static 
     };
     let d = match kind {
         Discriminator::Dcgan => d.to_vec(),
-        Discriminator::Critic { layer_norm } => {
-            d.iter().map(|s| StageSpec { batch_norm: false, layer_norm: layer_norm && s.batch_norm, ..*s }).collect()
-        }
+        Discriminator::Critic { layer_norm } => critic_specs(d, layer_norm),
     };
     Ok((g, d))
+}
+
+/// WGAN-GP's critic made from the discriminator `d`: its batch norms dropped, or with
+/// `layer_norm` replaced by layer norm.
+pub fn critic_specs(d: &[StageSpec], layer_norm: bool) -> Vec<StageSpec> {
+    let norm = if layer_norm { Norm::Layer } else { Norm::None };
+    d.iter().map(|s| StageSpec { norm: if s.norm == Norm::Batch { norm } else { s.norm }, ..*s }).collect()
 }
 
 /// What G and D of `image_size` take at `batch` images per rank, before they are built.

@@ -27,10 +27,18 @@ pub struct StageSpec {
     pub k: usize,
     pub stride: usize,
     pub pad: usize,
-    pub batch_norm: bool,
-    /// Layer norm over each sample's C x H x W values (never with batch norm).
-    pub layer_norm: bool,
+    pub norm: Norm,
     pub act: Activation,
+}
+
+/// The norm after a stage's convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    None,
+    /// BatchNorm2d, with the activation fused.
+    Batch,
+    /// Layer norm over each sample's C x H x W values (`nn.GroupNorm(1, C)`).
+    Layer,
 }
 
 /// The order of backward work.
@@ -125,13 +133,13 @@ pub fn plan_net(specs: &[StageSpec], batch: usize, input: (usize, usize, usize))
     for (spec, geom) in specs.iter().zip(&geoms) {
         let conv = ConvLayer { geom: *geom, transposed: spec.transposed, weight: 0..0 };
         let (_, oh, ow) = conv.output_shape();
-        plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.batch_norm || spec.layer_norm);
-        if spec.layer_norm {
+        plan.floats += crate::nn::stage::buffer_floats(conv.output_len(), spec.norm != Norm::None);
+        if spec.norm == Norm::Layer {
             plan.floats += crate::nn::layernorm::buffer_floats(&LnGeom::new(spec.c_out, batch, oh * ow));
         }
-        let bn_channels = spec.batch_norm.then_some(spec.c_out);
+        let bn_channels = (spec.norm == Norm::Batch).then_some(spec.c_out);
         plan.saved_floats += crate::nn::stage::saved_floats(conv.output_len(), bn_channels);
-        if spec.batch_norm {
+        if spec.norm == Norm::Batch {
             plan.floats += crate::nn::batchnorm::buffer_floats(spec.c_out);
             plan.bns.push(BnGeom::new(spec.c_out, batch * oh * ow));
         }
@@ -175,7 +183,7 @@ pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
         let shape = if s.transposed { [s.c_in, s.c_out, s.k, s.k] } else { [s.c_out, s.c_in, s.k, s.k] };
         let w = layout.add_param(format!("main.{index}.weight"), &shape, Init::Normal { mean: 0.0, std: 0.02 });
         index += 1;
-        let bn = if s.batch_norm {
+        let bn = if s.norm == Norm::Batch {
             let g = layout.add_param(format!("main.{index}.weight"), &[s.c_out], Init::Normal { mean: 1.0, std: 0.02 });
             let b = layout.add_param(format!("main.{index}.bias"), &[s.c_out], Init::Constant(0.0));
             let rm = layout.add_buffer(format!("main.{index}.running_mean"), &[s.c_out], Init::Constant(0.0));
@@ -185,7 +193,7 @@ pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
         } else {
             None
         };
-        let ln = s.layer_norm.then(|| {
+        let ln = (s.norm == Norm::Layer).then(|| {
             let g = layout.add_param(format!("main.{index}.weight"), &[s.c_out], Init::Constant(1.0));
             let b = layout.add_param(format!("main.{index}.bias"), &[s.c_out], Init::Constant(0.0));
             index += 1;
@@ -201,10 +209,10 @@ pub fn param_layout(specs: &[StageSpec]) -> (ParamLayout, Vec<StageRanges>) {
 
 fn stage_label(net: &str, i: usize, s: &StageSpec) -> &'static str {
     let kind = if s.transposed { "convT" } else { "conv" };
-    let bn = match (s.batch_norm, s.layer_norm) {
-        (true, _) => " bn",
-        (_, true) => " ln",
-        _ => "",
+    let bn = match s.norm {
+        Norm::Batch => " bn",
+        Norm::Layer => " ln",
+        Norm::None => "",
     };
     let act = match s.act {
         Activation::None => "",

@@ -24,7 +24,7 @@
 //! conv output and x_{i-1} its input; gamma's and beta's come the same way. That adds one
 //! more data-gradient and weight-gradient pass below the topmost layer norm.
 
-use super::net::{Net, Observer, Phase, StageSpec, stage_geometry};
+use super::net::{Net, Norm, Observer, Phase, StageSpec, stage_geometry};
 use crate::backend::{Backend, View, ViewMut};
 use anyhow::{Result, ensure};
 use std::time::Instant;
@@ -41,6 +41,8 @@ pub struct GradientPenalty<B: Backend> {
     /// The values' adjoint at the output of every stage below the topmost layer norm
     /// (`[C_i, B, OH_i, OW_i]`); none without layer norm.
     adjoints: Vec<B::Buf>,
+    /// The topmost layer-norm stage, where the values' adjoint starts.
+    top_ln: Option<usize>,
     /// [B]: ||g_b||.
     norms: B::Buf,
     /// `[B]`: ones, the output gradient that makes the critic's backward give each sample's own
@@ -64,8 +66,9 @@ struct LnPenaltyBuffers<B: Backend> {
 pub fn plan_floats(specs: &[StageSpec], batch: usize, input: (usize, usize, usize)) -> Result<usize> {
     let geoms = stage_geometry(specs, batch, input)?;
     let inner: usize = geoms[..geoms.len() - 1].iter().map(|g| g.y_len()).sum();
-    let ln: usize = specs.iter().zip(&geoms).filter(|(s, _)| s.layer_norm).map(|(_, g)| 3 * g.y_len()).sum();
-    let top = specs.iter().rposition(|s| s.layer_norm).unwrap_or(0);
+    let is_ln = |s: &StageSpec| s.norm == Norm::Layer;
+    let ln: usize = specs.iter().zip(&geoms).filter(|(s, _)| is_ln(s)).map(|(_, g)| 3 * g.y_len()).sum();
+    let top = specs.iter().rposition(is_ln).unwrap_or(0);
     let below_top: usize = geoms[..top].iter().map(|g| g.y_len()).sum();
     Ok(input.0 * batch * input.1 * input.2 + inner + ln + below_top + 2 * batch + 2)
 }
@@ -90,15 +93,17 @@ impl<B: Backend> GradientPenalty<B> {
             .iter()
             .map(|s| s.ln.as_ref().map(|_| alloc_ln(s.conv.output_len())).transpose())
             .collect::<Result<Vec<_>>>()?;
-        let top = critic.stages.iter().rposition(|s| s.ln.is_some()).unwrap_or(0);
-        let adjoints = critic.stages[..top].iter().map(|s| be.alloc(s.conv.output_len())).collect::<Result<_>>()?;
+        let top_ln = critic.stages.iter().rposition(|s| s.ln.is_some());
+        let below_top = &critic.stages[..top_ln.unwrap_or(0)];
+        let adjoints = below_top.iter().map(|s| be.alloc(s.conv.output_len())).collect::<Result<_>>()?;
         let mut ones = be.alloc(batch)?;
         be.upload(&vec![1.0; batch], ViewMut::whole(&mut ones));
         // Zeros until the first run (and for good where lambda is 0 and it never runs).
         let mut out = be.alloc(2)?;
         be.upload(&[0.0, 0.0], ViewMut::whole(&mut out));
         let seed = be.alloc(first.geom.x_len())?;
-        Ok(GradientPenalty { seed, streams, ln_buffers, adjoints, norms: be.alloc(batch)?, ones, out, lambda })
+        let norms = be.alloc(batch)?;
+        Ok(GradientPenalty { seed, streams, ln_buffers, adjoints, top_ln, norms, ones, out, lambda })
     }
 
     /// With the interpolates x^ in the critic's input: its forward, its backward to the input
@@ -139,7 +144,7 @@ impl<B: Backend> GradientPenalty<B> {
                 obs.span(critic.name, stage, Phase::PenaltyForward, t1, Instant::now());
             }
         }
-        match critic.stages.iter().rposition(|s| s.ln.is_some()) {
+        match self.top_ln {
             Some(top) => self.values_adjoint(be, critic, top, accumulate, obs),
             None => true,
         }

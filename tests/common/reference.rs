@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use dcgan_train::model::net::{StageSpec, stage_geometry};
+use dcgan_train::model::net::{Norm, StageSpec, stage_geometry};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::conv::ConvGeom;
 
@@ -177,11 +177,11 @@ pub fn net_forward(
         let w = &params[off..off + wlen];
         off += wlen;
         let y = if s.transposed { conv_transpose(g, &x, w) } else { conv(g, &x, w) };
-        x = if s.batch_norm {
+        x = if s.norm == Norm::Batch {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
             batch_norm(&y, s.c_out, gamma, beta, s.act)
-        } else if s.layer_norm {
+        } else if s.norm == Norm::Layer {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
             layer_norm(&y, s.c_out, batch, gamma, beta)[0].iter().map(|&v| act(s.act, v)).collect()
@@ -272,7 +272,7 @@ pub fn gradient_penalty(
     let mut off = 0;
     let mut nearest_kink = f64::INFINITY;
     for (s, g) in specs.iter().zip(&geoms) {
-        assert!(!s.batch_norm && !s.transposed, "a critic of plain convolutions");
+        assert!(s.norm != Norm::Batch && !s.transposed, "a critic of plain convolutions");
         let w = &params[off..off + g.w_len()];
         off += g.w_len();
         let mut z = conv(g, &x, w);
@@ -280,7 +280,7 @@ pub fn gradient_penalty(
         // What a move of the conv output becomes at the activation: layer norm multiplies it
         // by up to 1/std |gamma| of its sample.
         let mut gain = vec![1.0; batch];
-        if s.layer_norm {
+        if s.norm == Norm::Layer {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
             let [y, n, rstd] = layer_norm(&z, s.c_out, batch, gamma, beta);

@@ -2,29 +2,18 @@
 //! (samples are reduced in parallel, each by one thread), then the elementwise passes in
 //! parallel over the runs of P values.
 
-use super::LnGeom;
+use super::{LnGeom, sample_runs};
+use crate::ops::cpu_scratch::with_f64_scratch;
 use rayon::prelude::*;
-use std::cell::RefCell;
-
-thread_local! {
-    /// Per-sample (or per-channel) f64 scalars between a reduction and the pass that uses it:
-    /// grown on first use, then reused, so the step loop does not allocate.
-    static SCALARS: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
-}
 
 /// K scalars for each of `n` samples (or channels), `per(index, its K)` in parallel, then
-/// `then(all of them)`.
+/// `then(all of them)`; held in this thread's scratch, so the step loop does not allocate.
 fn with_scalars<const K: usize, R>(
     n: usize,
     per: impl Fn(usize, &mut [f64]) + Sync,
     then: impl FnOnce(&[f64]) -> R,
 ) -> R {
-    SCALARS.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        if buf.len() < K * n {
-            buf.resize(K * n, 0.0);
-        }
-        let sc = &mut buf[..K * n];
+    with_f64_scratch(K * n, |sc| {
         sc.par_chunks_mut(K).enumerate().for_each(|(i, s)| per(i, s));
         then(sc)
     })
@@ -39,16 +28,7 @@ fn each_run(g: &LnGeom, out: &mut [f32], f: impl Fn(usize, usize, usize, &mut [f
 /// Sample b's sum of `f(c, run)` over its C runs (the indices of P values of channel c), in
 /// channel order: the one order, whatever the threads.
 fn sample_sum(g: &LnGeom, b: usize, f: impl Fn(usize, std::ops::Range<usize>) -> f64) -> f64 {
-    let p = g.pixels;
-    (0..g.channels).map(|c| f(c, (c * g.batch + b) * p..(c * g.batch + b + 1) * p)).sum()
-}
-
-/// Panics unless gamma_beta is `[2C]` and stats `[2B]` (a bug upstream), as the CUDA launchers.
-fn check_params(g: &LnGeom, what: &str, gamma_beta: &[f32], stats: Option<&[f32]>) {
-    assert_eq!(gamma_beta.len(), 2 * g.channels, "{what}: gamma and beta are [2C]");
-    if let Some(stats) = stats {
-        assert_eq!(stats.len(), 2 * g.batch, "{what}: stats are (mean, 1/std) per sample");
-    }
+    sample_runs(g, b).enumerate().map(|(c, run)| f(c, run)).sum()
 }
 
 /// sum of a(i) b(i) over a run, in f64.
@@ -60,7 +40,7 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 /// stats `[2B]` = (mean of each sample, then 1 / sqrt(var + eps) of each); n = (x - mean) / std.
 pub fn normalize(g: &LnGeom, x: &[f32], n: &mut [f32], stats: &mut [f32]) {
     g.check("layer norm", &[x.len(), n.len()]);
-    assert_eq!(stats.len(), 2 * g.batch, "layer norm: stats are (mean, 1/std) per sample");
+    g.check_stats("layer norm", stats.len());
     let count = g.per_sample() as f64;
     let per = |b: usize, s: &mut [f64]| {
         let mean = sample_sum(g, b, |_, r| x[r].iter().map(|&v| v as f64).sum::<f64>()) / count;
@@ -84,7 +64,7 @@ pub fn normalize(g: &LnGeom, x: &[f32], n: &mut [f32], stats: &mut [f32]) {
 /// tangent has none).
 pub fn affine(g: &LnGeom, n: &[f32], gamma_beta: &[f32], with_beta: bool, y: &mut [f32]) {
     g.check("layer norm affine", &[n.len(), y.len()]);
-    check_params(g, "layer norm affine", gamma_beta, None);
+    g.check_gamma_beta("layer norm affine", gamma_beta.len());
     let (gamma, beta) = gamma_beta.split_at(g.channels);
     each_run(g, y, |c, _, at, o| {
         let shift = if with_beta { beta[c] } else { 0.0 };
@@ -107,7 +87,8 @@ pub fn backward_data(
     dx: &mut [f32],
 ) {
     g.check("layer norm backward", &[n.len(), dy.len(), dx.len()]);
-    check_params(g, "layer norm backward", gamma_beta, Some(stats));
+    g.check_stats("layer norm backward", stats.len());
+    g.check_gamma_beta("layer norm backward", gamma_beta.len());
     let count = g.per_sample() as f64;
     let scale = |c: usize| if by_gamma { gamma_beta[c] as f64 } else { 1.0 };
     let per = |b: usize, s: &mut [f64]| {
@@ -131,7 +112,7 @@ pub fn backward_data(
 /// to what it holds.
 pub fn param_grad(g: &LnGeom, n: &[f32], dy: &[f32], with_beta: bool, dgamma_beta: &mut [f32], accumulate: bool) {
     g.check("layer norm parameter gradient", &[n.len(), dy.len()]);
-    assert_eq!(dgamma_beta.len(), 2 * g.channels, "layer norm: gamma and beta gradients are [2C]");
+    g.check_gamma_beta("layer norm parameter gradient", dgamma_beta.len());
     let per_channel = g.batch * g.pixels;
     let per = |c: usize, s: &mut [f64]| {
         let r = c * per_channel..(c + 1) * per_channel;
@@ -164,7 +145,8 @@ pub fn penalty_adjoint(
     da: &mut [f32],
 ) {
     g.check("layer norm penalty adjoint", &[n.len(), ta.len(), tn.len(), dty.len(), da.len()]);
-    check_params(g, "layer norm penalty adjoint", gamma_beta, Some(stats));
+    g.check_stats("layer norm penalty adjoint", stats.len());
+    g.check_gamma_beta("layer norm penalty adjoint", gamma_beta.len());
     if let Some(dy) = dy {
         g.check("layer norm penalty adjoint", &[dy.len()]);
     }

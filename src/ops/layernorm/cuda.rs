@@ -61,14 +61,6 @@ fn dims32(g: &LnGeom) -> (i32, i32, i32) {
     (g.channels as i32, g.batch as i32, g.pixels as i32)
 }
 
-fn check_gamma_beta(g: &LnGeom, what: &str, len: usize) {
-    assert_eq!(len, 2 * g.channels, "{what}: gamma and beta are [2C] for the layer-norm shape {g:?}");
-}
-
-fn check_stats(g: &LnGeom, what: &str, len: usize) {
-    assert_eq!(len, 2 * g.batch, "{what}: stats are (mean, 1/std) per sample for {g:?}");
-}
-
 /// One block per sample.
 fn per_sample(g: &LnGeom) -> Dims {
     Dims::linear(g.batch, THREADS)
@@ -77,7 +69,7 @@ fn per_sample(g: &LnGeom) -> Dims {
 /// stats `[2B]` = (each sample's mean, then its 1 / sqrt(var + eps)); n = the normalized x.
 pub fn normalize(cu: &Cuda, g: &LnGeom, x: View<Cuda>, n: ViewMut<Cuda>, stats: ViewMut<Cuda>) {
     g.check("layer norm", &[x.len, n.len]);
-    check_stats(g, "layer norm", stats.len);
+    g.check_stats("layer norm", stats.len);
     let (c, b, p) = dims32(g);
     let (np, sp) = (dptr_mut(&n), dptr_mut(&stats));
     launch::ln_normalize(cu, per_sample(g), dptr(x), np, sp, c, b, p, g.eps);
@@ -86,7 +78,7 @@ pub fn normalize(cu: &Cuda, g: &LnGeom, x: View<Cuda>, n: ViewMut<Cuda>, stats: 
 /// y = gamma_c n + beta_c; without the shift unless `with_beta`.
 pub fn affine(cu: &Cuda, g: &LnGeom, n: View<Cuda>, gamma_beta: View<Cuda>, with_beta: bool, y: ViewMut<Cuda>) {
     g.check("layer norm affine", &[n.len, y.len]);
-    check_gamma_beta(g, "layer norm affine", gamma_beta.len);
+    g.check_gamma_beta("layer norm affine", gamma_beta.len);
     let (len, per_channel) = (g.len(), (g.batch * g.pixels) as i64);
     let (gb, yp) = (dptr(gamma_beta), dptr_mut(&y));
     let c = g.channels as i32;
@@ -106,8 +98,8 @@ pub fn backward_data(
     dx: ViewMut<Cuda>,
 ) {
     g.check("layer norm backward", &[n.len, dy.len, dx.len]);
-    check_stats(g, "layer norm backward", stats.len);
-    check_gamma_beta(g, "layer norm backward", gamma_beta.len);
+    g.check_stats("layer norm backward", stats.len);
+    g.check_gamma_beta("layer norm backward", gamma_beta.len);
     let (c, b, p) = dims32(g);
     let (np, sp, gb) = (dptr(n), dptr(stats), dptr(gamma_beta));
     launch::ln_backward_data(cu, per_sample(g), np, sp, gb, by_gamma as i32, dptr(dy), dptr_mut(&dx), c, b, p);
@@ -125,7 +117,7 @@ pub fn param_grad(
     accumulate: bool,
 ) {
     g.check("layer norm parameter gradient", &[n.len, dy.len]);
-    check_gamma_beta(g, "layer norm parameter gradient", dgamma_beta.len);
+    g.check_gamma_beta("layer norm parameter gradient", dgamma_beta.len);
     let (c, per_channel) = (g.channels as i32, (g.batch * g.pixels) as i64);
     let out = dptr_mut(&dgamma_beta);
     let (wb, acc) = (with_beta as i32, accumulate as i32);
@@ -152,8 +144,8 @@ pub fn penalty_adjoint(
     if let Some(dy) = &dy {
         g.check(what, &[dy.len]);
     }
-    check_stats(g, what, stats.len);
-    check_gamma_beta(g, what, gamma_beta.len);
+    g.check_stats(what, stats.len);
+    g.check_gamma_beta(what, gamma_beta.len);
     let (c, b, p) = dims32(g);
     // A null pointer: the kernel reads no dy.
     let dyp = dy.map_or(DevPtr(0), dptr);

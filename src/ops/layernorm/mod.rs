@@ -45,9 +45,17 @@ impl LnGeom {
             assert_eq!(l, self.len(), "{what}: a tensor of {l} floats for the layer-norm shape {self:?}");
         }
     }
+    /// Panics unless gamma and beta (or their gradients) are `[2C]`.
+    pub fn check_gamma_beta(&self, what: &str, len: usize) {
+        assert_eq!(len, 2 * self.channels, "{what}: gamma and beta are [2C] for the layer-norm shape {self:?}");
+    }
+    /// Panics unless the statistics are `[2B]`: a mean and a 1/std per sample.
+    pub fn check_stats(&self, what: &str, len: usize) {
+        assert_eq!(len, 2 * self.batch, "{what}: stats are (mean, 1/std) per sample for {self:?}");
+    }
 }
 
-/// The ranges of sample b's C runs in a `[C, B, P]` tensor.
+/// The ranges of sample b's C runs in a `[C, B, P]` tensor, in channel order.
 pub fn sample_runs(g: &LnGeom, b: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
     (0..g.channels).map(move |c| {
         let start = (c * g.batch + b) * g.pixels;
