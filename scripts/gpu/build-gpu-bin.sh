@@ -38,8 +38,8 @@ cp target/release/dcgan-train "$BIN/dcgan-train-mpi"
 # Without debug info the set is a tenth of the size, quicker to copy; panics still name
 # functions.
 for f in "$BIN"/*; do [[ -f $f ]] && strip --strip-debug "$f"; done
-# For the quality stage, apart (carried without .ompi): Fashion-MNIST and its feature
-# network (trained here once), 33 MB.
+# For the quality stage, apart (carried with target/gpu-bin/dcgan-train only): Fashion-MNIST
+# and its feature network (trained here once), 33 MB.
 fm=/usr/share/datasets/fashion-mnist
 if [[ -d $fm ]]; then
   mkdir -p "$QUALITY_DATA"
@@ -47,5 +47,10 @@ if [[ -d $fm ]]; then
   target/release/dcgan-train classifier --data "$fm" --out "$QUALITY_DATA/feature-net.safetensors"
   du -sh "$QUALITY_DATA"
 fi
-du -sh "$BIN"
-echo "copy target/gpu-bin to the GPU machine and run there: bash scripts/gpu/gpu-check.sh"
+size() { du -sch "$@" 2>/dev/null | tail -n 1 | cut -f 1; }
+tree=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f 1)
+echo "to carry to the GPU machine with the checkout ($((tree / 1048576)) MiB; 64 MiB in all), by stage:"
+echo "  env nvrtc tests sanitize bench torch binary wgan: target/gpu-bin ($(size "$BIN"))"
+echo "  mpi scaling two-level wire: target/gpu-bin and .ompi ($(size "$BIN" .ompi); .ompi from scripts/gpu/fetch-ompi-runtime.sh)"
+echo "  quality: target/gpu-bin/dcgan-train and target/gpu-quality ($(size "$BIN/dcgan-train" "$QUALITY_DATA"))"
+echo "then there: bash scripts/gpu/gpu-check.sh [STAGE...]"
