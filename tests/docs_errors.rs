@@ -1,0 +1,216 @@
+//! docs/errors.md is what the program prints: every row of its tables whose input is a
+//! training command line alone (`--sync-every 4 --wire 1bit`, maybe with a remark in
+//! parentheses) is run, and its error line must read as the page says: `...` stands for
+//! any text and a number for any number (some are the host's: its cores, its memory).
+
+use std::path::Path;
+use std::process::Command;
+
+/// A table cell's code spans and the text around them (each span a NUL), as markdown reads
+/// them: a span opened by N backticks ends at the next run of exactly N.
+fn spans(cell: &str) -> (Vec<String>, String) {
+    let (mut found, mut rest) = (Vec::new(), String::new());
+    let mut i = 0;
+    while i < cell.len() {
+        let tail = &cell[i..];
+        if !tail.starts_with('`') {
+            let c = tail.chars().next().unwrap();
+            rest.push(c);
+            i += c.len_utf8();
+            continue;
+        }
+        let n = tail.len() - tail.trim_start_matches('`').len();
+        let fence = "`".repeat(n);
+        let mut end = None;
+        let mut from = n;
+        while let Some(j) = tail[from..].find(&fence) {
+            let at = from + j;
+            let run = tail[at..].len() - tail[at..].trim_start_matches('`').len();
+            if run == n {
+                end = Some(at);
+                break;
+            }
+            from = at + run;
+        }
+        let Some(end) = end else {
+            rest.push_str(tail);
+            break;
+        };
+        let body = &tail[n..end];
+        found.push(if n > 1 { body.trim().to_string() } else { body.to_string() });
+        rest.push('\0');
+        i += end + n;
+    }
+    (found, rest)
+}
+
+/// The cells of a table row, split as GitHub splits them: at every `|` not escaped as `\|`
+/// (code spans included), the escapes then read as `|`.
+fn cells(row: &str) -> Vec<String> {
+    let (mut out, mut cur, mut escaped) = (Vec::new(), String::new(), false);
+    for c in row.chars() {
+        match c {
+            '|' if !escaped => out.push(std::mem::take(&mut cur).trim().to_string()),
+            '|' => {
+                cur.pop();
+                cur.push('|');
+            }
+            _ => cur.push(c),
+        }
+        escaped = c == '\\';
+    }
+    // The text before the first `|` and after the last is not a cell.
+    out.into_iter().skip(1).collect()
+}
+
+/// A row the test can run: the input's arguments and the error line the page shows.
+struct Row {
+    args: Vec<String>,
+    message: String,
+}
+
+fn runnable_rows(page: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| input")) {
+        let cells = cells(line);
+        let [input, output] = cells.as_slice() else { continue };
+        let (inputs, around) = spans(input);
+        // The input is one span, maybe with a remark in parentheses after it.
+        let around = around.trim_end();
+        let alone = around == "\0" || around.starts_with("\0 (") && around.ends_with(')');
+        if inputs.len() != 1 || !alone || !inputs[0].starts_with("--") || inputs[0].contains("...") {
+            continue;
+        }
+        let Some(message) = spans(output).0.into_iter().find(|s| s.starts_with("error:")) else { continue };
+        let args = shlex::split(&inputs[0]).expect("an input is a shell command line");
+        rows.push(Row { args, message });
+    }
+    rows
+}
+
+/// Whether `line` reads as `pattern`: `...` any text, a number any number, backticks
+/// ignored on both sides.
+fn reads_as(pattern: &str, line: &str) -> bool {
+    fn tokens(s: &str) -> Vec<String> {
+        // Numbers become one token each; everything else a character.
+        let mut out: Vec<String> = Vec::new();
+        for c in s.chars().filter(|&c| c != '`') {
+            let number = c.is_ascii_digit() || c == '.' && out.last().is_some_and(|t| t == "#");
+            match (number, out.last()) {
+                (true, Some(t)) if t == "#" => {}
+                (true, _) if c.is_ascii_digit() => out.push("#".into()),
+                _ => out.push(c.to_string()),
+            }
+        }
+        out
+    }
+    let (line, parts) = (tokens(line), pattern.split("...").map(tokens).collect::<Vec<_>>());
+    let Some((last, inner)) = parts[1..].split_last() else { return line == parts[0] };
+    // The first part at the start, the last at the end, the others in order between.
+    if !line.starts_with(&parts[0]) {
+        return false;
+    }
+    let mut at = parts[0].len();
+    for part in inner.iter().filter(|p| !p.is_empty()) {
+        match line[at..].windows(part.len()).position(|w| w == part.as_slice()) {
+            Some(p) => at += p + part.len(),
+            None => return false,
+        }
+    }
+    line.len() >= at + last.len() && line.ends_with(last)
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
+}
+
+/// The places the page's inputs name, in the directory every row runs in: `empty` and
+/// `emptydir` (directories without data or checkpoints), `a-file` (a regular file), `out6`
+/// (a run of 8 steps at batch 8) and `alone` (its last checkpoint copied out of it).
+fn fixtures(dir: &Path) {
+    for d in ["empty", "emptydir", "alone"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("a-file"), "").unwrap();
+    let out = bin()
+        .current_dir(dir)
+        .args([
+            "--data",
+            "synthetic:64",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "8",
+            "--out",
+            "out6",
+            "--progress",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ck = dir.join("out6/checkpoints/step-00000008");
+    for f in std::fs::read_dir(&ck).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.join("alone").join(f.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn the_errors_page_is_what_the_program_prints() {
+    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/errors.md")).unwrap();
+    let rows = runnable_rows(&page);
+    // The page has dozens of rows; a reader that found few would check little.
+    assert!(rows.len() >= 15, "only {} runnable rows in docs/errors.md", rows.len());
+    let dir = tempfile::tempdir().unwrap();
+    fixtures(dir.path());
+    let mut problems = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let given = |flag: &str| row.args.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+        let mut args = row.args.clone();
+        // Small and short where the row leaves it open; a resume keeps its run's own.
+        if !given("--resume") {
+            if !given("--data") {
+                args.extend(["--data".into(), "synthetic:256".into()]);
+            }
+            if !given("--out") {
+                args.extend(["--out".into(), format!("run-{i}")]);
+            }
+            args.extend(["--max-steps".into(), "1".into()]);
+        }
+        let out = bin().current_dir(dir.path()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or("(no error line)");
+        if out.status.success() || !reads_as(&row.message, line) {
+            problems.push(format!(
+                "{}\n  page: {}\n  got:  {line} (exit {:?})",
+                row.args.join(" "),
+                row.message,
+                out.status.code()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "rows of docs/errors.md the program does not print:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_reader_takes_rows_and_patterns_as_markdown_means_them() {
+    let page = "| input | what |\n|---|---|\n\
+                | `--a 1` (a remark) | clap's ``error: x `y` z``, exit 2 |\n\
+                | `--b` of a run | `error: b` |\n\
+                | `--c \\| d` | `error: c\\|d` |\n\
+                | `--e` | no error |\n";
+    let rows = runnable_rows(page);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0].args.as_slice(), rows[0].message.as_str()),
+        (["--a", "1"].map(String::from).as_slice(), "error: x `y` z")
+    );
+    assert_eq!(rows[1].message, "error: c|d");
+    assert!(reads_as("error: a 12 b ... c", "error: a 7.5 b anything c"));
+    assert!(reads_as("error: at (x ... y ...): z", "error: at (x 1 y 2 3): z"));
+    assert!(!reads_as("error: a b", "error: a b c"));
+    assert!(!reads_as("error: a ... c", "error: a b d"));
+    assert!(!reads_as("error: has 8", "error: has 8 and more"));
+    assert!(!reads_as("error: word", "error: other"));
+}
