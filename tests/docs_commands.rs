@@ -4,8 +4,11 @@
 //! it, and every option the program's own messages advise exists. Records of past runs
 //! (docs/measurements) keep the commands of their day and are not read.
 
+mod common;
+
 use clap::CommandFactory;
 use clap::error::ErrorKind;
+use common::markdown;
 use dcgan_train::commands::Cli;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -57,32 +60,14 @@ fn doc_files() -> Vec<PathBuf> {
 /// The code of a markdown text: each line of its shell blocks (lines continued with `\`
 /// joined) and each inline code span outside them.
 fn code_pieces(text: &str) -> Vec<String> {
+    let (blocks, prose) = markdown::split_blocks(text);
     let mut pieces = Vec::new();
-    let mut prose = String::new();
-    let mut block: Option<(bool, String)> = None;
-    for line in text.lines() {
-        let fence = line.trim_start().strip_prefix("```");
-        match (&mut block, fence) {
-            (None, Some(lang)) => block = Some((matches!(lang.trim(), "" | "sh" | "bash" | "console"), String::new())),
-            (Some((shell, body)), Some(_)) => {
-                if *shell {
-                    pieces.extend(body.replace("\\\n", " ").lines().map(str::to_string));
-                }
-                block = None;
-            }
-            (Some((_, body)), None) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            (None, None) => {
-                prose.push_str(line);
-                prose.push('\n');
-            }
-        }
+    for (_, body) in blocks.iter().filter(|(info, _)| matches!(info.as_str(), "" | "sh" | "bash" | "console")) {
+        pieces.extend(body.replace("\\\n", " ").lines().map(str::to_string));
     }
     // Inline spans do not cross lines.
     for line in prose.lines() {
-        pieces.extend(line.split('`').skip(1).step_by(2).map(str::to_string));
+        pieces.extend(markdown::code_spans(line).0);
     }
     pieces
 }

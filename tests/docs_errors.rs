@@ -3,65 +3,11 @@
 //! parentheses) is run, and its error line must read as the page says: `...` stands for
 //! any text and a number for any number (some are the host's: its cores, its memory).
 
+mod common;
+
+use common::markdown;
 use std::path::Path;
 use std::process::Command;
-
-/// A table cell's code spans and the text around them (each span a NUL), as markdown reads
-/// them: a span opened by N backticks ends at the next run of exactly N.
-fn spans(cell: &str) -> (Vec<String>, String) {
-    let (mut found, mut rest) = (Vec::new(), String::new());
-    let mut i = 0;
-    while i < cell.len() {
-        let tail = &cell[i..];
-        if !tail.starts_with('`') {
-            let c = tail.chars().next().unwrap();
-            rest.push(c);
-            i += c.len_utf8();
-            continue;
-        }
-        let n = tail.len() - tail.trim_start_matches('`').len();
-        let fence = "`".repeat(n);
-        let mut end = None;
-        let mut from = n;
-        while let Some(j) = tail[from..].find(&fence) {
-            let at = from + j;
-            let run = tail[at..].len() - tail[at..].trim_start_matches('`').len();
-            if run == n {
-                end = Some(at);
-                break;
-            }
-            from = at + run;
-        }
-        let Some(end) = end else {
-            rest.push_str(tail);
-            break;
-        };
-        let body = &tail[n..end];
-        found.push(if n > 1 { body.trim().to_string() } else { body.to_string() });
-        rest.push('\0');
-        i += end + n;
-    }
-    (found, rest)
-}
-
-/// The cells of a table row, split as GitHub splits them: at every `|` not escaped as `\|`
-/// (code spans included), the escapes then read as `|`.
-fn cells(row: &str) -> Vec<String> {
-    let (mut out, mut cur, mut escaped) = (Vec::new(), String::new(), false);
-    for c in row.chars() {
-        match c {
-            '|' if !escaped => out.push(std::mem::take(&mut cur).trim().to_string()),
-            '|' => {
-                cur.pop();
-                cur.push('|');
-            }
-            _ => cur.push(c),
-        }
-        escaped = c == '\\';
-    }
-    // The text before the first `|` and after the last is not a cell.
-    out.into_iter().skip(1).collect()
-}
 
 /// A row the test can run: the input's arguments and the error line the page shows.
 struct Row {
@@ -72,16 +18,18 @@ struct Row {
 fn runnable_rows(page: &str) -> Vec<Row> {
     let mut rows = Vec::new();
     for line in page.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| input")) {
-        let cells = cells(line);
+        let cells = markdown::table_cells(line);
         let [input, output] = cells.as_slice() else { continue };
-        let (inputs, around) = spans(input);
+        let (inputs, around) = markdown::code_spans(input);
         // The input is one span, maybe with a remark in parentheses after it.
         let around = around.trim_end();
         let alone = around == "\0" || around.starts_with("\0 (") && around.ends_with(')');
         if inputs.len() != 1 || !alone || !inputs[0].starts_with("--") || inputs[0].contains("...") {
             continue;
         }
-        let Some(message) = spans(output).0.into_iter().find(|s| s.starts_with("error:")) else { continue };
+        let Some(message) = markdown::code_spans(output).0.into_iter().find(|s| s.starts_with("error:")) else {
+            continue;
+        };
         let args = shlex::split(&inputs[0]).expect("an input is a shell command line");
         rows.push(Row { args, message });
     }

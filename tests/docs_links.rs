@@ -1,6 +1,9 @@
 //! Every relative link in the project's markdown leads somewhere: the file or image exists,
 //! and an anchor names a heading of its page as GitHub spells it.
 
+mod common;
+
+use common::markdown;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -28,19 +31,9 @@ fn markdown_files() -> Vec<PathBuf> {
     files
 }
 
-/// A markdown text without its fenced code blocks (a `](` there is code, not a link).
+/// A markdown text without its fenced code blocks (a `](` or `#` there is code).
 fn without_code_blocks(text: &str) -> String {
-    let mut out = String::new();
-    let mut in_block = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_block = !in_block;
-        } else if !in_block {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+    markdown::split_blocks(text).1
 }
 
 /// GitHub's anchor for a heading: lower case, everything but letters, digits, `-`, `_` and
@@ -121,4 +114,16 @@ fn anchors_are_spelled_as_github_spells_them() {
     assert_eq!(anchors(page), expected.iter().map(|s| s.to_string()).collect());
     let text = "See [a](b.md#c), ![img](img/x.png \"t\") and [web](https://x.y/z).\n```\n[code](no.md)\n```\n";
     assert_eq!(relative_links(text), ["b.md#c", "img/x.png"]);
+}
+
+#[test]
+fn markdown_reads_as_github_renders_it() {
+    let (blocks, prose) = markdown::split_blocks("a `x`\n```sh\nrun \\\n  on\n```\nb\n```\nplain\n```\n");
+    assert_eq!(blocks, [("sh".to_string(), "run \\\n  on\n".to_string()), (String::new(), "plain\n".to_string())]);
+    assert_eq!(prose, "a `x`\nb\n");
+    let (spans, rest) = markdown::code_spans("see ``a `b` c`` and `d`, not ` alone");
+    assert_eq!(spans, ["a `b` c", "d"]);
+    assert_eq!(rest, "see \0 and \0, not ` alone");
+    assert_eq!(markdown::table_cells("| `a \\| b` | c | d |"), ["`a | b`", "c", "d"]);
+    assert_eq!(markdown::table_cells("| `a|b` |"), ["`a", "b`"]);
 }

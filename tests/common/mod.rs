@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod markdown;
 pub mod reference;
 pub mod scaling_bench;
 
