@@ -1,6 +1,7 @@
 //! The parameters of one network in flat device buffers: values, gradients and both Adam
 //! moments, plus the batch-norm running statistics. Each layer owns ranges into them, so a
-//! bucket of gradients is one contiguous range: one copy, one allreduce, one Adam launch.
+//! bucket of gradients is one contiguous range: copied and averaged as a whole (in fragments),
+//! updated by one Adam launch.
 
 use crate::backend::{Backend, View, ViewMut};
 use crate::ops::adam::AdamStep;
