@@ -394,3 +394,29 @@ fn the_readers_find_commands_and_catch_a_wrong_one() {
     assert_eq!(expansions(&["--seed".into(), "1|2".into(), "--batch-size".into(), "B".into()]).len(), 2);
     assert_eq!(string_literals("let a = '\"'; // \"no\"\nf(\"--x y\", \"\\\"q\\\"\")"), ["--x y", "\\\"q\\\""]);
 }
+
+#[test]
+fn every_script_has_a_row_in_the_scripts_readme() {
+    let readme = std::fs::read_to_string(root().join("scripts/README.md")).unwrap();
+    // The rows' first cells, as `name`.
+    let rows: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| markdown::table_cells(l).into_iter().next())
+        .filter_map(|cell| markdown::code_spans(&cell).0.into_iter().next())
+        .collect();
+    let mut missing = Vec::new();
+    for dir in ["", "gpu/", "lib/"] {
+        for entry in std::fs::read_dir(root().join("scripts").join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = format!("{dir}{}", path.file_name().unwrap().to_string_lossy());
+            // gpu/ and lib/ are walked file by file; reports/ is one package with one row.
+            let walked = dir.is_empty() && (name == "gpu" || name == "lib");
+            let row = if path.is_dir() { format!("{name}/") } else { name.clone() };
+            if name != "README.md" && !walked && !rows.contains(&row) {
+                missing.push(row);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "scripts without a row in scripts/README.md: {missing:?}");
+    assert!(rows.len() > 20, "only {} rows read", rows.len());
+}
