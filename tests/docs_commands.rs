@@ -1,8 +1,9 @@
 //! The command lines README.md and docs/ show still work: every `dcgan-train` line parses
 //! with the program's own parser, every option the docs name belongs to the program, a
 //! script or a tool they launch, every script they run exists and knows the options given
-//! it, and every option the program's own messages advise exists. Records of past runs
-//! (docs/measurements) keep the commands of their day and are not read.
+//! it, every option the program's own messages advise exists, and every script has its row
+//! in scripts/README.md. Records of past runs (docs/measurements) keep the commands of their
+//! day and are not read.
 
 mod common;
 
