@@ -2,7 +2,6 @@
 
 #![allow(dead_code)]
 
-pub mod markdown;
 pub mod reference;
 pub mod scaling_bench;
 

@@ -5,11 +5,9 @@
 //! in scripts/README.md. Records of past runs (docs/measurements) keep the commands of their
 //! day and are not read.
 
-mod common;
-
+use crate::markdown;
 use clap::CommandFactory;
 use clap::error::ErrorKind;
-use common::markdown;
 use dcgan_train::commands::Cli;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
