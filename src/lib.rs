@@ -5,8 +5,6 @@
 //! `record`, `data`, `report` and `checkpoint` below `train`. Imports run downward only
 //! (docs/architecture.md).
 
-#![warn(clippy::too_many_lines)]
-
 pub mod backend;
 pub mod checkpoint;
 pub mod codec;

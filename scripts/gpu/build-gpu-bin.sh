@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/target/gpu-bin"
 QUALITY_DATA="$ROOT/target/gpu-quality"
-# The test executables gpu-check.sh runs (its TESTS).
+# The test executables gpu-check.sh runs: its tests stage runs every one but cuda_bench.
 TESTS=(cuda_nvrtc cuda_device cuda_ops cuda_layernorm penalty cuda_precision cuda_wire cuda_dcgan cuda_bench)
 cd "$ROOT"
 FEAT=(--release --no-default-features --features cuda)

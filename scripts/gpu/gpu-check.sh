@@ -13,9 +13,9 @@
 #    once (an Open MPI runtime in .ompi, 18 MiB: that machine has none).
 # 2. On the GPU machine, from the repository root, with target/gpu-bin (and .ompi) copied there:
 #
-#      bash scripts/gpu/gpu-check.sh [STAGE...]    (default: every stage but quality, ncu,
-#                                                   scaling and two-level; "all": every stage
-#                                                   but the last two)
+#      bash scripts/gpu/gpu-check.sh [STAGE...]    (default: env nvrtc tests sanitize bench
+#                                                   torch binary mpi; "all": those, quality
+#                                                   and ncu)
 #
 #    Stages: env nvrtc tests sanitize bench torch binary mpi quality ncu scaling two-level wire
 #    wgan.
@@ -32,7 +32,9 @@
 #    env       nvidia-smi, nvcc, driver, PyTorch versions
 #    nvrtc     pick the libnvrtc directory whose kernels load on this driver
 #    tests     every op, G/D gradients and 20 training steps against the CPU backend,
-#              staging through pinned memory, probe (DCGAN_TEST_ENGINES=gpu)
+#              staging through pinned memory, probe; the tf32 and 3xtf32 convolutions within
+#              their tolerance; bf16 and 1bit packed on the device bitwise against the comm
+#              thread's packing; layer norm, the WGAN-GP penalty (DCGAN_TEST_ENGINES=gpu)
 #    sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the op tests
 #              (small shapes), the DCGAN gradient test, and a short training run (memcheck)
 #    bench     per-kernel times in each --precision and the whole step at batch 64 and 256
@@ -207,7 +209,12 @@ ensure_nvrtc() {
 
 stage_tests() {
   ensure_nvrtc
-  for t in cuda_nvrtc cuda_device cuda_ops cuda_layernorm penalty cuda_dcgan; do
+  # Every test executable --build put in target/gpu-bin (its list is build-gpu-bin.sh's), but
+  # the kernel benchmark, which the bench stage runs.
+  local exe t
+  for exe in "$BIN"/*; do
+    t=$(basename "$exe")
+    [[ $t == dcgan-train* || $t == cuda_bench ]] && continue
     # penalty's training run is a CPU run on Fashion-MNIST, which the device has no copy of.
     local skip=()
     [[ $t == penalty ]] && skip=(--skip the_penalty_holds_the_critics_gradient_norm_near_one)

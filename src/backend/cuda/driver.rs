@@ -39,8 +39,8 @@ impl Drop for DeviceAlloc {
 }
 
 /// The compile target for a device of compute capability `cc`: CUBIN for the device itself
-/// when NVRTC knows it, else PTX for the newest architecture NVRTC knows (the driver compiles
-/// it forward at load).
+/// when NVRTC knows it, else PTX for the newest architecture NVRTC knows below the device's
+/// (the driver compiles it forward at load); none below it is an error naming the NVRTC.
 fn target_for(cc: (i32, i32)) -> Result<Target> {
     let arch = (cc.0 * 10 + cc.1) as u32;
     let supported = nvrtc::supported_archs()?;
