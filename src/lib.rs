@@ -23,3 +23,4 @@ pub mod report;
 pub mod scaling;
 pub mod train;
 pub mod units;
+pub mod version;

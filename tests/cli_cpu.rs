@@ -1,6 +1,6 @@
 //! The command line around training, on one rank: what `sample --out` may replace, where runs
-//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, `info`, and
-//! `--precision` and `--cuda-graphs` on the CPU.
+//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, `info`,
+//! `--precision` and `--cuda-graphs` on the CPU, and the version the program gives.
 
 mod common;
 
@@ -233,4 +233,36 @@ fn tensor_core_precisions_and_cuda_graphs_are_refused_on_the_cpu() {
     assert!(!out.exists(), "a refused run wrote {}", out.display());
     let o = train(&out, "1", &["--precision", "fp32"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `--version`, `info` and the summary a run writes name the commit the binary was built
+/// from, as git sees this checkout now, with ", modified" where its sources differ from it.
+#[test]
+fn the_version_names_the_commit_the_binary_was_built_from() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let git = |args: &[&str]| {
+        let o = Command::new("git").current_dir(root).args(args).output().ok()?;
+        o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let own_checkout = git(&["rev-parse", "--show-toplevel"])
+        .is_some_and(|top| Path::new(&top).canonicalize().ok() == root.canonicalize().ok());
+    let build = match git(&["rev-parse", "--short=12", "HEAD"]).filter(|_| own_checkout) {
+        Some(commit) => {
+            let sources = ["status", "--porcelain", "--", "src", "kernels", "build.rs", "Cargo.toml", "Cargo.lock"];
+            let modified = git(&sources).is_some_and(|s| !s.is_empty());
+            format!(" (commit {commit}{})", if modified { ", modified" } else { "" })
+        }
+        None => String::new(),
+    };
+    let program = format!("dcgan-train {}{build}", env!("CARGO_PKG_VERSION"));
+    let o = run(&["--version"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), program);
+    let o = bin().arg("info").env("CUDA_VISIBLE_DEVICES", "").output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&format!("{program}: 1 rank(s)")), "{}", stderr(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = train(&out, "1", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["program"], program);
 }

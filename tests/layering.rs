@@ -25,6 +25,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "record",
             "report",
             "units",
+            "version",
         ],
     ),
     ("scaling", &["comm", "memory", "record", "report", "units"]),
@@ -43,6 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fault_hooks", &[]),
     ("memory", &[]),
     ("units", &[]),
+    ("version", &[]),
 ];
 
 /// The modules a file names as `crate::x` (macros, `crate::x!`, are not imports).

@@ -47,7 +47,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
     );
     let lines = comm.gather_bytes(line.into_bytes())?;
     if let Some(lines) = lines {
-        println!("dcgan-train {}: {} rank(s) on {} host(s)", env!("CARGO_PKG_VERSION"), w.size, w.host_count());
+        println!("{}: {} rank(s) on {} host(s)", crate::version::PROGRAM, w.size, w.host_count());
         println!("MPI: {} (thread level {})", w.mpi_library, w.thread_level);
         for l in lines {
             println!("{}", String::from_utf8_lossy(&l));

@@ -22,7 +22,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "dcgan-train",
-    version,
+    version = crate::version::VERSION,
     about = "Data-parallel DCGAN training over MPI",
     args_conflicts_with_subcommands = true
 )]

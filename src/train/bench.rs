@@ -102,6 +102,7 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
     let threads = rayon::current_num_threads();
     if args.json {
         let line = serde_json::json!({
+            "program": crate::version::PROGRAM,
             "device": trainer.be_describe(),
             "image_size": size,
             "batch_size": batch,
@@ -169,6 +170,7 @@ fn bench_critic_steps<B: crate::backend::Backend>(
     let (batch, size) = (trainer.batch(), args.model.image_size);
     if args.json {
         let line = serde_json::json!({
+            "program": crate::version::PROGRAM,
             "device": trainer.be_describe(),
             "loss": "wgan-gp",
             "image_size": size,

@@ -139,7 +139,7 @@ pub fn build_summary<B: Backend>(
     // The median step excludes the epoch ends (sampling, checkpoints) and warm-up outliers.
     let ms = median(&facts.step_ms);
     let mut s = Summary {
-        program: concat!("dcgan-train ", env!("CARGO_PKG_VERSION")).to_string(),
+        program: crate::version::PROGRAM.to_string(),
         options: args.clone(),
         ranks: w.size,
         hosts: w.hosts.clone(),
