@@ -45,3 +45,7 @@ for b in sorted({k[0] for k in ours} | {r["batch"] for r in torch}):
         print(line + (" (ours" + ", ".join(ratios) + ")" if ratios else ""))
 if torch:
     print("GPU:", torch[0]["gpu"], "| PyTorch", torch[0]["torch"], "cuDNN", torch[0]["cudnn"])
+# Which build ran (its commit; lines from builds before it was recorded have none).
+builds = sorted({r["program"] for r in load("bench-step.jsonl") if "program" in r})
+if builds:
+    print("ours:", ", ".join(builds))
