@@ -77,34 +77,45 @@ __device__ __forceinline__ void mma_step(const float (&As)[KS][LDA], const float
       b[ni][0] = Bs[k0 + t][col + 8 * ni];
       b[ni][1] = Bs[k0 + t + 4][col + 8 * ni];
     }
-    // 3xTF32: the small parts, each what rounding to TF32 left off its operand.
-    float a_small[MI][4], b_small[NI][2];
+    // 3xTF32: the small parts, each what rounding to TF32 left off its operand (A's split
+    // one row block at a time, which keeps fewer registers live).
+    float b_small[NI][2];
     if constexpr (THREE_TF32) {
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) split_tf32(a[mi][q], a_small[mi][q]);
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
         for (int q = 0; q < 2; ++q) split_tf32(b[ni][q], b_small[ni][q]);
     }
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
+    for (int mi = 0; mi < MI; ++mi) {
+      float a_small[4];
+      if constexpr (THREE_TF32) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) split_tf32(a[mi][q], a_small[q]);
+      }
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
         float d[4] = {acc[2 * mi][2 * ni], acc[2 * mi][2 * ni + 1], acc[2 * mi + 1][2 * ni],
                       acc[2 * mi + 1][2 * ni + 1]};
-        // The small terms first, while the sum is still small (CUTLASS's order).
         if constexpr (THREE_TF32) {
-          mma_tf32(d, a_small[mi], b[ni]);
-          mma_tf32(d, a[mi], b_small[ni]);
+          // This step's three products in an accumulator of their own (the small terms
+          // first, CUTLASS's order), then one IEEE add into the running sum: the tensor
+          // cores truncate each MMA's sum, and three MMAs a step into the running sum would
+          // truncate it three times at its own size (docs/cuda.md).
+          float step[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_tf32(step, a_small, b[ni]);
+          mma_tf32(step, a[mi], b_small[ni]);
+          mma_tf32(step, a[mi], b[ni]);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) d[q] = __fadd_rn(d[q], step[q]);
+        } else {
+          mma_tf32(d, a[mi], b[ni]);
         }
-        mma_tf32(d, a[mi], b[ni]);
         acc[2 * mi][2 * ni] = d[0];
         acc[2 * mi][2 * ni + 1] = d[1];
         acc[2 * mi + 1][2 * ni] = d[2];
         acc[2 * mi + 1][2 * ni + 1] = d[3];
       }
+    }
   }
 }

@@ -148,9 +148,12 @@ inline float tf32_round(float x) {
 
 // mma.sync m16n8k8 TF32 for the calling thread's warp: every lane posts its fragments, then
 // computes its four outputs from the whole warp's. The tensor cores read only the TF32 bits
-// of each operand, so the low 13 are dropped here too; products of TF32 values are exact in
-// f32, and they are added to d in k order. A lane's next MMA posts into the other buffer, and
-// cannot get further before every lane has reached it, so one warp barrier per MMA suffices.
+// of each operand, so the low 13 are dropped here too. Their products are exact, and their
+// sums are not IEEE: published measurements of A100 and H100 find them truncated. Modelled
+// here as the sum of d and the eight products in double, truncated toward zero to f32 once
+// per MMA (the hardware may lose a little more aligning the terms). A lane's next MMA posts
+// into the other buffer, and cannot get further before every lane has reached it, so one warp
+// barrier per MMA suffices.
 inline void mma_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
   const int lane_id = emu::S.fibers[emu::S.cur].linear;
   const int w = lane_id >> 5, lane = lane_id & 31;
@@ -162,15 +165,17 @@ inline void mma_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
   const int g = lane >> 2, t = lane & 3;
   for (int q = 0; q < 4; ++q) {
     const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
-    float s = d[q];
+    double s = d[q];
     for (int k = 0; k < 8; ++k) {
       // A[row][k] is held by lane (row % 8) * 4 + k % 4, register (k / 4) * 2 + row / 8;
       // B[k][col] by lane col * 4 + k % 4, register k / 4.
       const float av = emu::S.mma_a[buf][w][(row & 7) * 4 + (k & 3)][(k >> 2) * 2 + (row >> 3)];
       const float bv = emu::S.mma_b[buf][w][col * 4 + (k & 3)][k >> 2];
-      s += av * bv;
+      s += (double)av * bv;
     }
-    d[q] = s;
+    float f = (float)s;  // to nearest; one step toward zero where that rounded up
+    if (__builtin_fabs((double)f) > __builtin_fabs(s)) f = __builtin_nextafterf(f, 0.0f);
+    d[q] = f;
   }
 }
 
