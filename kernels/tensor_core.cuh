@@ -14,8 +14,9 @@
 // On the GPU these are single instructions (compute capability 8.0 and newer; older devices
 // are refused before a tensor-core kernel is launched, and trap if one is). The emulator
 // (kernels/emu/cuda_emu.h) defines both itself: the MMA through the warp's shared exchange,
-// its products exact and summed in f32 in k order (the hardware's order and rounding of the
-// sum differ, so results agree to f32 accumulation error, not bit for bit).
+// its products exact and their sum truncated toward zero once per MMA, as the hardware's are
+// (whose alignment of the terms may lose a little more, so results agree to the accumulation
+// error, not bit for bit).
 #pragma once
 
 #ifdef __CUDA_ARCH__

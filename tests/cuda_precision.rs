@@ -79,6 +79,9 @@ fn shapes(cu: &Cuda) -> Vec<ConvGeom> {
         c(2, 4, 16, 16, 130, 3, 1, 1),
         t(3, 10, 1, 1, 40, 4, 1, 0),
         t(3, 10, 1, 1, 4, 4, 1, 0),
+        // A backward-data of K = 2048 in one accumulator, as long as the DCGAN's longest: the
+        // tensor cores truncate their sums, and 3xTF32's must not build up over it.
+        c(1, 64, 8, 8, 512, 4, 2, 1),
     ];
     // The DCGAN's layers, at batch 64 and an odd batch: on a GPU only (the emulator's MMAs
     // switch between the warp's 32 fibers, too slow for these).

@@ -173,8 +173,10 @@ inline void mma_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
       const float bv = emu::S.mma_b[buf][w][col * 4 + (k & 3)][k >> 2];
       s += (double)av * bv;
     }
-    float f = (float)s;  // to nearest; one step toward zero where that rounded up
-    if (__builtin_fabs((double)f) > __builtin_fabs(s)) f = __builtin_nextafterf(f, 0.0f);
+    // To nearest, then one step toward zero where that rounded away; an overflow stays
+    // infinite (as a diverging run's would on f32 sums), not the largest float.
+    float f = (float)s;
+    if (__builtin_isfinite(f) && __builtin_fabs((double)f) > __builtin_fabs(s)) f = __builtin_nextafterf(f, 0.0f);
     d[q] = f;
   }
 }
