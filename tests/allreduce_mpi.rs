@@ -9,6 +9,8 @@
 //! network transports it would probe (and warn about) in containers. Skipped, with a printed
 //! reason, where mpiexec is missing or the binary is built without the `mpi` feature.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -23,6 +25,7 @@ fn mpiexec() -> Option<PathBuf> {
 /// `mpiexec -n n dcgan-train args...` with `env` exported to every rank.
 fn run_mpi(mpiexec: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = Command::new(mpiexec);
+    common::own_session(&mut cmd);
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .args(["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"])

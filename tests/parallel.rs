@@ -290,8 +290,8 @@ fn a_late_rank_is_waited_for_and_not_counted_as_compute() {
     let tmp = tempfile::tempdir().unwrap();
     for flag in [None, Some("--no-exchange")] {
         let out = tmp.path().join(flag.unwrap_or("exchange").trim_start_matches('-'));
-        let mut cmd = std::process::Command::new("mpiexec");
-        cmd.args(["--oversubscribe", "--bind-to", "none", "-x", "DCGAN_TEST_SLOW_RANK", "-n", "2"])
+        let mut cmd = common::mpiexec();
+        cmd.args(["-x", "DCGAN_TEST_SLOW_RANK", "-n", "2"])
             .arg(env!("CARGO_BIN_EXE_dcgan-train"))
             .args(["--data", "synthetic:256", "--batch-size", "8", "--max-steps", "8", "--no-progress", "--out"])
             .arg(&out)

@@ -81,7 +81,29 @@ pub fn final_weights(run: &std::path::Path) -> std::collections::BTreeMap<String
 pub fn mpiexec() -> std::process::Command {
     let mut cmd = std::process::Command::new("mpiexec");
     cmd.args(["--oversubscribe", "--bind-to", "none"]);
+    own_session(&mut cmd);
     cmd
+}
+
+/// Gives an mpiexec job a session directory of its own. Open MPI keeps every job's under one
+/// directory per host and user (/tmp/ompi.HOST.UID), which a job that ends removes while one
+/// that starts creates it: jobs of tests running side by side then fail in orte_init
+/// ("mkdir ... File exists"). Each job's is left empty when it ends; those of test processes
+/// no longer running are removed here.
+pub fn own_session(cmd: &mut std::process::Command) {
+    static JOBS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let root = std::env::temp_dir().join("dcgan-test-ompi");
+    for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let pid = name.split('-').next().unwrap_or_default();
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            std::fs::remove_dir_all(entry.path()).ok();
+        }
+    }
+    let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = root.join(format!("{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a session directory for mpiexec");
+    cmd.env("OMPI_MCA_orte_tmpdir_base", dir);
 }
 
 /// `mpiexec -n ranks dcgan-train` with those options; its arguments follow.
