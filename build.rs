@@ -19,6 +19,11 @@ fn rerun_if_changed(path: &Path) {
     }
 }
 
+/// Where git keeps `name` (`HEAD`, `packed-refs`, `refs/heads/main`), worktrees included.
+fn git_path(name: &str) -> Option<PathBuf> {
+    git(&["rev-parse", "--path-format=absolute", "--git-path", name]).map(PathBuf::from)
+}
+
 /// " (commit <12 hex digits>[, modified])" where this package is a git checkout of its own,
 /// "modified" when its sources differ from the commit; empty otherwise (a source tarball, or
 /// a copy inside another repository).
@@ -30,16 +35,20 @@ fn build_suffix() -> String {
     let Some(commit) = own_checkout.then(|| git(&["rev-parse", "--short=12", "HEAD"])).flatten() else {
         return String::new();
     };
-    // A commit or a checkout moves HEAD or its branch; `git add` rewrites the index.
-    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]).map(PathBuf::from) {
-        for name in ["HEAD", "index", "packed-refs"] {
-            rerun_if_changed(&dir.join(name));
-        }
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            rerun_if_changed(&dir.join(branch));
+    // A commit, a checkout or a reset moves HEAD or its branch; `git add` rewrites the index.
+    for name in ["HEAD", "index", "packed-refs"] {
+        if let Some(path) = git_path(name) {
+            rerun_if_changed(&path);
         }
     }
-    let status = [&["status", "--porcelain", "--"][..], SOURCES].concat();
+    // The branch's own file, or its directory where the ref is only in packed-refs.
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]).and_then(|b| git_path(&b)) {
+        let dir = branch.parent().filter(|_| !branch.exists());
+        rerun_if_changed(dir.unwrap_or(&branch));
+    }
+    // Without optional locks `git status` leaves the index as it is (a rewrite would rerun
+    // this script once more).
+    let status = [&["--no-optional-locks", "status", "--porcelain", "--"][..], SOURCES].concat();
     let modified = git(&status).is_some_and(|s| !s.is_empty());
     format!(" (commit {commit}{})", if modified { ", modified" } else { "" })
 }

@@ -14,6 +14,8 @@ FEAT=(--release --no-default-features --features cuda)
 cargo build "${FEAT[@]}" --bin dcgan-train
 args=()
 for t in "${TESTS[@]}"; do args+=(--test "$t"); done
+# Afresh: an executable left from an older build would be run as one of this build's.
+rm -rf "$BIN"
 mkdir -p "$BIN"
 cargo test "${FEAT[@]}" --no-run "${args[@]}" --message-format=json |
   python3 -c '

@@ -35,7 +35,8 @@ const OTHER_TOOLS: &[&str] = &[
 ];
 
 /// Programs that run the command that follows their own options.
-const LAUNCHERS: &[&str] = &["mpiexec", "mpirun", "srun", "taskset", "time", "bash", "env", "sudo"];
+const LAUNCHERS: &[&str] =
+    &["mpiexec", "mpirun", "srun", "taskset", "time", "bash", "env", "sudo", "python3", "python"];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -64,9 +65,8 @@ fn code_pieces(text: &str) -> Vec<String> {
     for (_, body) in blocks.iter().filter(|(info, _)| matches!(info.as_str(), "" | "sh" | "bash" | "console")) {
         pieces.extend(body.replace("\\\n", " ").lines().map(str::to_string));
     }
-    // Inline spans do not cross lines.
-    for line in prose.lines() {
-        pieces.extend(markdown::code_spans(line).0);
+    for paragraph in markdown::paragraphs(&prose) {
+        pieces.extend(markdown::code_spans(&paragraph).0);
     }
     pieces
 }
@@ -417,5 +417,7 @@ fn every_script_has_a_row_in_the_scripts_readme() {
         }
     }
     assert!(missing.is_empty(), "scripts without a row in scripts/README.md: {missing:?}");
+    let gone: Vec<&String> = rows.iter().filter(|r| !root().join("scripts").join(r).exists()).collect();
+    assert!(gone.is_empty(), "rows of scripts/README.md naming no script: {gone:?}");
     assert!(rows.len() > 20, "only {} rows read", rows.len());
 }

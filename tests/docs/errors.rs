@@ -34,19 +34,24 @@ fn runnable_rows(page: &str) -> Vec<Row> {
     rows
 }
 
-/// Whether `line` reads as `pattern`: `...` any text, a number any number, backticks
-/// ignored on both sides.
+/// Whether `line` reads as `pattern`: `...` any text, a number standing alone any number
+/// (`1bit` and `f32` are words), backticks ignored on both sides.
 fn reads_as(pattern: &str, line: &str) -> bool {
     fn tokens(s: &str) -> Vec<String> {
-        // Numbers become one token each; everything else a character.
-        let mut out: Vec<String> = Vec::new();
-        for c in s.chars().filter(|&c| c != '`') {
-            let number = c.is_ascii_digit() || c == '.' && out.last().is_some_and(|t| t == "#");
-            match (number, out.last()) {
-                (true, Some(t)) if t == "#" => {}
-                (true, _) if c.is_ascii_digit() => out.push("#".into()),
-                _ => out.push(c.to_string()),
+        let chars: Vec<char> = s.chars().filter(|&c| c != '`').collect();
+        let (mut out, mut i) = (Vec::new(), 0);
+        while i < chars.len() {
+            if chars[i].is_ascii_digit() && (i == 0 || !chars[i - 1].is_alphanumeric()) {
+                let end =
+                    (i..chars.len()).find(|&j| !(chars[j].is_ascii_digit() || chars[j] == '.')).unwrap_or(chars.len());
+                if chars.get(end).is_none_or(|c| !c.is_alphabetic()) {
+                    out.push("#".to_string());
+                    i = end;
+                    continue;
+                }
             }
+            out.push(chars[i].to_string());
+            i += 1;
         }
         out
     }
@@ -159,4 +164,6 @@ fn the_reader_takes_rows_and_patterns_as_markdown_means_them() {
     assert!(!reads_as("error: a ... c", "error: a b d"));
     assert!(!reads_as("error: has 8", "error: has 8 and more"));
     assert!(!reads_as("error: word", "error: other"));
+    assert!(!reads_as("error: --wire 1bit", "error: --wire 2bit"));
+    assert!(reads_as("error: at most 16 (of 2)", "error: at most 8 (of 1)"));
 }

@@ -9,8 +9,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every .md file of the checkout, build outputs and hidden directories left out.
+/// Every .md file git tracks here (runs and build outputs are not the project's pages), or,
+/// without git, every one outside build outputs and hidden directories.
 fn markdown_files() -> Vec<PathBuf> {
+    let tracked = std::process::Command::new("git").current_dir(root()).args(["ls-files", "-z", "*.md"]).output();
+    if let Some(o) = tracked.ok().filter(|o| o.status.success() && !o.stdout.is_empty()) {
+        let names = String::from_utf8_lossy(&o.stdout).to_string();
+        return names.split('\0').filter(|n| !n.is_empty()).map(|n| root().join(n)).filter(|p| p.exists()).collect();
+    }
     let (mut files, mut dirs) = (Vec::new(), vec![root().to_path_buf()]);
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
@@ -65,8 +71,11 @@ fn anchors(text: &str) -> BTreeSet<String> {
 
 /// The targets of a text's links and images (`[text](target)`), web addresses left out.
 fn relative_links(text: &str) -> Vec<String> {
-    let text = without_code_blocks(text);
-    text.split("](")
+    // Code spans are code too.
+    let prose = without_code_blocks(text);
+    let text: Vec<String> = markdown::paragraphs(&prose).iter().map(|p| markdown::code_spans(p).1).collect();
+    text.join("\n")
+        .split("](")
         .skip(1)
         .filter_map(|rest| rest.split([')', ' ']).next())
         .filter(|t| !t.contains("://") && !t.starts_with("mailto:"))
@@ -78,7 +87,7 @@ fn relative_links(text: &str) -> Vec<String> {
 fn every_relative_link_leads_to_a_file_and_heading() {
     let files = markdown_files();
     let pages: BTreeMap<PathBuf, BTreeSet<String>> =
-        files.iter().map(|f| (f.clone(), anchors(&std::fs::read_to_string(f).unwrap()))).collect();
+        files.iter().map(|f| (f.canonicalize().unwrap(), anchors(&std::fs::read_to_string(f).unwrap()))).collect();
     let (mut problems, mut links) = (Vec::new(), 0);
     for file in &files {
         let name = file.strip_prefix(root()).unwrap().display();

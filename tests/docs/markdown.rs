@@ -64,6 +64,12 @@ pub fn code_spans(line: &str) -> (Vec<String>, String) {
     (found, rest)
 }
 
+/// The prose's paragraphs (text between blank lines), each one line as markdown reads it: a
+/// code span may wrap from one line to the next.
+pub fn paragraphs(prose: &str) -> Vec<String> {
+    prose.split("\n\n").map(|p| p.lines().map(str::trim).collect::<Vec<_>>().join(" ")).collect()
+}
+
 /// The cells of a table row, split as GitHub splits them: at every `|` not escaped as `\|`
 /// (inside code spans too), the escapes then read as `|`.
 pub fn table_cells(row: &str) -> Vec<String> {
