@@ -17,10 +17,10 @@ const H: f64 = 1e-6;
 const LAMBDA: f32 = 10.0;
 
 const fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize, act: Activation) -> StageSpec {
-    StageSpec { transposed: false, c_in, c_out, k, stride, pad, norm: Norm::None, act }
+    StageSpec::conv(c_in, c_out, k, stride, pad, Norm::None, act)
 }
 const fn conv_ln(c_in: usize, c_out: usize, k: usize, stride: usize, pad: usize) -> StageSpec {
-    StageSpec { norm: Norm::Layer, ..conv(c_in, c_out, k, stride, pad, LeakyRelu) }
+    StageSpec::conv(c_in, c_out, k, stride, pad, Norm::Layer, LeakyRelu)
 }
 
 /// A small critic with every kind of stage of the real one: strided padded convolutions with

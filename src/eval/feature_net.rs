@@ -28,21 +28,11 @@ pub fn specs(image_size: usize, classes: usize) -> Result<[StageSpec; 4]> {
     if image_size == 0 || !image_size.is_multiple_of(4) {
         bail!("the feature network takes images whose side is a multiple of 4, not {image_size}");
     }
-    let conv = |c_in, c_out, k, stride, pad, batch_norm, act| StageSpec {
-        transposed: false,
-        c_in,
-        c_out,
-        k,
-        stride,
-        pad,
-        norm: if batch_norm { Norm::Batch } else { Norm::None },
-        act,
-    };
     Ok([
-        conv(1, 32, 4, 2, 1, false, Relu),
-        conv(32, 64, 4, 2, 1, true, Relu),
-        conv(64, FEATURES, image_size / 4, 1, 0, true, Relu),
-        conv(FEATURES, classes, 1, 1, 0, false, Activation::None),
+        StageSpec::conv(1, 32, 4, 2, 1, Norm::None, Relu),
+        StageSpec::conv(32, 64, 4, 2, 1, Norm::Batch, Relu),
+        StageSpec::conv(64, FEATURES, image_size / 4, 1, 0, Norm::Batch, Relu),
+        StageSpec::conv(FEATURES, classes, 1, 1, 0, Norm::None, Activation::None),
     ])
 }
 

@@ -1,7 +1,8 @@
 //! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
 //! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
 
-use super::net::{BackwardOrder, Net, NetPlan, NoObserver, Norm, StageSpec, plan_net};
+use super::net::Norm::{self, Batch, None as NoNorm};
+use super::net::{BackwardOrder, Net, NetPlan, NoObserver, StageSpec, plan_net};
 use crate::backend::Backend;
 use crate::backend::{View, ViewMut};
 use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
@@ -10,75 +11,37 @@ use anyhow::{Result, bail};
 /// Length of the generator's noise vector.
 pub const NZ: usize = 100;
 
-const fn convt(
-    c_in: usize,
-    c_out: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    batch_norm: bool,
-    act: Activation,
-) -> StageSpec {
-    StageSpec {
-        transposed: true,
-        c_in,
-        c_out,
-        k,
-        stride,
-        pad,
-        norm: if batch_norm { Norm::Batch } else { Norm::None },
-        act,
-    }
-}
-const fn conv(
-    c_in: usize,
-    c_out: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    batch_norm: bool,
-    act: Activation,
-) -> StageSpec {
-    StageSpec {
-        transposed: false,
-        c_in,
-        c_out,
-        k,
-        stride,
-        pad,
-        norm: if batch_norm { Norm::Batch } else { Norm::None },
-        act,
-    }
-}
-
 /// G: z `[B,100,1,1]` -> `[256,7,7]` -> `[128,14,14]` -> `[1,28,28]`.
-pub const GENERATOR_28: [StageSpec; 3] =
-    [convt(NZ, 256, 7, 1, 0, true, Relu), convt(256, 128, 4, 2, 1, true, Relu), convt(128, 1, 4, 2, 1, false, Tanh)];
+pub const GENERATOR_28: [StageSpec; 3] = [
+    StageSpec::transposed(NZ, 256, 7, 1, 0, Batch, Relu),
+    StageSpec::transposed(256, 128, 4, 2, 1, Batch, Relu),
+    StageSpec::transposed(128, 1, 4, 2, 1, NoNorm, Tanh),
+];
 
 /// D: `[1,28,28]` -> `[64,14,14]` -> `[128,7,7]` -> logits `[1,1,1]`.
 pub const DISCRIMINATOR_28: [StageSpec; 3] = [
-    conv(1, 64, 4, 2, 1, false, LeakyRelu),
-    conv(64, 128, 4, 2, 1, true, LeakyRelu),
-    conv(128, 1, 7, 1, 0, false, Activation::None),
+    StageSpec::conv(1, 64, 4, 2, 1, NoNorm, LeakyRelu),
+    StageSpec::conv(64, 128, 4, 2, 1, Batch, LeakyRelu),
+    StageSpec::conv(128, 1, 7, 1, 0, NoNorm, Activation::None),
 ];
 
 /// G: z -> `[512,4,4]` -> `[256,8,8]` -> `[128,16,16]` -> `[64,32,32]` -> `[1,64,64]`.
 pub const GENERATOR_64: [StageSpec; 5] = [
-    convt(NZ, 512, 4, 1, 0, true, Relu),
-    convt(512, 256, 4, 2, 1, true, Relu),
-    convt(256, 128, 4, 2, 1, true, Relu),
-    convt(128, 64, 4, 2, 1, true, Relu),
-    convt(64, 1, 4, 2, 1, false, Tanh),
+    StageSpec::transposed(NZ, 512, 4, 1, 0, Batch, Relu),
+    StageSpec::transposed(512, 256, 4, 2, 1, Batch, Relu),
+    StageSpec::transposed(256, 128, 4, 2, 1, Batch, Relu),
+    StageSpec::transposed(128, 64, 4, 2, 1, Batch, Relu),
+    StageSpec::transposed(64, 1, 4, 2, 1, NoNorm, Tanh),
 ];
 
 /// D: `[1,64,64]` -> `[64,32,32]` -> `[128,16,16]` -> `[256,8,8]` -> `[512,4,4]` ->
 /// logits `[1,1,1]`.
 pub const DISCRIMINATOR_64: [StageSpec; 5] = [
-    conv(1, 64, 4, 2, 1, false, LeakyRelu),
-    conv(64, 128, 4, 2, 1, true, LeakyRelu),
-    conv(128, 256, 4, 2, 1, true, LeakyRelu),
-    conv(256, 512, 4, 2, 1, true, LeakyRelu),
-    conv(512, 1, 4, 1, 0, false, Activation::None),
+    StageSpec::conv(1, 64, 4, 2, 1, NoNorm, LeakyRelu),
+    StageSpec::conv(64, 128, 4, 2, 1, Batch, LeakyRelu),
+    StageSpec::conv(128, 256, 4, 2, 1, Batch, LeakyRelu),
+    StageSpec::conv(256, 512, 4, 2, 1, Batch, LeakyRelu),
+    StageSpec::conv(512, 1, 4, 1, 0, NoNorm, Activation::None),
 ];
 
 /// What D is.

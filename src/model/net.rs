@@ -31,6 +31,35 @@ pub struct StageSpec {
     pub act: Activation,
 }
 
+impl StageSpec {
+    /// A Conv2d stage (no bias) from `c_in` to `c_out` channels, kernel `k`, then `norm` and
+    /// `act`.
+    pub const fn conv(
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        norm: Norm,
+        act: Activation,
+    ) -> Self {
+        StageSpec { transposed: false, c_in, c_out, k, stride, pad, norm, act }
+    }
+
+    /// The same with a ConvTranspose2d.
+    pub const fn transposed(
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        norm: Norm,
+        act: Activation,
+    ) -> Self {
+        StageSpec { transposed: true, ..Self::conv(c_in, c_out, k, stride, pad, norm, act) }
+    }
+}
+
 /// The norm after a stage's convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Norm {

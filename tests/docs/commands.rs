@@ -161,6 +161,12 @@ fn documented_commands() -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// Every invocation of the program or a script the docs show, with its file.
+fn documented_invocations() -> Vec<(String, Invocation)> {
+    let commands = documented_commands().into_iter();
+    commands.flat_map(|(file, tokens)| invocations(&tokens).into_iter().map(move |inv| (file.clone(), inv))).collect()
+}
+
 /// The names of every subcommand.
 fn subcommands() -> Vec<String> {
     Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect()
@@ -251,13 +257,11 @@ fn option_name(word: &str) -> Option<&str> {
 fn every_documented_dcgan_train_line_parses() {
     let mut problems = Vec::new();
     let mut checked = 0;
-    for (file, tokens) in documented_commands() {
-        for inv in invocations(&tokens).into_iter().filter(|inv| is_program(&inv.program)) {
-            for args in expansions(&inv.args) {
-                checked += 1;
-                if let Some(e) = parse_error(&args) {
-                    problems.push(format!("{file}: `dcgan-train {}`: {e}", args.join(" ")));
-                }
+    for (file, inv) in documented_invocations().into_iter().filter(|(_, inv)| is_program(&inv.program)) {
+        for args in expansions(&inv.args) {
+            checked += 1;
+            if let Some(e) = parse_error(&args) {
+                problems.push(format!("{file}: `dcgan-train {}`: {e}", args.join(" ")));
             }
         }
     }
@@ -270,33 +274,31 @@ fn every_documented_dcgan_train_line_parses() {
 fn every_documented_script_exists_and_knows_its_options() {
     let mut problems = Vec::new();
     let mut checked = 0;
-    for (file, tokens) in documented_commands() {
-        for inv in invocations(&tokens).into_iter().filter(|inv| is_script(&inv.program)) {
-            checked += 1;
-            let Some(text) = script_text(&inv.program) else {
-                problems.push(format!("{file}: {} does not exist", inv.program));
-                continue;
+    for (file, inv) in documented_invocations().into_iter().filter(|(_, inv)| is_script(&inv.program)) {
+        checked += 1;
+        let Some(text) = script_text(&inv.program) else {
+            problems.push(format!("{file}: {} does not exist", inv.program));
+            continue;
+        };
+        for (i, arg) in inv.args.iter().enumerate() {
+            // An option, or a word naming a stage or an action (`gpu-check.sh bench`,
+            // `cluster-emulate.sh up`): the script must mention it. A quoted value with
+            // spaces (`--train-args "--wire bf16"`) is neither.
+            let word = arg.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !arg.starts_with('-');
+            let follows_option = i > 0 && inv.args[i - 1].starts_with("--");
+            let known = match option_name(arg).filter(|_| !arg.contains(' ')) {
+                Some(name) => text.contains(&format!("--{name}")),
+                None if word && !follows_option => text.contains(arg.as_str()),
+                None => true,
             };
-            for (i, arg) in inv.args.iter().enumerate() {
-                // An option, or a word naming a stage or an action (`gpu-check.sh bench`,
-                // `cluster-emulate.sh up`): the script must mention it. A quoted value with
-                // spaces (`--train-args "--wire bf16"`) is neither.
-                let word = arg.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !arg.starts_with('-');
-                let follows_option = i > 0 && inv.args[i - 1].starts_with("--");
-                let known = match option_name(arg).filter(|_| !arg.contains(' ')) {
-                    Some(name) => text.contains(&format!("--{name}")),
-                    None if word && !follows_option => text.contains(arg.as_str()),
-                    None => true,
-                };
-                if !known {
-                    problems.push(format!("{file}: {} does not know `{arg}`", inv.program));
-                }
-                // Arguments passed on to dcgan-train parse as its own.
-                if i > 0 && inv.args[i - 1] == "--train-args" {
-                    let args: Vec<String> = shlex::split(arg).unwrap_or_default();
-                    if let Some(e) = parse_error(&args) {
-                        problems.push(format!("{file}: --train-args \"{arg}\": {e}"));
-                    }
+            if !known {
+                problems.push(format!("{file}: {} does not know `{arg}`", inv.program));
+            }
+            // Arguments passed on to dcgan-train parse as its own.
+            if i > 0 && inv.args[i - 1] == "--train-args" {
+                let args: Vec<String> = shlex::split(arg).unwrap_or_default();
+                if let Some(e) = parse_error(&args) {
+                    problems.push(format!("{file}: --train-args \"{arg}\": {e}"));
                 }
             }
         }
