@@ -23,6 +23,7 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
     Checkpoint {
         g: net(g, 1),
         d: net(d, 3),
+        g_ema: Some(net(g, 80)),
         g_adam: moments(g, 5),
         d_adam: moments(d, 7),
         progress: Progress {
@@ -85,9 +86,11 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     let back = checkpoint::load(&second, (&g, &d)).unwrap();
     assert_eq!(back, ck);
     assert_eq!(checkpoint::image_size_of(&second).unwrap(), 28);
-    // A run that never sent 1-bit or ran blocks keeps neither, and reads back none.
+    // A run that never sent 1-bit, ran blocks or averaged G keeps none of them, and reads
+    // back none.
     ck.residuals.clear();
     ck.block = None;
+    ck.g_ema = None;
     let third = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
     assert_eq!(checkpoint::load(&third, (&g, &d)).unwrap(), ck);
 }
@@ -201,6 +204,8 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
         ("main.6.weight", "F32", &[128, 1, 4, 4]),
     ]);
     assert_eq!(header(&saved.join("G.safetensors")), want_g);
+    // `--g-ema`'s averaged generator loads into the same Sequential.
+    assert_eq!(header(&saved.join("G_ema.safetensors")), want_g);
     // nn.Sequential(Conv(1,64,4,2,1), LeakyReLU, Conv(64,128,4,2,1), BN(128), LeakyReLU,
     //               Conv(128,1,7,1,0)) — logits; the loss applies the sigmoid.
     let want_d = expected(&[
@@ -293,7 +298,7 @@ fn a_flipped_byte_in_a_tensor_is_refused_naming_the_file_and_the_tensor() {
     let (g, d) = layouts();
     let ck = sample_checkpoint(&g, &d);
     let saved = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
-    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
+    for file in ["G.safetensors", "D.safetensors", "optimizer.safetensors", "G_ema.safetensors"] {
         let path = saved.join(file);
         let meta = common::safetensors_metadata(&path);
         let digests: serde_json::Map<String, serde_json::Value> =
@@ -311,6 +316,11 @@ fn a_flipped_byte_in_a_tensor_is_refused_naming_the_file_and_the_tensor() {
     let err = format!("{:#}", checkpoint::resolve(dir.path()).unwrap_err());
     assert!(err.contains("no intact checkpoint") && err.contains("G.safetensors is corrupt"), "{err}");
     assert!(err.contains("main.3.weight"), "{err}");
+    // The averaged generator is checked as the others are.
+    let again = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
+    common::flip_tensor_byte(&again.join("G_ema.safetensors"), "main.0.weight");
+    let err = load_error(&again, (&g, &d));
+    assert!(err.contains("G_ema.safetensors is corrupt: tensor main.0.weight does not match its digest"), "{err}");
 }
 
 /// The metadata (the training progress, from which a resume takes the run's options) has a

@@ -159,7 +159,7 @@ fn wgan_gp_steps_follow_the_cpu() {
 /// `--cuda-graphs`: DCGAN steps replayed from graphs (steps 3 and 4: steps 1 and 2 are
 /// recorded, of two kinds: step 2's G forward first lands an update left in flight) compute
 /// what launching their kernels does, bit for bit: every step's metrics, then every weight
-/// and Adam moment.
+/// and Adam moment, and `--g-ema`'s average (its rate changes every step of its ramp).
 #[test]
 fn graphed_training_steps_equal_launched_ones() {
     let set = Dataset::load(&DataSource::Synthetic(4096)).unwrap();
@@ -167,6 +167,9 @@ fn graphed_training_steps_equal_launched_ones() {
         let small = small(&cu);
         let mut graphed = trainer(graphed_twin(&cu), small, 14);
         let mut launched = trainer(cu, small, 14);
+        let batch = launched.batch();
+        launched.use_g_ema(40, batch).unwrap();
+        graphed.use_g_ema(40, batch).unwrap();
         for t in 1..=4 {
             let x = data_batch(&set, launched.batch(), t);
             let (ml, mg) =
@@ -184,6 +187,10 @@ fn graphed_training_steps_equal_launched_ones() {
                 assert!(download(&launched.be, lb) == download(&graphed.be, gb), "{name} {what} after 4 steps");
             }
         }
+        let (la, ga) = (launched.g_ema.as_ref().unwrap(), graphed.g_ema.as_ref().unwrap());
+        let (la, ga) = (download(&launched.be, &la.value), download(&graphed.be, &ga.value));
+        assert!(la == ga, "G's average after 4 steps");
+        assert!(la != download(&launched.be, &launched.model.g.store.value), "the average is G");
         let s = graphed.be.graph_stats().unwrap();
         assert!(s.recorded_steps == 2 && s.replayed_steps == 2 && s.diverged_steps == 0, "{s:?}");
         assert!(s.patched_kernels > 0, "Adam's bias corrections were never patched: {s:?}");

@@ -96,19 +96,26 @@ fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
 }
 
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is
-/// what `evaluate` draws from the same weights in one process.
+/// what `evaluate` draws from the same weights in one process: G's and, with `--g-ema`, the
+/// averaged generator's (which `evaluate` takes by default), each rank drawing from its own
+/// copy of the average.
 #[test]
 fn two_ranks_record_what_evaluate_gives() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("two");
     let args = ["--data", DATA, "--epochs", "1", "--batch-size", "32", "--no-progress", "--eval-every", "1"];
     let mut args = args.to_vec();
-    args.extend(["--eval-n", "600", "--classifier", path(feature_net()), "--out", path(&out)]);
+    args.extend(["--g-ema", "200", "--eval-n", "600", "--classifier", path(feature_net()), "--out", path(&out)]);
     ok(common::mpirun(2, &args, 600));
     let q = common::read_summary(&out).quality;
     assert_eq!(q.len(), 1);
-    let e = evaluate(&["--checkpoint", path(&out), "--n", "600"]);
-    assert!((e.fid - q[0].fid).abs() <= 1e-3 * q[0].fid, "evaluate {} against the run's {}", e.fid, q[0].fid);
+    let trained = evaluate(&["--checkpoint", path(&out), "--n", "600", "--generator", "trained"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b;
+    assert!(close(trained.fid, q[0].fid), "evaluate {} against the run's {}", trained.fid, q[0].fid);
+    let averaged = evaluate(&["--checkpoint", path(&out), "--n", "600"]);
+    let run_ema = q[0].fid_ema.expect("the averaged generator's FID");
+    assert!(close(averaged.fid, run_ema), "evaluate {} against the run's {run_ema}", averaged.fid);
+    assert!(!close(run_ema, q[0].fid), "the two generators score alike: {q:?}");
 }
 
 #[test]

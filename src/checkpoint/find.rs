@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 /// The files of a checkpoint, G first (the one a generator on its own has).
 pub const FILES: [&str; 3] = ["G.safetensors", "D.safetensors", "optimizer.safetensors"];
 
+/// `--g-ema`'s averaged generator, in the checkpoints of runs that keep one.
+pub const AVERAGED_G: &str = "G_ema.safetensors";
+
 /// A checkpoint found, and what to say about it.
 #[derive(Debug)]
 pub struct Located {
@@ -212,10 +215,10 @@ fn fault(dir: &Path, whole: bool) -> (Option<String>, Vec<&'static str>) {
         return (Some("which does not exist".into()), Vec::new());
     }
     let mut undigested = Vec::new();
-    for f in FILES {
+    for f in FILES.into_iter().chain([AVERAGED_G]) {
         let path = dir.join(f);
         if !path.is_file() {
-            if whole || f == FILES[0] {
+            if (whole && f != AVERAGED_G) || f == FILES[0] {
                 return (Some(format!("which has no {f} (it is incomplete)")), undigested);
             }
             continue;

@@ -57,6 +57,9 @@ pub struct Moments {
 pub struct Checkpoint {
     pub g: NetTensors,
     pub d: NetTensors,
+    /// `--g-ema`: the averaged generator, with its own running statistics
+    /// (`G_ema.safetensors`).
+    pub g_ema: Option<NetTensors>,
     pub g_adam: Moments,
     pub d_adam: Moments,
     pub progress: Progress,
@@ -167,6 +170,10 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
+    if let Some(t) = &ck.g_ema {
+        let m = meta(&[("net", "G_ema".into()), ("image_size", size.clone()), ("nz", nz.clone())]);
+        write_synced(&tmp.join(find::AVERAGED_G), &tensors::encode_net(layouts.0, t, m)?)?;
+    }
     let opt = encode_optimizer(layouts, ck)?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
@@ -257,10 +264,15 @@ pub fn image_size_of(dir: &Path) -> Result<usize> {
         .with_context(|| format!("{} has no image_size in its metadata", path.display()))
 }
 
-/// Only the generator (for `sample`).
-pub fn load_generator(dir: &Path, layout: &ParamLayout) -> Result<NetTensors> {
-    let path = dir.join("G.safetensors");
+/// Only the generator (for `sample`): `averaged`, the one `--g-ema` kept (G_ema.safetensors).
+pub fn load_generator(dir: &Path, layout: &ParamLayout, averaged: bool) -> Result<NetTensors> {
+    let path = dir.join(if averaged { find::AVERAGED_G } else { find::FILES[0] });
     Ok(tensors::decode_net(&read(&path)?, layout, &path.display().to_string())?.0)
+}
+
+/// Whether the checkpoint in `dir` holds `--g-ema`'s averaged generator.
+pub fn has_averaged_generator(dir: &Path) -> bool {
+    dir.join(find::AVERAGED_G).is_file()
 }
 
 /// The training progress of the checkpoint in `dir` alone (the optimizer file's metadata).
@@ -317,7 +329,12 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let lens = [layouts.0.param_len(), layouts.1.param_len()];
     let residuals = read_residuals(&st, &what, progress.ranks, lens)?;
     let block = block::read(&st, &what, progress.ranks, lens)?;
-    Ok(Checkpoint { g, d, g_adam, d_adam, progress, rank_states, residuals, block })
+    let ep = dir.join(find::AVERAGED_G);
+    let g_ema = match ep.is_file() {
+        true => Some(tensors::decode_net(&read(&ep)?, layouts.0, &ep.display().to_string())?.0),
+        false => None,
+    };
+    Ok(Checkpoint { g, d, g_ema, g_adam, d_adam, progress, rank_states, residuals, block })
 }
 
 /// Every rank's 1-bit residuals, or none where the checkpoint has none (rank 0's decides).

@@ -8,7 +8,7 @@ use crate::checkpoint;
 use crate::data::{DataSource, Dataset, idx};
 use crate::eval::evaluate::{Evaluation, Reference, images_of, score};
 use crate::eval::feature_net_file::{Splits, obtain};
-use crate::eval::generate::{EVAL_NOISE, Generator};
+use crate::eval::generate::{EVAL_NOISE, Generator, WhichGenerator};
 use crate::eval::train_classifier::ClassifierTraining;
 use crate::model::dcgan::{NZ, seed_for};
 use crate::model::noise::fixed_noise;
@@ -41,6 +41,10 @@ pub struct EvaluateArgs {
     /// Seed of the generator's noise.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// With --checkpoint, which generator draws: auto (the averaged one where the run kept it
+    /// with --g-ema, else G), averaged, or trained.
+    #[arg(long, value_enum, default_value_t = WhichGenerator::Auto, conflicts_with = "images")]
+    pub generator: WhichGenerator,
     /// Also write the figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -79,11 +83,8 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
         Reference::of(&be, &mut f, &reference_images, format!("the test split: {}", splits.test.set.description))?;
     let (images, what) = match (&ck, file) {
         (Some(dir), _) => {
-            let mut g = Generator::load(&be, dir, BATCH.min(n))?;
-            (
-                g.draw(&be, &fixed_noise(seed_for(a.seed, EVAL_NOISE), n, NZ)),
-                format!("the generator of {}", dir.display()),
-            )
+            let mut g = Generator::load(&be, dir, BATCH.min(n), a.generator)?;
+            (g.draw(&be, &fixed_noise(seed_for(a.seed, EVAL_NOISE), n, NZ)), g.describe(dir))
         }
         (None, Some(set)) => (images_of(&set, side, set.count), a.images.as_ref().unwrap().display().to_string()),
         (None, None) => unreachable!(),

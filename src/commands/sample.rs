@@ -5,7 +5,7 @@
 use crate::backend::cpu::Cpu;
 use crate::checkpoint;
 use crate::data::idx::encode_idx_images;
-use crate::eval::generate::Generator;
+use crate::eval::generate::{Generator, WhichGenerator};
 use crate::model::dcgan::{NZ, seed_for};
 use crate::model::noise::fixed_noise;
 use crate::report::png::{to_byte, write_grid, written_here};
@@ -35,6 +35,10 @@ pub struct SampleArgs {
     /// its latest checkpoint).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Which generator draws: auto (the averaged one where the run kept it with --g-ema,
+    /// else G), averaged, or trained.
+    #[arg(long, value_enum, default_value_t = WhichGenerator::Auto)]
+    pub generator: WhichGenerator,
 }
 
 /// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
@@ -69,7 +73,7 @@ pub fn run(args: SampleArgs) -> Result<()> {
     let dir = found.dir;
     let n = args.n as usize;
     let be = Cpu;
-    let mut g = Generator::load(&be, &dir, n)?;
+    let mut g = Generator::load(&be, &dir, n, args.generator)?;
     let size = g.image_size;
     // Without --seed: the noise of the run's own sample grids (its first 64 images are the
     // grid the run drew with these weights); --seed picks other noise.
@@ -90,6 +94,6 @@ pub fn run(args: SampleArgs) -> Result<()> {
         let cols = (n as f64).sqrt().ceil() as usize;
         write_grid(&args.out, &images, n, size, size, cols)?;
     }
-    eprintln!("{n} samples from {} with {whose} written to {}", dir.display(), args.out.display());
+    eprintln!("{n} samples from {} with {whose} written to {}", g.describe(&dir), args.out.display());
     Ok(())
 }

@@ -86,6 +86,11 @@ pub struct ModelArgs {
     /// each micro-batch is still normalized by its own.
     #[arg(long)]
     pub deferred_bn: bool,
+    /// Keep an exponential moving average of G's weights with a half-life of IMAGES training
+    /// images (e.g. 10000; shorter early in the run): the averaged generator draws the sample
+    /// grids, is saved beside G as G_ema.safetensors and is scored beside it (0 = none).
+    #[arg(long, default_value_t = 0, value_name = "IMAGES")]
+    pub g_ema: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -273,6 +278,7 @@ impl From<ModelArgs> for ModelOptions {
             micro_batches: a.micro_batches,
             recompute: a.recompute,
             deferred_bn: a.deferred_bn,
+            g_ema: a.g_ema,
         }
     }
 }

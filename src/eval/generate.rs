@@ -12,15 +12,39 @@ use std::path::Path;
 /// from every noise a run trains on, and the same for `evaluate` and `--eval-every`.
 pub const EVAL_NOISE: u64 = 0x6576616c;
 
+/// Which of a checkpoint's generators draws: `--generator`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WhichGenerator {
+    /// The averaged one where the run kept it (--g-ema), else the trained one
+    #[default]
+    Auto,
+    /// The exponential moving average of G's weights (G_ema.safetensors, from --g-ema)
+    Averaged,
+    /// G as trained (G.safetensors)
+    Trained,
+}
+
 /// A generator loaded from a checkpoint.
 pub struct Generator<B: Backend> {
     net: Net<B>,
     pub image_size: usize,
+    /// Whether it is `--g-ema`'s averaged generator.
+    pub averaged: bool,
 }
 
 impl<B: Backend> Generator<B> {
-    /// G of the checkpoint in `dir` (its digests checked), drawing `batch` images at a time.
-    pub fn load(be: &B, dir: &Path, batch: usize) -> Result<Self> {
+    /// The generator `which` of the checkpoint in `dir` (its digests checked), drawing
+    /// `batch` images at a time.
+    pub fn load(be: &B, dir: &Path, batch: usize, which: WhichGenerator) -> Result<Self> {
+        let averaged = match which {
+            WhichGenerator::Auto => checkpoint::has_averaged_generator(dir),
+            WhichGenerator::Averaged if !checkpoint::has_averaged_generator(dir) => anyhow::bail!(
+                "--generator averaged: {} has no G_ema.safetensors (its run did not keep an average, --g-ema): leave --generator out, or use --generator trained",
+                dir.display()
+            ),
+            WhichGenerator::Averaged => true,
+            WhichGenerator::Trained => false,
+        };
         let image_size = checkpoint::image_size_of(dir)?;
         let (specs, _) = architecture(image_size, Discriminator::Dcgan).map_err(|_| {
             anyhow::anyhow!(
@@ -29,10 +53,16 @@ impl<B: Backend> Generator<B> {
             )
         })?;
         let mut net = Net::new(be, "G", specs, batch, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
-        let t = checkpoint::load_generator(dir, &net.store.layout)?;
+        let t = checkpoint::load_generator(dir, &net.store.layout, averaged)?;
         be.upload(&t.values, ViewMut::whole(&mut net.store.value));
         be.upload(&t.state, ViewMut::whole(&mut net.store.state));
-        Ok(Generator { net, image_size })
+        Ok(Generator { net, image_size, averaged })
+    }
+
+    /// "the averaged generator (--g-ema) of DIR" or "the generator of DIR".
+    pub fn describe(&self, dir: &Path) -> String {
+        let which = if self.averaged { "averaged generator (--g-ema)" } else { "generator" };
+        format!("the {which} of {}", dir.display())
     }
 
     /// Images [n, S, S] in [-1, 1] from `noise` [n, NZ] (sample-major).

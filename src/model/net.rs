@@ -316,10 +316,15 @@ impl<B: Backend> Net<B> {
         }
     }
 
+    /// The batch-norm layers, in stage order.
+    fn bns(&mut self) -> impl Iterator<Item = &mut BatchNormLayer<B>> {
+        self.stages.iter_mut().filter_map(|s| s.bn.as_mut())
+    }
+
     /// `--deferred-bn`: every batch-norm layer's running statistics wait for
     /// `apply_deferred_bn` (`nn::batchnorm::DeferredStats`).
     pub fn defer_bn(&mut self) {
-        for bn in self.stages.iter_mut().filter_map(|s| s.bn.as_mut()) {
+        for bn in self.bns() {
             bn.deferred = Some(Default::default());
         }
     }
@@ -363,6 +368,26 @@ impl<B: Backend> Net<B> {
     pub fn add_weight_grad(&mut self, be: &B, i: usize, dy: View<B>) {
         let x = if i == 0 { View::whole(&self.input) } else { View::whole(self.stages[i - 1].output()) };
         self.stages[i].conv.backward_weight(be, &mut self.store, x, dy, true);
+    }
+
+    /// Batch norm's running statistics recomputed as the plain mean of the batch statistics of
+    /// `passes` training-mode forwards (PyTorch's `momentum=None`; BigGAN's "standing
+    /// statistics"), for weights that were not trained along with them (an average of
+    /// weights). `input(k, buf)` fills the input of pass k. The forward count, the deferred
+    /// statistics and the momentum are left as they were.
+    pub fn standing_statistics(&mut self, be: &B, passes: usize, mut input: impl FnMut(usize, &mut B::Buf)) {
+        let tracked = self.store.bn_batches_tracked;
+        let kept: Vec<_> = self.bns().map(|bn| (bn.geom.momentum, bn.deferred.take())).collect();
+        for k in 0..passes {
+            // The k-th pass weighs 1/(k+1): the running value is the mean of the passes so far.
+            self.bns().for_each(|bn| bn.geom.momentum = 1.0 / (k + 1) as f32);
+            input(k, &mut self.input);
+            self.forward(be, true, None, &mut NoObserver);
+        }
+        for (bn, (momentum, deferred)) in self.bns().zip(kept) {
+            (bn.geom.momentum, bn.deferred) = (momentum, deferred);
+        }
+        self.store.bn_batches_tracked = tracked;
     }
 
     pub fn forward(&mut self, be: &B, train: bool, mut sync: Option<&mut dyn BnSync<B>>, obs: &mut dyn Observer<B>) {

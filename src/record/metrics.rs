@@ -165,6 +165,11 @@ pub struct EpochRecord {
     pub kid: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_seconds: Option<f64>,
+    /// The same for `--g-ema`'s averaged generator (`fid` and `kid` are the trained G's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fid_ema: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid_ema: Option<f64>,
 }
 
 /// The line of a run stopped by a signal before its end (`"type": "stopped"`): also in the

@@ -84,6 +84,9 @@ pub struct ModelOptions {
     pub recompute: bool,
     /// With micro-batches: the running statistics move once per pass over the whole batch.
     pub deferred_bn: bool,
+    /// The half-life in images of the average of G's weights that samples and is scored (0:
+    /// none; `train/ema.rs`).
+    pub g_ema: u64,
 }
 
 /// How the batch is split over the ranks and how gradients are exchanged.
@@ -259,6 +262,7 @@ impl Default for ModelOptions {
             micro_batches: 1,
             recompute: false,
             deferred_bn: false,
+            g_ema: 0,
         }
     }
 }

@@ -77,6 +77,9 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
         trainer.model.g.defer_bn();
         trainer.model.d.defer_bn();
     }
+    if args.model.g_ema > 0 {
+        trainer.use_g_ema(args.model.g_ema, batch)?;
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(args.model.seed);
     let images: Vec<f32> = (0..batch * size * size).map(|_| rng.random_range(-1.0..1.0)).collect();
     if args.model.loss == GanLoss::WganGp {

@@ -85,6 +85,7 @@ fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
         (p.distributed_after > 0, "--distributed-after"),
         (p.no_exchange, "--no-exchange"),
         (p.check_consistency > 0, "--check-consistency"),
+        (args.model.g_ema > 0, "--g-ema"),
     ];
     if let Some((_, flag)) = other.iter().find(|(given, _)| *given) {
         bail!("--pipeline is built for the DCGAN step with its two stages alone: drop {flag} or --pipeline");
@@ -111,6 +112,11 @@ fn check_block_options(args: &TrainOptions) -> Result<()> {
     }
     if p.no_exchange {
         bail!("--no-exchange leaves the ranks alone; --sync-every averages them every K steps: drop one of the two");
+    }
+    if args.model.g_ema > 0 {
+        bail!(
+            "--g-ema averages one G's weights over time, and with --sync-every each rank's G goes its own way between syncs: drop one of the two"
+        );
     }
     Ok(())
 }

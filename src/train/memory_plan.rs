@@ -55,13 +55,17 @@ fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -
         let images = batch * image_size * image_size;
         trainer += (penalty::plan_floats(&d_spec, batch, (1, image_size, image_size))? + images + batch) as u64;
     }
+    // `--g-ema`: the average and its scratch, each G's size (train/ema.rs).
+    let averaged = if model.g_ema > 0 { g.params as u64 } else { 0 };
+    trainer += 2 * averaged;
     let convs: Vec<_> = g.convs.iter().chain(&d.convs).copied().collect();
     let bns: Vec<_> = g.bns.iter().chain(&d.bns).copied().collect();
     let buckets = if ranks > 1 { params } else { 0 };
     // A checkpoint copies values and both moments to the host (3 floats a parameter, and the
     // running statistics), then encodes the optimizer file: both moments copied to bytes and
-    // serialized into one buffer, 4 more. The copies live until the files are written.
-    let checkpoint = 8 * params;
+    // serialized into one buffer, 4 more. The copies live until the files are written; with
+    // `--g-ema` the average is copied and encoded too.
+    let checkpoint = 8 * params + 2 * averaged;
     let images = (batch * image_size * image_size) as u64;
     let noise = (batch * dcgan::NZ) as u64;
     Ok(Parts {

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod config;
 pub mod ddp;
+pub mod ema;
 pub mod interrupt;
 pub mod job;
 pub mod memory_plan;

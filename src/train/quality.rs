@@ -106,14 +106,15 @@ impl<B: Backend> Quality<B> {
         (epoch + 1).is_multiple_of(self.every)
     }
 
-    /// Collective: the score of G's images now (rank 0; None elsewhere) and the seconds taken.
-    pub fn evaluate(&mut self, job: &Job, trainer: &mut GanTrainer<B>) -> Result<Option<(Score, f64)>> {
+    /// Collective: the score of G's images now (rank 0; None elsewhere) and the seconds taken;
+    /// `averaged`: of `--g-ema`'s averaged generator.
+    pub fn evaluate(&mut self, job: &Job, trainer: &mut GanTrainer<B>, averaged: bool) -> Result<Option<(Score, f64)>> {
         let started = Instant::now();
         let (rank, ranks) = (job.world.rank, job.world.size);
         // This rank's images: global indices rank, rank + ranks, ... of the n.
         let noise = fixed_noise(seed_for(self.seed, EVAL_NOISE), self.n, NZ);
         let mine: Vec<f32> = noise.chunks_exact(NZ).skip(rank).step_by(ranks).flatten().copied().collect();
-        let images = trainer.sample(&mine);
+        let images = trainer.draw(&mine, averaged);
         let (features, logits) = self.net.run(&trainer.be, &images);
         let classes = self.net.info.classes;
         let Some(parts) = job.comm.gather_bytes(bytes_of(&[features, logits].concat()))? else { return Ok(None) };

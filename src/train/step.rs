@@ -78,6 +78,8 @@ pub struct GanTrainer<B: Backend> {
     pub micro: Option<super::micro_step::MicroBatches<B>>,
     /// `--pipeline`: this rank's stage (None: the whole step here).
     pub pipeline: Option<super::pipeline::PipelineStage>,
+    /// `--g-ema`: the average of G's weights, folded in as each of G's updates lands.
+    pub g_ema: Option<super::ema::GeneratorAverage<B>>,
 }
 
 /// The optional sync as the networks take it (a coercion site for the trait object's lifetime).
@@ -166,6 +168,7 @@ impl<B: Backend> GanTrainer<B> {
             wgan: None,
             micro: None,
             pipeline: None,
+            g_ema: None,
         })
     }
 
@@ -278,6 +281,7 @@ impl<B: Backend> GanTrainer<B> {
             let store = &mut self.model.g.store;
             let u = Update::next(store, lr);
             self.exchange.finish(&self.be, NetId::G, store, u, &mut self.timeline);
+            self.g_update_landed();
         }
     }
 
@@ -306,6 +310,7 @@ impl<B: Backend> GanTrainer<B> {
         {
             // Every stage has landed its bucket; this closes the update.
             self.exchange.finish(&self.be, NetId::G, &mut self.model.g.store, u, &mut self.timeline);
+            self.g_update_landed();
         }
     }
 
@@ -454,14 +459,6 @@ impl<B: Backend> GanTrainer<B> {
         self.be.download(View::whole(&self.out_fake), &mut f);
         self.be.download(View::whole(&self.out_g), &mut g);
         [r[0] + f[0], g[0], r[1], f[1], g[1], if stop { 1.0 } else { 0.0 }]
-    }
-
-    /// G in evaluation mode on `noise` [n, nz] (sample-major), in chunks of the training
-    /// batch (no new buffers); returns images [n, H, W] in [-1, 1].
-    pub fn sample(&mut self, noise: &[f32]) -> Vec<f32> {
-        self.finish_pending();
-        let (nz, side) = (self.model.nz, self.model.image_size);
-        crate::model::dcgan::draw(&self.be, &mut self.model.g, noise, nz, side)
     }
 }
 

@@ -169,6 +169,20 @@ pub fn net_forward(
     params: &[f64],
     input: &[f64],
 ) -> Vec<f64> {
+    net_forward_stats(specs, batch, input_shape, params, input).0
+}
+
+/// `net_forward`, and each batch norm's batch statistics: per channel the mean and the
+/// unbiased variance (what PyTorch's running statistics move towards), in stage order.
+#[allow(clippy::type_complexity)]
+pub fn net_forward_stats(
+    specs: &[StageSpec],
+    batch: usize,
+    input_shape: (usize, usize, usize),
+    params: &[f64],
+    input: &[f64],
+) -> (Vec<f64>, Vec<(Vec<f64>, Vec<f64>)>) {
+    let mut stats = Vec::new();
     let geoms = stage_geometry(specs, batch, input_shape).unwrap();
     let mut x = input.to_vec();
     let mut off = 0;
@@ -180,6 +194,15 @@ pub fn net_forward(
         x = if s.norm == Norm::Batch {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
             off += 2 * s.c_out;
+            let count = y.len() / s.c_out;
+            let (mean, var): (Vec<f64>, Vec<f64>) = y
+                .chunks_exact(count)
+                .map(|c| {
+                    let m = c.iter().sum::<f64>() / count as f64;
+                    (m, c.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (count - 1) as f64)
+                })
+                .unzip();
+            stats.push((mean, var));
             batch_norm(&y, s.c_out, gamma, beta, s.act)
         } else if s.norm == Norm::Layer {
             let (gamma, beta) = (&params[off..off + s.c_out], &params[off + s.c_out..off + 2 * s.c_out]);
@@ -190,7 +213,7 @@ pub fn net_forward(
         };
     }
     assert_eq!(off, params.len());
-    x
+    (x, stats)
 }
 
 /// Central finite difference of f at x along coordinate i.

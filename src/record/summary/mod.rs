@@ -135,8 +135,13 @@ pub struct EpochQuality {
     pub kid_std: f64,
     /// Images generated.
     pub n: usize,
-    /// The evaluation's wall time.
+    /// The evaluation's wall time (both generators' with `--g-ema`).
     pub seconds: f64,
+    /// `--g-ema`: the averaged generator's FID and KID (`fid` and `kid` are the trained G's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fid_ema: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid_ema: Option<f64>,
 }
 
 /// Where the exchange's time went, per step (rank 0's view).

@@ -28,15 +28,22 @@ pub fn broadcast_from_root<B: Backend>(job: &Job, be: &B, store: &mut ParamStore
         bufs.push(&mut store.v);
     }
     for buf in bufs {
-        let mine = download(be, buf);
-        let root = job.comm.broadcast_f32(0, mine)?;
-        be.upload(&root, ViewMut::whole(buf));
+        broadcast_buf_from_root(job, be, buf)?;
     }
     let mine: Vec<u8> = [store.adam_steps, store.bn_batches_tracked].iter().flat_map(|c| c.to_le_bytes()).collect();
     let root = job.comm.broadcast_bytes(0, mine)?;
     if optimizer {
         let word = |i: usize| u64::from_le_bytes(root[8 * i..8 * i + 8].try_into().expect("two counters"));
         (store.adam_steps, store.bn_batches_tracked) = (word(0), word(1));
+    }
+    Ok(())
+}
+
+/// Every rank takes rank 0's values of `buf`. Collective.
+pub fn broadcast_buf_from_root<B: Backend>(job: &Job, be: &B, buf: &mut B::Buf) -> Result<()> {
+    if job.world.size > 1 {
+        let root = job.comm.broadcast_f32(0, download(be, buf))?;
+        be.upload(&root, ViewMut::whole(buf));
     }
     Ok(())
 }

@@ -188,19 +188,34 @@ impl<B: Backend> Run<'_, B> {
         let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
-        let quality = match self.quality.as_mut().filter(|q| q.due(epoch)) {
-            Some(q) => q.evaluate(job, t)?,
-            None => None,
+        let (quality, averaged) = match self.quality.as_mut().filter(|q| q.due(epoch)) {
+            Some(q) => {
+                let trained = q.evaluate(job, t, false)?;
+                (trained, if t.g_ema.is_some() { q.evaluate(job, t, true)? } else { None })
+            }
+            None => (None, None),
         };
         if let Some((s, secs)) = &quality {
-            eprintln!("epoch {}: FID {:.3}, KID {:.5} ({} images, {secs:.1} s)", epoch + 1, s.fid, s.kid.mean, s.n);
+            let secs = secs + averaged.as_ref().map_or(0.0, |(_, a)| *a);
+            let ema = averaged.as_ref().map_or(String::new(), |(a, _)| {
+                format!("; averaged G (--g-ema): FID {:.3}, KID {:.5}", a.fid, a.kid.mean)
+            });
+            eprintln!(
+                "epoch {}: FID {:.3}, KID {:.5}{ema} ({} images, {secs:.1} s)",
+                epoch + 1,
+                s.fid,
+                s.kid.mean,
+                s.n
+            );
             self.facts.quality.push(EpochQuality {
                 epoch,
                 fid: s.fid,
                 kid: s.kid.mean,
                 kid_std: s.kid.std,
                 n: s.n,
-                seconds: *secs,
+                seconds: secs,
+                fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
+                kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
             });
         }
         if let Some(out) = self.outputs.as_mut() {
@@ -208,10 +223,12 @@ impl<B: Backend> Run<'_, B> {
             let images = t.sample(&self.grid_noise);
             let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &images, self.args.model.image_size));
             let sample = path.display().to_string();
-            let (fid, kid, eval_seconds) = match &quality {
-                Some((s, secs)) => (Some(s.fid), Some(s.kid.mean), Some(*secs)),
+            let (fid, kid, eval_seconds) = match self.facts.quality.last().filter(|q| q.epoch == epoch) {
+                Some(q) => (Some(q.fid), Some(q.kid), Some(q.seconds)),
                 None => (None, None, None),
             };
+            let fid_ema = averaged.as_ref().map(|(a, _)| a.fid);
+            let kid_ema = averaged.as_ref().map(|(a, _)| a.kid.mean);
             let steps = done.steps;
             let rec = EpochRecord {
                 kind: LineType::Epoch,
@@ -223,6 +240,8 @@ impl<B: Backend> Run<'_, B> {
                 fid,
                 kid,
                 eval_seconds,
+                fid_ema,
+                kid_ema,
             };
             job.or_fail(out.epoch(&rec));
         }

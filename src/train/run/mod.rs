@@ -180,9 +180,11 @@ impl<B: Backend> Run<'_, B> {
         // Recorded on every rank, so that all skip the same saves.
         self.last_checkpoint.0 = Some((self.progress.clone(), None));
         let (out, rank_states, residuals) = (self.outputs.as_mut()?, rank_states?, residuals?);
+        let g_ema = trainer.averaged_generator();
         let (g, g_adam) = sync::snapshot(&trainer.be, &trainer.model.g.store);
         let (d, d_adam) = sync::snapshot(&trainer.be, &trainer.model.d.store);
-        let ck = Checkpoint { g, d, g_adam, d_adam, progress: self.progress.clone(), rank_states, residuals, block };
+        let progress = self.progress.clone();
+        let ck = Checkpoint { g, d, g_ema, g_adam, d_adam, progress, rank_states, residuals, block };
         let layouts = (&trainer.model.g.store.layout, &trainer.model.d.store.layout);
         let dir = job.or_fail(out.checkpoint(layouts, &ck));
         self.last_checkpoint.0 = Some((self.progress.clone(), Some(dir.clone())));

@@ -4,7 +4,7 @@
 
 use super::solo_start::Parked;
 use super::{Faults, LastCheckpoint, Run};
-use crate::backend::Backend;
+use crate::backend::{Backend, View};
 use crate::checkpoint::{self, Checkpoint, Keep, Progress};
 use crate::comm::cpu_clock::RunDelayClock;
 use crate::data::{DataSource, Dataset, Shard};
@@ -32,7 +32,7 @@ use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
 use crate::train::summary::RunFacts;
 use crate::train::timeline::Timeline;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use std::time::Instant;
 
 /// Images in a sample grid (8 x 8).
@@ -128,6 +128,14 @@ impl<'a, B: Backend> Run<'a, B> {
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
             sync::broadcast_from_root(job, &t.be, store, resume)?;
+        }
+        if let Some(avg) = t.g_ema.as_mut() {
+            // The run's average (rank 0 holds the checkpoint), or G's weights at the start.
+            match ck.and_then(|c| c.g_ema.as_ref()) {
+                Some(averaged) => avg.restore(&t.be, &averaged.values),
+                None => avg.set_values(&t.be, View::whole(&t.model.g.store.value)),
+            }
+            sync::broadcast_buf_from_root(job, &t.be, avg.values_mut())?;
         }
         if resume {
             let stores = [&mut t.model.g.store, &mut t.model.d.store];
@@ -248,7 +256,8 @@ fn build<B: Backend>(
     let mut model = job.agree(built)?;
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
-    let ck = job.agree(from.map(|f| checkpoint::load(&f.checkpoint, layouts)).transpose())?;
+    let loaded = from.map(|f| checkpoint::load(&f.checkpoint, layouts).and_then(|ck| lacks_average(f, ck, m)));
+    let ck = job.agree(loaded.transpose())?;
     // On a resume, the run's own unless the command line gave it (`resume.rs`).
     let keep = Keep::from_option(args.checkpoints.keep_checkpoints.unwrap_or(1));
     let outputs = job.agree(match (root, &ck, from) {
@@ -309,6 +318,9 @@ fn build<B: Backend>(
             t.model.g.defer_bn();
             t.model.d.defer_bn();
         }
+        if m.g_ema > 0 {
+            t.use_g_ema(m.g_ema, settings.global_batch)?;
+        }
         Ok(t)
     });
     let mut trainer = job.agree(trainer)?;
@@ -317,6 +329,18 @@ fn build<B: Backend>(
     }
     trainer.solo = solo_first;
     Ok(Built { trainer, outputs, ck, parked })
+}
+
+/// A checkpoint of a run that keeps `--g-ema`'s average, refused where it has lost it.
+fn lacks_average(from: &ResumeFrom, ck: Checkpoint, m: &crate::record::ModelOptions) -> Result<Checkpoint> {
+    if m.g_ema > 0 && ck.g_ema.is_none() {
+        bail!(
+            "--resume {}: the checkpoint {} has no G_ema.safetensors, which a run with --g-ema keeps: resume from an earlier checkpoint of the run, or start a new run with --out",
+            from.run.display(),
+            from.checkpoint.display()
+        );
+    }
+    Ok(ck)
 }
 
 /// The progress of a run that has not started.

@@ -40,6 +40,9 @@ impl<B: Backend> Run<'_, B> {
             for store in [&mut t.model.g.store, &mut t.model.d.store] {
                 sync::broadcast_from_root(self.job, &t.be, store, true)?;
             }
+            if let Some(avg) = t.g_ema.as_mut() {
+                sync::broadcast_buf_from_root(self.job, &t.be, avg.values_mut())?;
+            }
         }
         t.exchange = parked.exchange;
         t.bn_sync = parked.bn_sync;
