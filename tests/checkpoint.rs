@@ -4,7 +4,7 @@
 mod common;
 
 use dcgan_train::checkpoint::block::BlockCheckpoint;
-use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
+use dcgan_train::checkpoint::{self, AveragedGenerator, Checkpoint, Keep, Moments, NetTensors, Progress};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, Discriminator, GENERATOR_28, architecture};
 use dcgan_train::model::net::param_layout;
 use dcgan_train::nn::params::ParamLayout;
@@ -23,7 +23,7 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
     Checkpoint {
         g: net(g, 1),
         d: net(d, 3),
-        g_ema: Some(net(g, 80)),
+        g_ema: Some(AveragedGenerator { net: net(g, 80), images_seen: 12_345 }),
         g_adam: moments(g, 5),
         d_adam: moments(d, 7),
         progress: Progress {

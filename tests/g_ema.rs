@@ -52,39 +52,34 @@ fn averaged(dir: &Path) -> BTreeMap<String, Vec<f32>> {
     read_safetensors(&dir.join("G_ema.safetensors"))
 }
 
-/// The weight of the average's past after G's update `t`, written out from the formula, not
-/// taken from the program.
-fn decay(t: u64, half_life: f64, global_batch: f64) -> f64 {
-    let h = half_life.min(0.05 * t as f64 * global_batch);
-    0.5f64.powf(global_batch / h)
+/// The weight of the average's past in an update of `images` that brings the images seen to
+/// `seen`, written out from the formula, not taken from the program.
+fn decay(images: f64, seen: f64, half_life: f64) -> f64 {
+    0.5f64.powf(images / half_life.min(0.05 * seen))
 }
 
-/// Every step's average from the step before's and G's weights after the step, in f64.
-fn check_the_average_follows_the_formula(ranks: usize) {
+/// Every step's average from the step before's and G's weights after the step, in f64, for a
+/// run of `ranks` ranks of 8 images and a half-life of 10 images, whose update `t` holds
+/// `images(t)`.
+fn check_the_average_follows_the_formula(ranks: usize, steps: usize, extra: &[&str], images: impl Fn(u64) -> f64) {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    // 8 images a rank and a half-life of 10 images: the ramp ends at update 25 (one rank) or
-    // 13 (two), so the steps below see both the ramp and the half-life itself.
-    let (steps, half_life) = (32 / ranks, 10.0);
-    let extra = ["--g-ema", "10", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
-    train_small(ranks, &run, &steps.to_string(), &extra);
-    let global_batch = 8.0 * ranks as f64;
+    let half_life = 10.0;
+    let every = ["--g-ema", "10", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
+    train_small(ranks, &run, &steps.to_string(), &[&every[..], extra].concat());
     let cks = checkpoints(&run);
     assert_eq!(cks.len(), steps);
-    let mut past_ramp = 0;
+    let (mut seen, mut past_ramp) = (images(1), 0);
+    check_standing_statistics(&cks[0].1);
     for pair in cks.windows(2) {
         let ((_, before), (t, now)) = (&pair[0], &pair[1]);
-        let beta = decay(*t, half_life, global_batch);
-        past_ramp += usize::from(0.05 * *t as f64 * global_batch >= half_life);
+        seen += images(*t);
+        let beta = decay(images(*t), seen, half_life);
+        past_ramp += usize::from(0.05 * seen >= half_life);
         let (prev, g, avg) = (averaged(before), read_safetensors(&now.join("G.safetensors")), averaged(now));
         assert_eq!(avg.keys().collect::<Vec<_>>(), g.keys().collect::<Vec<_>>());
-        for (name, w) in &g {
+        for (name, w) in g.iter().filter(|(n, _)| !n.contains("running")) {
             let (e0, e1) = (&prev[name], &avg[name]);
-            if name.contains("running") {
-                // The average's own standing statistics: not G's once the two part.
-                assert!(beta < 0.1 || e1 != w, "{name} at step {t}: the average has G's statistics");
-                continue;
-            }
             for i in 0..w.len() {
                 let (e, w) = (e0[i] as f64, w[i] as f64);
                 let want = beta * e + (1.0 - beta) * w;
@@ -92,7 +87,7 @@ fn check_the_average_follows_the_formula(ranks: usize) {
                 let tol = 4.0 * f32::EPSILON as f64 * (e.abs() + w.abs()) + 1e-30;
                 assert!(
                     (e1[i] as f64 - want).abs() <= tol,
-                    "{ranks} ranks, step {t}, {name}[{i}]: {} against {want} (beta {beta})",
+                    "{ranks} ranks {extra:?}, step {t}, {name}[{i}]: {} against {want} (beta {beta})",
                     e1[i]
                 );
             }
@@ -102,13 +97,13 @@ fn check_the_average_follows_the_formula(ranks: usize) {
             let differs = g.iter().any(|(n, w)| !n.contains("running") && *w != avg[n]);
             assert!(differs, "step {t}: the average equals G (beta {beta})");
         }
+        check_standing_statistics(now);
     }
     assert!(past_ramp >= 3, "the run never reached the half-life past the ramp");
-    check_standing_statistics(&cks.last().unwrap().1);
     // Without a checkpoint at every step G's updates land during the next step's forward,
     // not before a save: the average must come out the same.
     let plain = tmp.path().join("plain");
-    train_small(ranks, &plain, &steps.to_string(), &["--g-ema", "10"]);
+    train_small(ranks, &plain, &steps.to_string(), &[&["--g-ema", "10"][..], extra].concat());
     assert_eq!(averaged(&latest(&plain)), averaged(&latest(&run)));
 }
 
@@ -171,16 +166,24 @@ fn check_standing_statistics(dir: &Path) {
     }
 }
 
+/// One rank: the ramp ends at update 25.
 #[test]
 fn the_average_follows_g_updates_on_one_rank() {
-    check_the_average_follows_the_formula(1);
+    check_the_average_follows_the_formula(1, 32, &[], |_| 8.0);
 }
 
-/// Two ranks: each update is of 16 images, and the ranks keep the same average (the run's
-/// checkpoints are rank 0's; `quality.rs` scores what both ranks draw).
+/// Two ranks: each update is of 16 images (the run's checkpoints are rank 0's; `quality.rs`
+/// scores what both ranks draw from their own copies).
 #[test]
 fn the_average_follows_g_updates_on_two_ranks() {
-    check_the_average_follows_the_formula(2);
+    check_the_average_follows_the_formula(2, 16, &[], |_| 16.0);
+}
+
+/// `--distributed-after 6`: the first 6 updates are one worker's, of 8 images, the next of 16;
+/// the ramp counts each as it was.
+#[test]
+fn the_average_counts_a_solo_starts_images_as_one_workers() {
+    check_the_average_follows_the_formula(2, 20, &["--distributed-after", "6"], |t| if t <= 6 { 8.0 } else { 16.0 });
 }
 
 /// The average is kept beside training: the weights and every step's figures are those of a
@@ -192,27 +195,32 @@ fn keeping_the_average_changes_nothing_trained() {
     let (with, without) = (tmp.path().join("with"), tmp.path().join("without"));
     // 4 steps an epoch.
     let base = ["--data", "synthetic:32", "--batch-size", "8", "--threads", "1", "--max-steps", "10"];
-    common::train_ranks(1, &with, &base, &["--g-ema", "100"]);
-    common::train_ranks(1, &without, &base, &[]);
-    assert_eq!(final_weights(&with), final_weights(&without));
-    assert_eq!(step_records(&with), step_records(&without));
-    let dir = latest(&with);
-    assert!(dir.join("G_ema.safetensors").is_file());
-    let dir = latest(&without);
-    assert!(!dir.join("G_ema.safetensors").exists());
+    // Micro-batches with deferred statistics: the standing statistics' passes must leave what
+    // is deferred as it was.
+    for micro in [&[][..], &["--micro-batches", "2", "--deferred-bn"][..]] {
+        common::train_ranks(1, &with, &base, &[&["--g-ema", "100"][..], micro].concat());
+        common::train_ranks(1, &without, &base, micro);
+        assert_eq!(final_weights(&with), final_weights(&without), "{micro:?}");
+        assert_eq!(step_records(&with), step_records(&without), "{micro:?}");
+        assert!(latest(&with).join("G_ema.safetensors").is_file());
+        assert!(!latest(&without).join("G_ema.safetensors").exists());
+        std::fs::remove_dir_all(&with).unwrap();
+        std::fs::remove_dir_all(&without).unwrap();
+    }
 }
 
-/// A run stopped after 3 steps and resumed to 7 ends with the average of the run that went
-/// through, bit for bit; the half-life cannot change on resume, and a checkpoint that has lost
-/// its average is refused.
+/// A run stopped after 12 steps and resumed to 16 ends with the average of the run that went
+/// through, bit for bit (past the ramp, which ends at update 10: an average that restarted its
+/// ramp or from G would be far off); the half-life cannot change on resume, and a checkpoint
+/// that has lost its average is refused.
 #[test]
 fn a_resume_continues_the_average_bitwise() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
-    train_small(1, &whole, "7", &["--g-ema", "40"]);
-    train_small(1, &run, "3", &["--g-ema", "40"]);
-    let (ok, err) = dcgan(&["--resume", p(&run), "--g-ema", "80", "--max-steps", "7"]);
-    assert!(!ok && err.contains("--g-ema 80 (the run has 40)"), "{err}");
+    train_small(1, &whole, "16", &["--g-ema", "4"]);
+    train_small(1, &run, "12", &["--g-ema", "4"]);
+    let (ok, err) = dcgan(&["--resume", p(&run), "--g-ema", "80", "--max-steps", "16"]);
+    assert!(!ok && err.contains("--g-ema 80 (the run has 4)"), "{err}");
     let last = latest(&run);
     let copy = tmp.path().join("copy");
     std::fs::create_dir_all(copy.join("checkpoints")).unwrap();
@@ -221,10 +229,10 @@ fn a_resume_continues_the_average_bitwise() {
     for f in ["G.safetensors", "D.safetensors", "optimizer.safetensors"] {
         std::fs::copy(last.join(f), lost.join(f)).unwrap();
     }
-    let (ok, err) = dcgan(&["--resume", p(&lost), "--max-steps", "7"]);
+    let (ok, err) = dcgan(&["--resume", p(&lost), "--max-steps", "16"]);
     assert!(!ok && err.contains("has no G_ema.safetensors"), "{err}");
     assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
-    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "7", "--no-progress"]);
+    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "16", "--no-progress"]);
     assert!(ok, "{err}");
     assert_eq!(averaged(&latest(&run)), averaged(&latest(&whole)));
     assert_eq!(final_weights(&run), final_weights(&whole));

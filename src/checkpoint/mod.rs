@@ -57,9 +57,8 @@ pub struct Moments {
 pub struct Checkpoint {
     pub g: NetTensors,
     pub d: NetTensors,
-    /// `--g-ema`: the averaged generator, with its own running statistics
-    /// (`G_ema.safetensors`).
-    pub g_ema: Option<NetTensors>,
+    /// `--g-ema`: the averaged generator (`G_ema.safetensors`).
+    pub g_ema: Option<AveragedGenerator>,
     pub g_adam: Moments,
     pub d_adam: Moments,
     pub progress: Progress,
@@ -71,6 +70,14 @@ pub struct Checkpoint {
     pub residuals: Vec<RankResiduals>,
     /// `--sync-every`: block momentum's state and the other ranks' own models.
     pub block: Option<block::BlockCheckpoint>,
+}
+
+/// `--g-ema`'s average of G: its weights with their own running statistics, and the images of
+/// the updates it has taken in (its ramp goes on from them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AveragedGenerator {
+    pub net: NetTensors,
+    pub images_seen: u64,
 }
 
 /// One rank's 1-bit residuals: `[G, D]` x `[its own, its stripe's]`, each `[param_len]` of that
@@ -170,9 +177,11 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
-    if let Some(t) = &ck.g_ema {
-        let m = meta(&[("net", "G_ema".into()), ("image_size", size.clone()), ("nz", nz.clone())]);
-        write_synced(&tmp.join(find::AVERAGED_G), &tensors::encode_net(layouts.0, t, m)?)?;
+    if let Some(a) = &ck.g_ema {
+        let seen = a.images_seen.to_string();
+        let m =
+            meta(&[("net", "G_ema".into()), ("image_size", size.clone()), ("nz", nz.clone()), ("images_seen", seen)]);
+        write_synced(&tmp.join(find::AVERAGED_G), &tensors::encode_net(layouts.0, &a.net, m)?)?;
     }
     let opt = encode_optimizer(layouts, ck)?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
@@ -329,12 +338,23 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let lens = [layouts.0.param_len(), layouts.1.param_len()];
     let residuals = read_residuals(&st, &what, progress.ranks, lens)?;
     let block = block::read(&st, &what, progress.ranks, lens)?;
-    let ep = dir.join(find::AVERAGED_G);
-    let g_ema = match ep.is_file() {
-        true => Some(tensors::decode_net(&read(&ep)?, layouts.0, &ep.display().to_string())?.0),
-        false => None,
-    };
+    let g_ema = load_averaged(dir, layouts.0)?;
     Ok(Checkpoint { g, d, g_ema, g_adam, d_adam, progress, rank_states, residuals, block })
+}
+
+/// `--g-ema`'s averaged generator of the checkpoint in `dir`, where it has one.
+fn load_averaged(dir: &Path, layout: &ParamLayout) -> Result<Option<AveragedGenerator>> {
+    let path = dir.join(find::AVERAGED_G);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let what = path.display().to_string();
+    let (net, m) = tensors::decode_net(&read(&path)?, layout, &what)?;
+    let images_seen = m
+        .get("images_seen")
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("{what} has no images_seen in its metadata"))?;
+    Ok(Some(AveragedGenerator { net, images_seen }))
 }
 
 /// Every rank's 1-bit residuals, or none where the checkpoint has none (rank 0's decides).

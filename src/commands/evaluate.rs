@@ -65,6 +65,11 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
         Some(p) => Some(checkpoint::locate(p, "--checkpoint")?.dir),
         None => None,
     };
+    // A generator the checkpoint does not hold is refused before the feature network is
+    // trained or read.
+    if let Some(dir) = &ck {
+        a.generator.averaged_in(dir)?;
+    }
     let file = match &a.images {
         Some(p) => Some(read_images(p)?),
         None => None,

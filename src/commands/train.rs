@@ -86,9 +86,10 @@ pub struct ModelArgs {
     /// each micro-batch is still normalized by its own.
     #[arg(long)]
     pub deferred_bn: bool,
-    /// Keep an exponential moving average of G's weights with a half-life of IMAGES training
-    /// images (e.g. 10000; shorter early in the run): the averaged generator draws the sample
-    /// grids, is saved beside G as G_ema.safetensors and is scored beside it (0 = none).
+    /// Keep an exponential moving average of G's weights with a half-life of IMAGES generated
+    /// images (G's updates count their global batch; e.g. 2500; shorter early in the run): the
+    /// averaged generator draws the sample grids, is saved beside G as G_ema.safetensors and is
+    /// scored beside it (0 = none).
     #[arg(long, default_value_t = 0, value_name = "IMAGES")]
     pub g_ema: u64,
 }

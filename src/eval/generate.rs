@@ -24,6 +24,22 @@ pub enum WhichGenerator {
     Trained,
 }
 
+impl WhichGenerator {
+    /// Whether it names the averaged generator of the checkpoint in `dir`; asking for one the
+    /// checkpoint does not hold is refused.
+    pub fn averaged_in(self, dir: &Path) -> Result<bool> {
+        Ok(match self {
+            WhichGenerator::Auto => checkpoint::has_averaged_generator(dir),
+            WhichGenerator::Averaged if !checkpoint::has_averaged_generator(dir) => anyhow::bail!(
+                "--generator averaged: {} has no G_ema.safetensors (its run did not keep an average, --g-ema): leave --generator out, or use --generator trained",
+                dir.display()
+            ),
+            WhichGenerator::Averaged => true,
+            WhichGenerator::Trained => false,
+        })
+    }
+}
+
 /// A generator loaded from a checkpoint.
 pub struct Generator<B: Backend> {
     net: Net<B>,
@@ -36,15 +52,7 @@ impl<B: Backend> Generator<B> {
     /// The generator `which` of the checkpoint in `dir` (its digests checked), drawing
     /// `batch` images at a time.
     pub fn load(be: &B, dir: &Path, batch: usize, which: WhichGenerator) -> Result<Self> {
-        let averaged = match which {
-            WhichGenerator::Auto => checkpoint::has_averaged_generator(dir),
-            WhichGenerator::Averaged if !checkpoint::has_averaged_generator(dir) => anyhow::bail!(
-                "--generator averaged: {} has no G_ema.safetensors (its run did not keep an average, --g-ema): leave --generator out, or use --generator trained",
-                dir.display()
-            ),
-            WhichGenerator::Averaged => true,
-            WhichGenerator::Trained => false,
-        };
+        let averaged = which.averaged_in(dir)?;
         let image_size = checkpoint::image_size_of(dir)?;
         let (specs, _) = architecture(image_size, Discriminator::Dcgan).map_err(|_| {
             anyhow::anyhow!(

@@ -2,15 +2,17 @@
 //! scored (Yazıcı et al. 2019, "The Unusual Effectiveness of Averaging in GAN Training";
 //! StyleGAN's `G_ema`). Training never reads it: a run trains bitwise the same with or without.
 //!
-//! The horizon is a half-life in training images, not in steps, so that it means the same at
-//! any rank count (weak scaling multiplies the images of a step). Early on it is shorter, at
-//! most `RAMP` of the images seen so far (StyleGAN2-ADA's ramp-up), so that the initial
-//! weights never weigh in the average: after G's update t of `global_batch` images each,
+//! The horizon is a half-life in generated images, not in steps, so that it means the same at
+//! any rank count (weak scaling multiplies the images of a step): G's updates count the images
+//! they were computed from, the global batch (one rank's batch while `--distributed-after`
+//! trains as one worker). Early on it is shorter, at most `RAMP` of the images seen so far
+//! (StyleGAN2-ADA's ramp-up), so that the initial weights never weigh in the average: after an
+//! update of `b` images that brings the images seen to `n`,
 //!
 //! ```text
-//! h_t = min(half_life, RAMP * t * global_batch)
-//! beta_t = 0.5 ^ (global_batch / h_t)
-//! ema = ema + (1 - beta_t) * (w - ema)
+//! h = min(half_life, RAMP * n)
+//! beta = 0.5 ^ (b / h)
+//! ema = ema + (1 - beta) * (w - ema)
 //! ```
 //!
 //! Batch norm's running statistics follow G's weights, not the average's: the averaged
@@ -21,11 +23,13 @@
 
 use super::step::GanTrainer;
 use crate::backend::{Backend, View, ViewMut};
-use crate::checkpoint::NetTensors;
+use crate::checkpoint::{AveragedGenerator, NetTensors};
 use crate::model::dcgan::seed_for;
 use crate::model::net::Net;
 use crate::model::noise::fixed_noise;
 use crate::nn::params::ParamStore;
+use crate::train::ddp::sync::broadcast_buf_from_root;
+use crate::train::job::Job;
 use crate::train::timeline::Track;
 use anyhow::Result;
 use std::time::Instant;
@@ -53,8 +57,10 @@ pub struct GeneratorAverage<B: Backend> {
     diff: B::Buf,
     /// The half-life in images.
     half_life: f64,
-    /// Images of one G update (the global batch).
-    images_per_update: f64,
+    /// Images of one G update (the global batch, or one rank's while training solo).
+    pub images_per_update: u64,
+    /// Images of the updates folded in so far (checkpointed: the ramp goes on from it).
+    pub images_seen: u64,
     /// G's update count when `state` was computed (None: not since the average last moved).
     stats_of: Option<u64>,
 }
@@ -68,7 +74,8 @@ impl<B: Backend> GeneratorAverage<B> {
             state: be.alloc(s)?,
             diff: be.alloc(n)?,
             half_life: half_life as f64,
-            images_per_update: images_per_update as f64,
+            images_per_update: images_per_update as u64,
+            images_seen: 0,
             stats_of: None,
         };
         avg.set_values(be, View::whole(&store.value));
@@ -82,10 +89,11 @@ impl<B: Backend> GeneratorAverage<B> {
         self.stats_of = None;
     }
 
-    /// The average set to a checkpoint's `values` `[param_len]` (its statistics are computed
-    /// again when it draws).
-    pub fn restore(&mut self, be: &B, values: &[f32]) {
+    /// The average set to a checkpoint's `values` `[param_len]` after `images_seen` images
+    /// (its statistics are computed again when it draws).
+    pub fn restore(&mut self, be: &B, values: &[f32], images_seen: u64) {
         be.upload(values, ViewMut::whole(&mut self.value));
+        self.images_seen = images_seen;
         self.stats_of = None;
     }
 
@@ -96,15 +104,17 @@ impl<B: Backend> GeneratorAverage<B> {
         &mut self.value
     }
 
-    /// The weight of the average's past after update `t` (1-based): `beta_t` of the module doc.
-    pub fn decay(&self, t: u64) -> f64 {
-        let h = self.half_life.min(RAMP * t as f64 * self.images_per_update);
-        0.5f64.powf(self.images_per_update / h)
+    /// The weight of the average's past in an update of `images` that brings the images seen
+    /// to `seen`: `beta` of the module doc.
+    pub fn decay(&self, images: u64, seen: u64) -> f64 {
+        let h = self.half_life.min(RAMP * seen as f64);
+        0.5f64.powf(images as f64 / h)
     }
 
-    /// Fold in G's weights after its update number `store.adam_steps`.
+    /// Fold in G's weights after an update.
     pub fn update(&mut self, be: &B, store: &ParamStore<B>) {
-        let step = (1.0 - self.decay(store.adam_steps)) as f32;
+        self.images_seen += self.images_per_update;
+        let step = (1.0 - self.decay(self.images_per_update, self.images_seen)) as f32;
         be.copy(View::whole(&store.value), ViewMut::whole(&mut self.diff));
         be.axpy(-1.0, View::whole(&self.value), ViewMut::whole(&mut self.diff));
         be.axpy(step, View::whole(&self.diff), ViewMut::whole(&mut self.value));
@@ -166,7 +176,7 @@ impl<B: Backend> GanTrainer<B> {
 
     /// `--g-ema`: the averaged generator for a checkpoint, its standing statistics current
     /// (G's update landed first).
-    pub fn averaged_generator(&mut self) -> Option<NetTensors> {
+    pub fn averaged_generator(&mut self) -> Option<AveragedGenerator> {
         self.finish_pending();
         self.refresh_standing_statistics();
         let a = self.g_ema.as_ref()?;
@@ -176,7 +186,21 @@ impl<B: Backend> GanTrainer<B> {
             v
         };
         let (values, state) = (download(&a.value), download(&a.state));
-        Some(NetTensors { values, state, batches_tracked: self.model.g.store.bn_batches_tracked })
+        let net = NetTensors { values, state, batches_tracked: self.model.g.store.bn_batches_tracked };
+        Some(AveragedGenerator { net, images_seen: a.images_seen })
+    }
+
+    /// Collective: the average's standing statistics computed now, and rank 0's taken by every
+    /// rank (ranks that round differently would otherwise score images of slightly different
+    /// generators). At an epoch's end, before anything draws.
+    pub fn share_average_statistics(&mut self, job: &Job) -> Result<()> {
+        if self.g_ema.is_none() {
+            return Ok(());
+        }
+        self.finish_pending();
+        self.refresh_standing_statistics();
+        let avg = self.g_ema.as_mut().expect("checked above");
+        broadcast_buf_from_root(job, &self.be, &mut avg.state)
     }
 
     /// The average's standing statistics, unless they are current: its weights and

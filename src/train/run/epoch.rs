@@ -184,6 +184,7 @@ impl<B: Backend> Run<'_, B> {
             sync::average_running_stats(job, &t.be, &mut t.model.g.store)?;
             sync::average_running_stats(job, &t.be, &mut t.model.d.store)?;
         }
+        t.share_average_statistics(job)?;
         let seconds = done.started.elapsed().as_secs_f64();
         let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);

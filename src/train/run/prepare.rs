@@ -132,10 +132,12 @@ impl<'a, B: Backend> Run<'a, B> {
         if let Some(avg) = t.g_ema.as_mut() {
             // The run's average (rank 0 holds the checkpoint), or G's weights at the start.
             match ck.and_then(|c| c.g_ema.as_ref()) {
-                Some(averaged) => avg.restore(&t.be, &averaged.values),
+                Some(a) => avg.restore(&t.be, &a.net.values, a.images_seen),
                 None => avg.set_values(&t.be, View::whole(&t.model.g.store.value)),
             }
             sync::broadcast_buf_from_root(job, &t.be, avg.values_mut())?;
+            let seen = job.comm.broadcast_bytes(0, avg.images_seen.to_le_bytes().to_vec())?;
+            avg.images_seen = u64::from_le_bytes(seen[..8].try_into().context("eight bytes of images")?);
         }
         if resume {
             let stores = [&mut t.model.g.store, &mut t.model.d.store];
@@ -319,7 +321,9 @@ fn build<B: Backend>(
             t.model.d.defer_bn();
         }
         if m.g_ema > 0 {
-            t.use_g_ema(m.g_ema, settings.global_batch)?;
+            // A solo step is one worker's: one rank's batch.
+            let images = if solo_first { settings.per_rank_batch } else { settings.global_batch };
+            t.use_g_ema(m.g_ema, images)?;
         }
         Ok(t)
     });

@@ -44,6 +44,10 @@ impl<B: Backend> Run<'_, B> {
                 sync::broadcast_buf_from_root(self.job, &t.be, avg.values_mut())?;
             }
         }
+        // From now on each of G's updates holds the global batch.
+        if let Some(avg) = t.g_ema.as_mut() {
+            avg.images_per_update = self.settings.global_batch as u64;
+        }
         t.exchange = parked.exchange;
         t.bn_sync = parked.bn_sync;
         t.solo = false;
