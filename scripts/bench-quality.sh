@@ -26,7 +26,8 @@
 #    every configuration alike. At 1 rank with --batch 64 the global batch is the reference 64,
 #    where no scaling changes the learning rate: one run per seed (under the first scaling
 #    listed) stands for all of them.
-#    --train-args adds options to every run (split on spaces), e.g. --wire 1bit.
+#    --train-args adds options to every run (split on spaces), e.g. --wire 1bit (with --g-ema N
+#    the report gives the averaged generator's FID beside G's).
 # 3. results.md, results.json and quality.png: `python3 scripts/reports quality OUT`.
 #
 # environment.txt records the machine, the date, this command and the binary's version. A run

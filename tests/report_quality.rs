@@ -22,6 +22,8 @@ struct Run {
     fid: [f64; 3],
     /// Each epoch's training seconds.
     seconds: [f64; 3],
+    /// `--g-ema`'s averaged generator's FID after each epoch, where the run kept one.
+    fid_ema: Option<[f64; 3]>,
 }
 
 impl Run {
@@ -39,9 +41,14 @@ fn write_run(out: &Path, r: &Run) {
         // A step line: the report reads the epoch lines only.
         lines.push(json!({"type": "step", "step": e + 1, "epoch": e, "loss_d": 1.0, "loss_g": 1.0, "d_x": 0.5,
             "d_g_z": 0.5, "d_g_z2": 0.5, "lr": r.lr, "ms": 9000.0, "wait_ms": 0.0, "cpu_ms": 9000.0}));
-        lines.push(json!({"type": "epoch", "epoch": e, "steps": 10, "seconds": seconds, "images_per_s": 64.0,
+        let mut line = json!({"type": "epoch", "epoch": e, "steps": 10, "seconds": seconds, "images_per_s": 64.0,
             "sample": format!("samples/epoch-{:03}.png", e + 1), "fid": fid, "kid": fid / 1000.0,
-            "eval_seconds": EVAL_SECONDS}));
+            "eval_seconds": EVAL_SECONDS});
+        if let Some(ema) = r.fid_ema {
+            line["fid_ema"] = json!(ema[e]);
+            line["kid_ema"] = json!(ema[e] / 1000.0);
+        }
+        lines.push(line);
         quality.push(json!({"epoch": e, "fid": fid, "kid": fid / 1000.0, "kid_std": 0.001, "n": 2000,
             "seconds": EVAL_SECONDS}));
     }
@@ -86,7 +93,7 @@ fn assert_spread(v: &Value, want: (f64, f64, f64)) {
 /// with `none` end above 1 rank beyond the seeds' spread (30-34 against 20-24), though they
 /// were the lowest of all after epoch 2; `linear` ends lowest (mean 21), within 1 rank's spread.
 fn runs() -> Vec<Run> {
-    let r = |ranks, scaling, seed, lr, fid, seconds| Run { ranks, scaling, seed, lr, fid, seconds };
+    let r = |ranks, scaling, seed, lr, fid, seconds| Run { ranks, scaling, seed, lr, fid, seconds, fid_ema: None };
     vec![
         r(1, "none", 1, 0.0002, [60.0, 35.0, 20.0], [10.2, 10.4, 10.1]),
         r(1, "none", 2, 0.0002, [64.0, 39.0, 24.0], [10.6, 10.3, 10.2]),
@@ -177,6 +184,43 @@ fn the_table_gives_each_configurations_mean_and_range_over_seeds_and_its_trainin
         "{md}"
     );
     assert!(md.contains(&format!("`{FEATURE_NET}`")) && md.contains("2000 generated images"), "{md}");
+    assert!(!md.contains("averaged G FID"), "a column for an average no run kept:\n{md}");
+}
+
+/// Runs with `--g-ema` give the averaged generator's FID a column of its own in both tables:
+/// its mean over the seeds after each epoch, '-' for a configuration whose runs kept none, and
+/// its spread in results.json.
+#[test]
+fn the_averaged_generators_fid_has_a_column_where_runs_kept_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path();
+    let mut runs = runs();
+    // 1 rank's two seeds kept an average; the 2-rank runs did not.
+    runs[0].fid_ema = Some([58.0, 33.0, 19.0]);
+    runs[1].fid_ema = Some([62.0, 36.0, 22.0]);
+    for r in &runs {
+        write_run(out, r);
+    }
+    let (md, results) = report(out);
+    assert!(md.contains("| training s | averaged G FID |") && md.contains("| KID range | averaged G FID |"), "{md}");
+    let configs = results["configurations"].as_array().unwrap();
+    for (e, row) in configs[0]["epochs"].as_array().unwrap().iter().enumerate() {
+        let ema = stats(&[runs[0].fid_ema.unwrap()[e], runs[1].fid_ema.unwrap()[e]]);
+        assert_spread(&row["fid_ema"], ema);
+        let fid = stats(&[runs[0].fid[e], runs[1].fid[e]]);
+        // The per-epoch row of 1 rank ends with the average's mean.
+        let start = format!("| 1 | any | 64 | 0.0002 | {} |", e + 1);
+        let every = md.split("## Every epoch").nth(1).expect("the per-epoch table");
+        let line = every.lines().find(|l| l.starts_with(&start)).unwrap_or_else(|| panic!("no {start} in\n{md}"));
+        assert!(line.contains(&format!("| {:.2} |", fid.0)) && line.ends_with(&format!("| {:.2} |", ema.0)), "{line}");
+    }
+    // The final row of 1 rank (its 2 seeds): the last epoch's mean, 20.50.
+    let last = md.split("## Every epoch").next().unwrap();
+    assert!(last.lines().any(|l| l.starts_with("| 1 | any | 64 | 0.0002 | 2 |") && l.ends_with("| 20.50 |")), "{md}");
+    for c in &configs[1..] {
+        assert!(c["epochs"].as_array().unwrap().iter().all(|row| row.get("fid_ema").is_none()), "{c}");
+    }
+    assert_eq!(md.lines().filter(|l| l.starts_with("| 2 | ") && l.ends_with("| - |")).count(), 2 + 2 * 3, "{md}");
 }
 
 #[test]
@@ -259,7 +303,8 @@ fn a_1_rank_run_under_another_scaling_is_the_same_run_and_counts_once() {
     }
     // Seed 1 again under linear (global batch 64: the same learning rate). Were it counted,
     // 1 rank's mean after the last epoch would move far from 22.
-    write_run(out, &Run { ranks: 1, scaling: "linear", seed: 1, lr: 0.0002, fid: [500.0; 3], seconds: [50.0; 3] });
+    let fid = [500.0; 3];
+    write_run(out, &Run { ranks: 1, scaling: "linear", seed: 1, lr: 0.0002, fid, seconds: [50.0; 3], fid_ema: None });
     let (md, results) = report(out);
     let one = &results["configurations"][0];
     assert!(one["ranks"] == 1 && one["lr_scaling"] == "any" && one["seeds"] == json!([1, 2]), "{one}");

@@ -8,7 +8,8 @@ network and the images per evaluation). Runs of one (ranks, --lr-scaling) are th
 configuration: the report gives their mean and range (min-max) after each epoch, and the
 training wall time to reach it (the epochs' seconds summed). At the reference global batch (64)
 every scaling gives the same learning rate, so such runs are one configuration whatever
-scaling they were started with ("any"), one run per seed.
+scaling they were started with ("any"), one run per seed. Runs with `--g-ema` (through
+bench-quality.sh's --train-args) also give the averaged generator's FID: a column of its own.
 
 The verdicts compare final FIDs (the last epoch every run has): which configuration is lowest,
 and for each configuration of several ranks, whether its seeds' range lies above 1 rank's
@@ -58,7 +59,8 @@ def read_run(out, name, ranks, seed):
         rec = lines[e]
         total += rec["seconds"]
         if rec.get("fid") is not None:
-            epochs.append({"epoch": e + 1, "fid": rec["fid"], "kid": rec["kid"], "train_seconds": total})
+            epochs.append({"epoch": e + 1, "fid": rec["fid"], "kid": rec["kid"], "train_seconds": total,
+                           "fid_ema": rec.get("fid_ema")})
     if not epochs:
         fail(f"{d}: its epoch lines have no FID: train with --eval-every 1 (and a data set with a test split)")
     quality = s.get("quality") or []
@@ -135,6 +137,9 @@ def summarise(configs):
             row = {"epoch": ep}
             for key in ("fid", "kid", "train_seconds"):
                 row[key] = spread([a[ep][key] for a in at]) | {"n": len(runs)}
+            # --g-ema's averaged generator, where every seed has it.
+            if all(a[ep]["fid_ema"] is not None for a in at):
+                row["fid_ema"] = spread([a[ep]["fid_ema"] for a in at]) | {"n": len(runs)}
             c["epochs"].append(row)
 
 
@@ -199,6 +204,11 @@ def hurt_sentence(against):
     return hurt, " ".join(parts)
 
 
+def averaged_cell(e):
+    """The averaged generator's mean FID (`--g-ema`), or '-' where the runs kept none."""
+    return f"{e['fid_ema']['mean']:.2f}" if "fid_ema" in e else "-"
+
+
 def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_note):
     one = [c for c in configs if c["ranks"] == 1 and c["lr_scaling"] == ANY]
     runs = [r for c in configs for r in c["runs"]]
@@ -206,6 +216,10 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
     ns = sorted({str(r["eval_n"]) for r in runs})
     batch = sorted({r["global_batch"] // r["ranks"] for r in runs if r["global_batch"]})
     kd = kid_digits(configs)
+    averaged = any("fid_ema" in e for c in configs for e in c["epochs"])
+    # The averaged generator's column, where any run kept one.
+    ema_head, ema_rule = (" averaged G FID |", "---:|") if averaged else ("", "")
+    ema = (lambda e: f" {averaged_cell(e)} |") if averaged else (lambda e: "")
     L = ["# Sample quality against ranks (weak scaling)", ""]
     env = os.path.join(out, "environment.txt")
     if os.path.exists(env):
@@ -218,6 +232,9 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
           "and an epoch takes fewer, larger steps; `lr` is the learning rate after `--lr-scaling`. "
           "Training s: the wall time to reach the epoch, its epochs' seconds summed, the evaluations left out "
           "(mean over seeds; the ranks share this machine's cores).", ""]
+    if averaged:
+        L += ["Averaged G FID: the FID of `--g-ema`'s average of G's weights in the same runs (mean over "
+              "the seeds; '-' where a configuration's runs kept none).", ""]
     if len(nets) > 1 or len(ns) > 1:
         L += ["**Warning**: these runs were not all measured alike (feature networks or images per evaluation "
               "differ): their distances are not comparable.", ""]
@@ -230,13 +247,14 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
     if left_out:
         L.append("")
     L += [f"## After the last epoch ({final})", "",
-          "| ranks | lr scaling | global batch | lr | seeds | FID | FID range | KID | KID range | training s |",
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "| ranks | lr scaling | global batch | lr | seeds | FID | FID range | KID | KID range | training s |"
+          + ema_head,
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ema_rule]
     for c in configs:
         e = fin[(c["ranks"], c["lr_scaling"])]
         L.append(f"| {c['ranks']} | {c['lr_scaling']} | {c['global_batch']} | {c['lr']:.6g} | {len(c['seeds'])} | "
                  f"{e['fid']['mean']:.2f} | {fmt_range(e['fid'], 2)} | {e['kid']['mean']:.{kd}f} | "
-                 f"{fmt_range(e['kid'], kd)} | {e['train_seconds']['mean']:.1f} |")
+                 f"{fmt_range(e['kid'], kd)} | {e['train_seconds']['mean']:.1f} |" + ema(e))
     b = fin[(best["ranks"], best["lr_scaling"])]["fid"]
     L += ["", "## What it shows", "",
           f"Lowest final FID: **{label(best['ranks'], best['lr_scaling'])}** (global batch {best['global_batch']}, "
@@ -251,13 +269,14 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
     if against:
         L.append("")
     L += [hurt_text, "", "## Every epoch", "",
-          "| ranks | lr scaling | global batch | lr | epoch | training s | FID | FID range | KID | KID range |",
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "| ranks | lr scaling | global batch | lr | epoch | training s | FID | FID range | KID | KID range |"
+          + ema_head,
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ema_rule]
     for c in configs:
         for e in c["epochs"]:
             L.append(f"| {c['ranks']} | {c['lr_scaling']} | {c['global_batch']} | {c['lr']:.6g} | {e['epoch']} | "
                      f"{e['train_seconds']['mean']:.1f} | {e['fid']['mean']:.2f} | {fmt_range(e['fid'], 2)} | "
-                     f"{e['kid']['mean']:.{kd}f} | {fmt_range(e['kid'], kd)} |")
+                     f"{e['kid']['mean']:.{kd}f} | {fmt_range(e['kid'], kd)} |" + ema(e))
     L += ["", plot_note, ""]
     return "\n".join(L)
 
