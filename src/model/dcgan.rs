@@ -3,6 +3,7 @@
 
 use super::net::Norm::{self, Batch, None as NoNorm};
 use super::net::{BackwardOrder, Net, NetPlan, NoObserver, StageSpec, plan_net};
+use super::noise::to_channel_major;
 use crate::backend::Backend;
 use crate::backend::{View, ViewMut};
 use crate::ops::activation::Activation::{self, LeakyRelu, Relu, Tanh};
@@ -135,12 +136,7 @@ pub fn draw<B: Backend>(be: &B, g: &mut Net<B>, noise: &[f32], nz: usize, image_
     let (mut z, mut out) = (vec![0.0f32; nz * b], vec![0.0f32; b * plane]);
     for start in (0..n).step_by(b) {
         let m = b.min(n - start);
-        z.fill(0.0);
-        for i in 0..m {
-            for c in 0..nz {
-                z[c * b + i] = noise[(start + i) * nz + c];
-            }
-        }
+        to_channel_major(&noise[start * nz..(start + m) * nz], nz, &mut z);
         be.upload(&z, ViewMut::whole(g.input_mut()));
         g.forward(be, false, None, &mut NoObserver);
         be.download(View::whole(g.output()), &mut out);

@@ -48,6 +48,18 @@ pub fn step_uniform(seed: u64, step: u64, rank: usize, world: usize, out: &mut [
     }
 }
 
+/// `samples` [m, nz] (sample-major, m <= b) as G's input `out` [nz, b] (channel-major), the
+/// columns past m zero.
+pub fn to_channel_major(samples: &[f32], nz: usize, out: &mut [f32]) {
+    let b = out.len() / nz;
+    out.fill(0.0);
+    for (i, z) in samples.chunks_exact(nz).enumerate() {
+        for (c, &v) in z.iter().enumerate() {
+            out[c * b + i] = v;
+        }
+    }
+}
+
 /// The fixed noise of the sample grids, [n, nz] sample-major (the same on every rank).
 pub fn fixed_noise(seed: u64, n: usize, nz: usize) -> Vec<f32> {
     let key = seed_for(seed, FIXED_NOISE_PURPOSE);

@@ -26,9 +26,9 @@ use crate::backend::{Backend, View, ViewMut};
 use crate::checkpoint::{AveragedGenerator, NetTensors};
 use crate::model::dcgan::seed_for;
 use crate::model::net::Net;
-use crate::model::noise::fixed_noise;
+use crate::model::noise::{fixed_noise, to_channel_major};
 use crate::nn::params::ParamStore;
-use crate::train::ddp::sync::broadcast_buf_from_root;
+use crate::train::ddp::sync::{broadcast_buf_from_root, download};
 use crate::train::job::Job;
 use crate::train::timeline::Track;
 use anyhow::Result;
@@ -97,11 +97,14 @@ impl<B: Backend> GeneratorAverage<B> {
         self.stats_of = None;
     }
 
-    /// The averaged weights to overwrite (rank 0's, taken by every rank): its statistics are
-    /// computed again when it next draws.
-    pub fn values_mut(&mut self) -> &mut B::Buf {
+    /// Collective: every rank takes rank 0's average and the images it has seen (its
+    /// statistics are computed again when it next draws).
+    pub fn take_from_root(&mut self, job: &Job, be: &B) -> Result<()> {
+        broadcast_buf_from_root(job, be, &mut self.value)?;
+        let seen = job.comm.broadcast_bytes(0, self.images_seen.to_le_bytes().to_vec())?;
+        self.images_seen = u64::from_le_bytes(seen[..8].try_into()?);
         self.stats_of = None;
-        &mut self.value
+        Ok(())
     }
 
     /// The weight of the average's past in an update of `images` that brings the images seen
@@ -180,12 +183,7 @@ impl<B: Backend> GanTrainer<B> {
         self.finish_pending();
         self.refresh_standing_statistics();
         let a = self.g_ema.as_ref()?;
-        let download = |buf: &B::Buf| {
-            let mut v = vec![0.0; crate::backend::DeviceBuf::len(buf)];
-            self.be.download(View::whole(buf), &mut v);
-            v
-        };
-        let (values, state) = (download(&a.value), download(&a.state));
+        let (values, state) = (download(&self.be, &a.value), download(&self.be, &a.state));
         let net = NetTensors { values, state, batches_tracked: self.model.g.store.bn_batches_tracked };
         Some(AveragedGenerator { net, images_seen: a.images_seen })
     }
@@ -226,9 +224,7 @@ pub fn standing_statistics<B: Backend>(be: &B, g: &mut Net<B>, nz: usize, seed: 
     let noise = fixed_noise(seed_for(seed, STANDING_NOISE), passes * b, nz);
     let mut z = vec![0.0f32; nz * b];
     g.standing_statistics(be, passes, |k, input| {
-        for (i, sample) in noise[k * b * nz..(k + 1) * b * nz].chunks_exact(nz).enumerate() {
-            sample.iter().enumerate().for_each(|(c, &v)| z[c * b + i] = v);
-        }
+        to_channel_major(&noise[k * b * nz..(k + 1) * b * nz], nz, &mut z);
         be.upload(&z, ViewMut::whole(input));
     });
 }

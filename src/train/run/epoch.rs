@@ -174,6 +174,31 @@ impl<B: Backend> Run<'_, B> {
         Ok(())
     }
 
+    /// Collective: the sample quality after epoch `epoch` where it is due (rank 0 gets the
+    /// figures, and prints them as one line): G's, and with `--g-ema` the averaged generator's.
+    fn measure_quality(&mut self, epoch: u64) -> Result<Option<EpochQuality>> {
+        let (job, t) = (self.job, &mut self.trainer);
+        let Some(q) = self.quality.as_mut().filter(|q| q.due(epoch)) else { return Ok(None) };
+        let trained = q.evaluate(job, t, false)?;
+        let averaged = if t.g_ema.is_some() { q.evaluate(job, t, true)? } else { None };
+        let Some((s, secs)) = trained else { return Ok(None) };
+        let seconds = secs + averaged.as_ref().map_or(0.0, |(_, a)| *a);
+        let ema = averaged
+            .as_ref()
+            .map_or(String::new(), |(a, _)| format!("; averaged G (--g-ema): FID {:.3}, KID {:.5}", a.fid, a.kid.mean));
+        eprintln!("epoch {}: FID {:.3}, KID {:.5}{ema} ({} images, {seconds:.1} s)", epoch + 1, s.fid, s.kid.mean, s.n);
+        Ok(Some(EpochQuality {
+            epoch,
+            fid: s.fid,
+            kid: s.kid.mean,
+            kid_std: s.kid.std,
+            n: s.n,
+            seconds,
+            fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
+            kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
+        }))
+    }
+
     /// The end of a complete epoch: running statistics averaged (unless --sync-bn kept them
     /// equal), the sample quality when it is due, its sample grid and line, and its checkpoint.
     pub(super) fn end_epoch(&mut self, epoch: u64, mut done: EpochDone) -> Result<()> {
@@ -189,60 +214,26 @@ impl<B: Backend> Run<'_, B> {
         let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
-        let (quality, averaged) = match self.quality.as_mut().filter(|q| q.due(epoch)) {
-            Some(q) => {
-                let trained = q.evaluate(job, t, false)?;
-                (trained, if t.g_ema.is_some() { q.evaluate(job, t, true)? } else { None })
-            }
-            None => (None, None),
-        };
-        if let Some((s, secs)) = &quality {
-            let secs = secs + averaged.as_ref().map_or(0.0, |(_, a)| *a);
-            let ema = averaged.as_ref().map_or(String::new(), |(a, _)| {
-                format!("; averaged G (--g-ema): FID {:.3}, KID {:.5}", a.fid, a.kid.mean)
-            });
-            eprintln!(
-                "epoch {}: FID {:.3}, KID {:.5}{ema} ({} images, {secs:.1} s)",
-                epoch + 1,
-                s.fid,
-                s.kid.mean,
-                s.n
-            );
-            self.facts.quality.push(EpochQuality {
-                epoch,
-                fid: s.fid,
-                kid: s.kid.mean,
-                kid_std: s.kid.std,
-                n: s.n,
-                seconds: secs,
-                fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
-                kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
-            });
-        }
+        let quality = self.measure_quality(epoch)?;
+        self.facts.quality.extend(quality.clone());
         if let Some(out) = self.outputs.as_mut() {
             done.bar.finish_epoch(seconds, images_per_s);
-            let images = t.sample(&self.grid_noise);
+            let images = self.trainer.sample(&self.grid_noise);
             let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &images, self.args.model.image_size));
             let sample = path.display().to_string();
-            let (fid, kid, eval_seconds) = match self.facts.quality.last().filter(|q| q.epoch == epoch) {
-                Some(q) => (Some(q.fid), Some(q.kid), Some(q.seconds)),
-                None => (None, None, None),
-            };
-            let fid_ema = averaged.as_ref().map(|(a, _)| a.fid);
-            let kid_ema = averaged.as_ref().map(|(a, _)| a.kid.mean);
-            let steps = done.steps;
+            let q = quality.as_ref();
             let rec = EpochRecord {
                 kind: LineType::Epoch,
                 epoch,
-                steps,
+                steps: done.steps,
                 seconds,
                 images_per_s,
                 sample,
-                fid,
-                kid,
-                eval_seconds,
-                fid_ema,
-                kid_ema,
+                fid: q.map(|q| q.fid),
+                kid: q.map(|q| q.kid),
+                eval_seconds: q.map(|q| q.seconds),
+                fid_ema: q.and_then(|q| q.fid_ema),
+                kid_ema: q.and_then(|q| q.kid_ema),
             };
             job.or_fail(out.epoch(&rec));
         }

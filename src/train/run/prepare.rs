@@ -135,9 +135,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 Some(a) => avg.restore(&t.be, &a.net.values, a.images_seen),
                 None => avg.set_values(&t.be, View::whole(&t.model.g.store.value)),
             }
-            sync::broadcast_buf_from_root(job, &t.be, avg.values_mut())?;
-            let seen = job.comm.broadcast_bytes(0, avg.images_seen.to_le_bytes().to_vec())?;
-            avg.images_seen = u64::from_le_bytes(seen[..8].try_into().context("eight bytes of images")?);
+            avg.take_from_root(job, &t.be)?;
         }
         if resume {
             let stores = [&mut t.model.g.store, &mut t.model.d.store];

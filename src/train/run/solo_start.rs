@@ -41,7 +41,7 @@ impl<B: Backend> Run<'_, B> {
                 sync::broadcast_from_root(self.job, &t.be, store, true)?;
             }
             if let Some(avg) = t.g_ema.as_mut() {
-                sync::broadcast_buf_from_root(self.job, &t.be, avg.values_mut())?;
+                avg.take_from_root(self.job, &t.be)?;
             }
         }
         // From now on each of G's updates holds the global batch.
