@@ -65,6 +65,11 @@ fn real_images_are_near_the_test_split_and_noise_is_far() {
     assert_eq!((e.n, floor.n), (1000, 1000));
     assert!(floor.fid < 0.02 * e.fid, "real images {} against noise {}", floor.fid, e.fid);
     assert!(floor.kid.mean < 0.02 * e.kid, "real images {:?} against noise {}", floor.kid, e.kid);
+    // Real images fall inside the test split's balls and reach most of it; noise does neither.
+    let (real, noisy) = (floor.manifold, e.manifold);
+    assert!(real.precision > 0.5 && real.recall > 0.5 && real.coverage > 0.5, "{real:?}");
+    assert!(noisy.precision < 0.05 && noisy.recall < 0.05 && noisy.coverage < 0.05, "{noisy:?}");
+    assert_eq!((real.n, noisy.n), (1000, 1000), "1000 images a side");
     // Real images spread over every class; noise falls into few, as a collapsed generator's
     // images would.
     assert!(floor.classes.class_shares.iter().all(|&s| s > 0.2), "{floor:?}");
@@ -116,6 +121,21 @@ fn two_ranks_record_what_evaluate_gives() {
     let run_ema = q[0].fid_ema.expect("the averaged generator's FID");
     assert!(close(averaged.fid, run_ema), "evaluate {} against the run's {run_ema}", averaged.fid);
     assert!(!close(run_ema, q[0].fid), "the two generators score alike: {q:?}");
+    // Precision and recall are counts of 600: the run's features and evaluate's may differ in
+    // their last bits (other batches), which moves a sample across a ball's edge rarely.
+    let m = &q[0].manifold;
+    let (run_g, run_a) = (
+        [m.precision, m.recall, m.density, m.coverage].map(|x| x.expect("G's figures")),
+        [m.precision_ema, m.recall_ema, m.density_ema, m.coverage_ema].map(|x| x.expect("the average's figures")),
+    );
+    let figures = |e: &Evaluation| [e.manifold.precision, e.manifold.recall, e.manifold.density, e.manifold.coverage];
+    for (run, e) in [(run_g, figures(&trained)), (run_a, figures(&averaged))] {
+        assert!(run.iter().zip(e).all(|(a, b)| (a - b).abs() <= 2.0 / 600.0), "run {run:?}, evaluate {e:?}");
+    }
+    let epoch_line = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let epoch_line: serde_json::Value =
+        serde_json::from_str(epoch_line.lines().find(|l| l.contains(r#""type":"epoch""#)).unwrap()).unwrap();
+    assert_eq!(epoch_line["recall_ema"].as_f64(), Some(run_a[1]), "{epoch_line}");
 }
 
 #[test]

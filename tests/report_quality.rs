@@ -24,6 +24,8 @@ struct Run {
     seconds: [f64; 3],
     /// `--g-ema`'s averaged generator's FID after each epoch, where the run kept one.
     fid_ema: Option<[f64; 3]>,
+    /// Precision and recall after each epoch, where the run recorded them.
+    precision_recall: Option<[[f64; 2]; 3]>,
 }
 
 impl Run {
@@ -47,6 +49,9 @@ fn write_run(out: &Path, r: &Run) {
         if let Some(ema) = r.fid_ema {
             line["fid_ema"] = json!(ema[e]);
             line["kid_ema"] = json!(ema[e] / 1000.0);
+        }
+        if let Some(pr) = r.precision_recall {
+            (line["precision"], line["recall"]) = (json!(pr[e][0]), json!(pr[e][1]));
         }
         lines.push(line);
         quality.push(json!({"epoch": e, "fid": fid, "kid": fid / 1000.0, "kid_std": 0.001, "n": 2000,
@@ -93,7 +98,16 @@ fn assert_spread(v: &Value, want: (f64, f64, f64)) {
 /// with `none` end above 1 rank beyond the seeds' spread (30-34 against 20-24), though they
 /// were the lowest of all after epoch 2; `linear` ends lowest (mean 21), within 1 rank's spread.
 fn runs() -> Vec<Run> {
-    let r = |ranks, scaling, seed, lr, fid, seconds| Run { ranks, scaling, seed, lr, fid, seconds, fid_ema: None };
+    let r = |ranks, scaling, seed, lr, fid, seconds| Run {
+        ranks,
+        scaling,
+        seed,
+        lr,
+        fid,
+        seconds,
+        fid_ema: None,
+        precision_recall: None,
+    };
     vec![
         r(1, "none", 1, 0.0002, [60.0, 35.0, 20.0], [10.2, 10.4, 10.1]),
         r(1, "none", 2, 0.0002, [64.0, 39.0, 24.0], [10.6, 10.3, 10.2]),
@@ -223,6 +237,38 @@ fn the_averaged_generators_fid_has_a_column_where_runs_kept_one() {
     assert_eq!(md.lines().filter(|l| l.starts_with("| 2 | ") && l.ends_with("| - |")).count(), 2 + 2 * 3, "{md}");
 }
 
+/// Runs that recorded precision and recall give each a column: the mean over the seeds, '-'
+/// for a configuration with a seed that did not record them.
+#[test]
+fn precision_and_recall_have_columns_where_runs_recorded_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path();
+    let mut runs = runs();
+    for (i, r) in runs.iter_mut().enumerate() {
+        // Every run but the last seed of the last configuration.
+        if i + 1 < 6 {
+            let i = i as f64;
+            r.precision_recall = Some([[0.1 + i / 100.0, 0.2], [0.3, 0.4 - i / 100.0], [0.5 + i / 50.0, 0.6]]);
+        }
+    }
+    for r in &runs {
+        write_run(out, r);
+    }
+    let (md, results) = report(out);
+    assert!(md.contains("| KID range | precision | recall |") && !md.contains("averaged G FID"), "{md}");
+    let configs = results["configurations"].as_array().unwrap();
+    // 1 rank: seeds 0 and 1; after the last epoch precision 0.50 and 0.52, recall 0.6.
+    let last = &configs[0]["epochs"].as_array().unwrap()[2];
+    assert_spread(&last["precision"], (0.51, 0.5, 0.52));
+    assert_spread(&last["recall"], (0.6, 0.6, 0.6));
+    let row = md.lines().find(|l| l.starts_with("| 1 | any | 64 | 0.0002 | 2 |")).unwrap();
+    assert!(row.ends_with("| 0.510 | 0.600 |"), "{row}");
+    // The configuration with a seed that recorded none: no figure, a '-'.
+    let lacking = configs.iter().find(|c| c["runs"].as_array().unwrap().iter().any(|n| n == &json!(runs[5].name())));
+    assert!(lacking.unwrap()["epochs"].as_array().unwrap().iter().all(|row| row.get("precision").is_none()));
+    assert_eq!(md.lines().filter(|l| l.ends_with("| - | - |")).count(), 1 + 3, "{md}");
+}
+
 #[test]
 fn the_verdicts_compare_final_fids_with_1_ranks_beyond_the_seeds_spread_or_within_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -304,7 +350,19 @@ fn a_1_rank_run_under_another_scaling_is_the_same_run_and_counts_once() {
     // Seed 1 again under linear (global batch 64: the same learning rate). Were it counted,
     // 1 rank's mean after the last epoch would move far from 22.
     let fid = [500.0; 3];
-    write_run(out, &Run { ranks: 1, scaling: "linear", seed: 1, lr: 0.0002, fid, seconds: [50.0; 3], fid_ema: None });
+    write_run(
+        out,
+        &Run {
+            ranks: 1,
+            scaling: "linear",
+            seed: 1,
+            lr: 0.0002,
+            fid,
+            seconds: [50.0; 3],
+            fid_ema: None,
+            precision_recall: None,
+        },
+    );
     let (md, results) = report(out);
     let one = &results["configurations"][0];
     assert!(one["ranks"] == 1 && one["lr_scaling"] == "any" && one["seeds"] == json!([1, 2]), "{one}");

@@ -9,7 +9,8 @@ configuration: the report gives their mean and range (min-max) after each epoch,
 training wall time to reach it (the epochs' seconds summed). At the reference global batch (64)
 every scaling gives the same learning rate, so such runs are one configuration whatever
 scaling they were started with ("any"), one run per seed. Runs with `--g-ema` (through
-bench-quality.sh's --train-args) also give the averaged generator's FID: a column of its own.
+bench-quality.sh's --train-args) also give the averaged generator's FID: a column of its own;
+so do precision and recall, where runs recorded them (builds before them did not).
 
 The verdicts compare final FIDs (the last epoch every run has): which configuration is lowest,
 and for each configuration of several ranks, whether its seeds' range lies above 1 rank's
@@ -29,6 +30,8 @@ RUN = re.compile(r"r(\d+)-(none|sqrt|linear)-s(\d+)$")
 # --lr-scaling's reference: at this global batch the learning rate is --lr whatever the scaling.
 REFERENCE_BATCH = 64
 ANY = "any"
+# Figures of the epoch lines that not every run has: (key, column head, decimals).
+OPTIONAL = (("precision", "precision", 3), ("recall", "recall", 3), ("fid_ema", "averaged G FID", 2))
 
 
 def fail(msg):
@@ -60,7 +63,7 @@ def read_run(out, name, ranks, seed):
         total += rec["seconds"]
         if rec.get("fid") is not None:
             epochs.append({"epoch": e + 1, "fid": rec["fid"], "kid": rec["kid"], "train_seconds": total,
-                           "fid_ema": rec.get("fid_ema")})
+                           **{key: rec.get(key) for key, _, _ in OPTIONAL}})
     if not epochs:
         fail(f"{d}: its epoch lines have no FID: train with --eval-every 1 (and a data set with a test split)")
     quality = s.get("quality") or []
@@ -137,9 +140,10 @@ def summarise(configs):
             row = {"epoch": ep}
             for key in ("fid", "kid", "train_seconds"):
                 row[key] = spread([a[ep][key] for a in at]) | {"n": len(runs)}
-            # --g-ema's averaged generator, where every seed has it.
-            if all(a[ep]["fid_ema"] is not None for a in at):
-                row["fid_ema"] = spread([a[ep]["fid_ema"] for a in at]) | {"n": len(runs)}
+            # Precision, recall, --g-ema's averaged generator: where every seed has them.
+            for key, _, _ in OPTIONAL:
+                if all(a[ep][key] is not None for a in at):
+                    row[key] = spread([a[ep][key] for a in at]) | {"n": len(runs)}
             c["epochs"].append(row)
 
 
@@ -204,9 +208,10 @@ def hurt_sentence(against):
     return hurt, " ".join(parts)
 
 
-def averaged_cell(e):
-    """The averaged generator's mean FID (`--g-ema`), or '-' where the runs kept none."""
-    return f"{e['fid_ema']['mean']:.2f}" if "fid_ema" in e else "-"
+def optional_cell(e, key, digits):
+    """A figure not every run has (precision and recall from runs of older builds, the averaged
+    generator's FID from runs with `--g-ema`): its mean, or '-' where the runs have none."""
+    return f"{e[key]['mean']:.{digits}f}" if key in e else "-"
 
 
 def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_note):
@@ -216,10 +221,11 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
     ns = sorted({str(r["eval_n"]) for r in runs})
     batch = sorted({r["global_batch"] // r["ranks"] for r in runs if r["global_batch"]})
     kd = kid_digits(configs)
-    averaged = any("fid_ema" in e for c in configs for e in c["epochs"])
-    # The averaged generator's column, where any run kept one.
-    ema_head, ema_rule = (" averaged G FID |", "---:|") if averaged else ("", "")
-    ema = (lambda e: f" {averaged_cell(e)} |") if averaged else (lambda e: "")
+    # A column for each optional figure that any run has.
+    shown = [(k, head, d) for k, head, d in OPTIONAL if any(k in e for c in configs for e in c["epochs"])]
+    averaged = any(k == "fid_ema" for k, _, _ in shown)
+    ema_head, ema_rule = "".join(f" {head} |" for _, head, _ in shown), "---:|" * len(shown)
+    ema = lambda e: "".join(f" {optional_cell(e, k, d)} |" for k, _, d in shown)
     L = ["# Sample quality against ranks (weak scaling)", ""]
     env = os.path.join(out, "environment.txt")
     if os.path.exists(env):
@@ -232,6 +238,10 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
           "and an epoch takes fewer, larger steps; `lr` is the learning rate after `--lr-scaling`. "
           "Training s: the wall time to reach the epoch, its epochs' seconds summed, the evaluations left out "
           "(mean over seeds; the ranks share this machine's cores).", ""]
+    if any(k == "precision" for k, _, _ in shown):
+        L += ["Precision and recall: the share of generated images that fall among the test split's "
+              "(fidelity) and of the test split's images the generated ones reach (diversity), from "
+              "3-nearest-neighbour balls in the same features (mean over the seeds; higher is better).", ""]
     if averaged:
         L += ["Averaged G FID: the FID of `--g-ema`'s average of G's weights in the same runs (mean over "
               "the seeds; '-' where a configuration's runs kept none).", ""]

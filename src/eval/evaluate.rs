@@ -1,10 +1,11 @@
 //! Scoring a set of images against a reference set (the test split) with the feature network:
-//! the Fréchet distance, KID, and what the classifier makes of them.
+//! the Fréchet distance, KID, precision and recall, and what the classifier makes of them.
 
 use super::ClassView;
 use super::feature_net::{FEATURES, FeatureNet};
 use super::frechet::{Gaussian, frechet_distance};
 use super::kid::{Kid, kid};
+use super::manifold::{Balls, Manifold, manifold};
 use crate::backend::Backend;
 use crate::data::Dataset;
 use anyhow::Result;
@@ -20,6 +21,8 @@ pub struct Reference {
     pub gaussian: Gaussian,
     /// [n, FEATURES], for KID.
     pub features: Vec<f32>,
+    /// The balls of all n, for precision and recall against n generated images.
+    pub balls: Balls,
     pub n: usize,
     pub description: String,
 }
@@ -31,6 +34,8 @@ pub struct Score {
     pub n: usize,
     pub fid: f64,
     pub kid: Kid,
+    /// Precision, recall, density and coverage, of at most as many images as the reference has.
+    pub manifold: Manifold,
     pub classes: ClassView,
 }
 
@@ -49,7 +54,8 @@ impl Reference {
         let (features, _) = f.run(be, images);
         let gaussian = Gaussian::of(&features, FEATURES)?;
         let n = gaussian.n;
-        Ok(Reference { gaussian, features, n, description })
+        let balls = Balls::of(&features, FEATURES, n);
+        Ok(Reference { gaussian, features, balls, n, description })
     }
 }
 
@@ -62,10 +68,21 @@ pub fn score<B: Backend>(be: &B, f: &mut FeatureNet<B>, images: &[f32], referenc
 /// Score images by their features [n, FEATURES] and logits [n, classes].
 pub fn score_features(features: &[f32], logits: &[f32], reference: &Reference, classes: usize) -> Result<Score> {
     let g = Gaussian::of(features, FEATURES)?;
+    // Balls' radii shrink as a set grows, so precision and recall compare sets of one size: the
+    // first m of each.
+    let m = g.n.min(reference.n);
+    let fewer_real;
+    let real = if m == reference.n {
+        &reference.balls
+    } else {
+        fewer_real = Balls::of(&reference.features, FEATURES, m);
+        &fewer_real
+    };
     Ok(Score {
         n: g.n,
         fid: frechet_distance(&g, &reference.gaussian),
         kid: kid(features, &reference.features, FEATURES, KID_SUBSETS, KID_SUBSET_SIZE, KID_SEED),
+        manifold: manifold(real, &Balls::of(features, FEATURES, m)),
         classes: ClassView::of(logits, classes),
     })
 }
@@ -79,6 +96,8 @@ pub struct Evaluation {
     pub fid: f64,
     pub kid: f64,
     pub kid_std: f64,
+    /// Precision, recall, density and coverage against the reference.
+    pub manifold: Manifold,
     pub mean_confidence: f64,
     pub class_shares: Vec<f64>,
     pub class_imbalance: f64,
@@ -101,6 +120,7 @@ impl Evaluation {
             fid: s.fid,
             kid: s.kid.mean,
             kid_std: s.kid.std,
+            manifold: s.manifold,
             mean_confidence: s.classes.mean_confidence,
             class_shares: s.classes.class_shares,
             class_imbalance: s.classes.class_imbalance,
@@ -121,6 +141,7 @@ impl std::fmt::Display for Evaluation {
         writeln!(f, "against: {} ({} images)", self.reference, self.reference_n)?;
         writeln!(f, "feature network: {} (test accuracy {:.4})", self.feature_net, self.feature_net_test_accuracy)?;
         writeln!(f, "FID {:.3}  KID {:.5} (+- {:.5})", self.fid, self.kid, self.kid_std)?;
+        writeln!(f, "{}", self.manifold)?;
         writeln!(
             f,
             "classifier: mean confidence {:.3}, classes (%) {} (the largest {:.2}x uniform)",
@@ -131,8 +152,8 @@ impl std::fmt::Display for Evaluation {
         if let Some(fl) = &self.floor {
             writeln!(
                 f,
-                "floor ({} training images): FID {:.3}  KID {:.5}, mean confidence {:.3}",
-                fl.n, fl.fid, fl.kid.mean, fl.classes.mean_confidence
+                "floor ({} training images): FID {:.3}  KID {:.5}, precision {:.3} recall {:.3}, mean confidence {:.3}",
+                fl.n, fl.fid, fl.kid.mean, fl.manifold.precision, fl.manifold.recall, fl.classes.mean_confidence
             )?;
         }
         Ok(())

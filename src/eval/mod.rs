@@ -1,6 +1,7 @@
 //! Sample quality: distances between the features a classifier trained on the data set gives
-//! generated images and real ones (the Fréchet distance and KID), and what the classifier
-//! makes of the generated images (its confidence, and how the images spread over its classes).
+//! generated images and real ones (the Fréchet distance and KID), how the two sets overlap
+//! (precision and recall), and what the classifier makes of the generated images (its
+//! confidence, and how the images spread over its classes).
 
 pub mod evaluate;
 pub mod feature_net;
@@ -8,6 +9,7 @@ pub mod feature_net_file;
 pub mod frechet;
 pub mod generate;
 pub mod kid;
+pub mod manifold;
 pub mod train_classifier;
 
 /// The index of the largest value (the first of equals).

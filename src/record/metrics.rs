@@ -170,6 +170,30 @@ pub struct EpochRecord {
     pub fid_ema: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid_ema: Option<f64>,
+    #[serde(flatten)]
+    pub manifold: ManifoldFigures,
+}
+
+/// Precision, recall, density and coverage after an epoch (eval::manifold): G's, and with
+/// `--g-ema` the averaged generator's. Every one is absent where the epoch was not evaluated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ManifoldFigures {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub density: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision_ema: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall_ema: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub density_ema: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_ema: Option<f64>,
 }
 
 /// The line of a run stopped by a signal before its end (`"type": "stopped"`): also in the

@@ -3,7 +3,7 @@
 //! One struct, written by the run and read by `simulate-scaling`, the tests and anyone else.
 //! Figures a run of an older version did not record read as their defaults.
 
-use super::metrics::StepMetrics;
+use super::metrics::{ManifoldFigures, StepMetrics};
 use super::options::TrainOptions;
 use crate::comm::Wire;
 use anyhow::Context;
@@ -142,6 +142,8 @@ pub struct EpochQuality {
     pub fid_ema: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid_ema: Option<f64>,
+    #[serde(flatten)]
+    pub manifold: ManifoldFigures,
 }
 
 /// Where the exchange's time went, per step (rank 0's view).

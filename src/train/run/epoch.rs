@@ -7,6 +7,8 @@ use crate::backend::Backend;
 use crate::comm::PeerFailed;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::EpochOrder;
+use crate::eval::evaluate::Score;
+use crate::record::metrics::ManifoldFigures;
 use crate::record::summary::EpochQuality;
 use crate::record::{EpochRecord, LineType, Losses, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
@@ -183,10 +185,23 @@ impl<B: Backend> Run<'_, B> {
         let averaged = if t.g_ema.is_some() { q.evaluate(job, t, true)? } else { None };
         let Some((s, secs)) = trained else { return Ok(None) };
         let seconds = secs + averaged.as_ref().map_or(0.0, |(_, a)| *a);
-        let ema = averaged
-            .as_ref()
-            .map_or(String::new(), |(a, _)| format!("; averaged G (--g-ema): FID {:.3}, KID {:.5}", a.fid, a.kid.mean));
-        eprintln!("epoch {}: FID {:.3}, KID {:.5}{ema} ({} images, {seconds:.1} s)", epoch + 1, s.fid, s.kid.mean, s.n);
+        let line = |s: &Score| {
+            let m = &s.manifold;
+            format!("FID {:.3}, KID {:.5}, precision {:.3}, recall {:.3}", s.fid, s.kid.mean, m.precision, m.recall)
+        };
+        let ema = averaged.as_ref().map_or(String::new(), |(a, _)| format!("; averaged G (--g-ema): {}", line(a)));
+        eprintln!("epoch {}: {}{ema} ({} images, {seconds:.1} s)", epoch + 1, line(&s), s.n);
+        let (m, a) = (&s.manifold, averaged.as_ref().map(|(a, _)| &a.manifold));
+        let manifold = ManifoldFigures {
+            precision: Some(m.precision),
+            recall: Some(m.recall),
+            density: Some(m.density),
+            coverage: Some(m.coverage),
+            precision_ema: a.map(|a| a.precision),
+            recall_ema: a.map(|a| a.recall),
+            density_ema: a.map(|a| a.density),
+            coverage_ema: a.map(|a| a.coverage),
+        };
         Ok(Some(EpochQuality {
             epoch,
             fid: s.fid,
@@ -196,6 +211,7 @@ impl<B: Backend> Run<'_, B> {
             seconds,
             fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
             kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
+            manifold,
         }))
     }
 
@@ -234,6 +250,7 @@ impl<B: Backend> Run<'_, B> {
                 eval_seconds: q.map(|q| q.seconds),
                 fid_ema: q.and_then(|q| q.fid_ema),
                 kid_ema: q.and_then(|q| q.kid_ema),
+                manifold: q.map(|q| q.manifold).unwrap_or_default(),
             };
             job.or_fail(out.epoch(&rec));
         }
