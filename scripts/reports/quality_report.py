@@ -224,8 +224,8 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
     # A column for each optional figure that any run has.
     shown = [(k, head, d) for k, head, d in OPTIONAL if any(k in e for c in configs for e in c["epochs"])]
     averaged = any(k == "fid_ema" for k, _, _ in shown)
-    ema_head, ema_rule = "".join(f" {head} |" for _, head, _ in shown), "---:|" * len(shown)
-    ema = lambda e: "".join(f" {optional_cell(e, k, d)} |" for k, _, d in shown)
+    optional_head, optional_rule = "".join(f" {head} |" for _, head, _ in shown), "---:|" * len(shown)
+    optional = lambda e: "".join(f" {optional_cell(e, k, d)} |" for k, _, d in shown)
     L = ["# Sample quality against ranks (weak scaling)", ""]
     env = os.path.join(out, "environment.txt")
     if os.path.exists(env):
@@ -258,13 +258,13 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
         L.append("")
     L += [f"## After the last epoch ({final})", "",
           "| ranks | lr scaling | global batch | lr | seeds | FID | FID range | KID | KID range | training s |"
-          + ema_head,
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ema_rule]
+          + optional_head,
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + optional_rule]
     for c in configs:
         e = fin[(c["ranks"], c["lr_scaling"])]
         L.append(f"| {c['ranks']} | {c['lr_scaling']} | {c['global_batch']} | {c['lr']:.6g} | {len(c['seeds'])} | "
                  f"{e['fid']['mean']:.2f} | {fmt_range(e['fid'], 2)} | {e['kid']['mean']:.{kd}f} | "
-                 f"{fmt_range(e['kid'], kd)} | {e['train_seconds']['mean']:.1f} |" + ema(e))
+                 f"{fmt_range(e['kid'], kd)} | {e['train_seconds']['mean']:.1f} |" + optional(e))
     b = fin[(best["ranks"], best["lr_scaling"])]["fid"]
     L += ["", "## What it shows", "",
           f"Lowest final FID: **{label(best['ranks'], best['lr_scaling'])}** (global batch {best['global_batch']}, "
@@ -280,13 +280,13 @@ def markdown(out, configs, left_out, final, fin, best, against, hurt_text, plot_
         L.append("")
     L += [hurt_text, "", "## Every epoch", "",
           "| ranks | lr scaling | global batch | lr | epoch | training s | FID | FID range | KID | KID range |"
-          + ema_head,
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ema_rule]
+          + optional_head,
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + optional_rule]
     for c in configs:
         for e in c["epochs"]:
             L.append(f"| {c['ranks']} | {c['lr_scaling']} | {c['global_batch']} | {c['lr']:.6g} | {e['epoch']} | "
                      f"{e['train_seconds']['mean']:.1f} | {e['fid']['mean']:.2f} | {fmt_range(e['fid'], 2)} | "
-                     f"{e['kid']['mean']:.{kd}f} | {fmt_range(e['kid'], kd)} |" + ema(e))
+                     f"{e['kid']['mean']:.{kd}f} | {fmt_range(e['kid'], kd)} |" + optional(e))
     L += ["", plot_note, ""]
     return "\n".join(L)
 

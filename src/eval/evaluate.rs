@@ -9,6 +9,7 @@ use super::manifold::{Balls, Manifold, manifold};
 use crate::backend::Backend;
 use crate::data::Dataset;
 use anyhow::Result;
+use std::sync::OnceLock;
 
 /// KID's subsets and their size, as the reference implementations take them.
 pub const KID_SUBSETS: usize = 100;
@@ -21,8 +22,9 @@ pub struct Reference {
     pub gaussian: Gaussian,
     /// [n, FEATURES], for KID.
     pub features: Vec<f32>,
-    /// The balls of all n, for precision and recall against n generated images.
-    pub balls: Balls,
+    /// The balls of the first m samples, for precision and recall against m generated images:
+    /// taken at the first m asked for (a run asks for one m throughout).
+    balls: OnceLock<(usize, Balls)>,
     pub n: usize,
     pub description: String,
 }
@@ -54,8 +56,7 @@ impl Reference {
         let (features, _) = f.run(be, images);
         let gaussian = Gaussian::of(&features, FEATURES)?;
         let n = gaussian.n;
-        let balls = Balls::of(&features, FEATURES, n);
-        Ok(Reference { gaussian, features, balls, n, description })
+        Ok(Reference { gaussian, features, balls: OnceLock::new(), n, description })
     }
 }
 
@@ -71,12 +72,13 @@ pub fn score_features(features: &[f32], logits: &[f32], reference: &Reference, c
     // Balls' radii shrink as a set grows, so precision and recall compare sets of one size: the
     // first m of each.
     let m = g.n.min(reference.n);
-    let fewer_real;
-    let real = if m == reference.n {
-        &reference.balls
-    } else {
-        fewer_real = Balls::of(&reference.features, FEATURES, m);
-        &fewer_real
+    let other;
+    let real = match reference.balls.get_or_init(|| (m, Balls::of(&reference.features, FEATURES, m))) {
+        (at, balls) if *at == m => balls,
+        _ => {
+            other = Balls::of(&reference.features, FEATURES, m);
+            &other
+        }
     };
     Ok(Score {
         n: g.n,

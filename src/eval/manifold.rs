@@ -6,9 +6,9 @@
 use nalgebra::DMatrix;
 use rayon::prelude::*;
 
-/// The neighbour that sets a ball's radius: the third for precision and recall (Kynkäänniemi
-/// et al.), the fifth for density and coverage (Naeem et al.).
+/// The neighbour that sets a ball's radius for precision and recall (Kynkäänniemi et al.).
 pub const K_RECALL: usize = 3;
+/// The neighbour that sets a ball's radius for density and coverage (Naeem et al.).
 pub const K_COVERAGE: usize = 5;
 /// Query samples per block of the distance matrix: a block is [n, ROWS] floats.
 const ROWS: usize = 256;
@@ -91,7 +91,7 @@ impl Balls {
             .into_par_iter()
             .map(|b| {
                 let (start, rows) = (b * ROWS, ROWS.min(n - b * ROWS));
-                // [others, rows] dot products in f32 (a few hundred terms each); the distances
+                // [others, rows] dot products in f32 (a feature vector's terms each); the distances
                 // in f64 so that the norms' sum loses nothing more.
                 let dots = &others.points * self.points_t.columns(start, rows);
                 let d2 = DMatrix::from_fn(others.len(), rows, |j, q| {

@@ -88,8 +88,8 @@ fn the_data_against_itself_is_all_precision_recall_and_coverage() {
     let real = gaussian(400, 8, 1.0, 0.0, 3);
     let m = figures(&real, &real, 8);
     assert_eq!((m.precision, m.recall, m.coverage), (1.0, 1.0, 1.0));
-    // Each sample sits in its own ball and in those of the others it is among the 5 nearest of.
-    assert!(m.density >= 0.2 && m.density < 2.0, "{m:?}");
+    // Each ball holds its own sample and its 5 nearest: 6 n memberships over 5 n.
+    assert_eq!(m.density, 1.2, "{m:?}");
 }
 
 #[test]
