@@ -36,9 +36,9 @@ pub struct Balls {
     points: DMatrix<f32>,
     /// [dim, n]: the queries' side of a distance block.
     points_t: DMatrix<f32>,
-    /// [n] squared norms, for |a - b|^2 = |a|^2 + |b|^2 - 2 a.b.
+    /// `[n]` squared norms, for |a - b|^2 = |a|^2 + |b|^2 - 2 a.b.
     norms: Vec<f64>,
-    /// [n] squared distance to the K_RECALL-th and the K_COVERAGE-th nearest other sample.
+    /// `[n]` squared distance to the K_RECALL-th and the K_COVERAGE-th nearest other sample.
     r_recall: Vec<f64>,
     r_coverage: Vec<f64>,
 }
