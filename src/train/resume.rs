@@ -3,10 +3,16 @@
 //! continues it. Rank 0 finds the checkpoint (a run directory or one of its checkpoints) and
 //! every rank learns the run's options from it before anything is built, the comm thread's
 //! allreduce settings among them.
+//!
+//! A run may go on with another number of ranks (a node lost, or more granted): it keeps its
+//! global batch, split over the ranks it has now. The data order and the noise depend on the
+//! global batch and each sample's global index only, and the learning rate on the global
+//! batch, so with `--sync-bn` the run computes what it would have on its old ranks, up to the
+//! order of float sums; each rank's running statistics become their mean over the old ranks.
 
 use super::config::resumed_options;
 use super::job::Job;
-use crate::checkpoint::{self, Progress};
+use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
 use crate::record::TrainOptions;
 use anyhow::{Context, Result, bail};
@@ -54,6 +60,9 @@ pub fn settle(
         return Ok((fresh, None));
     };
     let resumed = job.agree(options_of_the_run(args, given, &shared, job.world.size))?;
+    if job.is_root() && shared.progress.ranks != job.world.size {
+        announce_other_ranks(&shared.progress, job.world.size, resumed.parallel.sync_bn);
+    }
     // The allreduce, its fragments and the wire are the run's: the comm thread was started
     // with the command line's.
     let cfg = job.agree(CommConfig::from_options(&resumed.comm))?;
@@ -104,15 +113,13 @@ fn options_of_the_run(
     ranks: usize,
 ) -> Result<TrainOptions> {
     let (asked, p) = (shared.asked.display(), &shared.progress);
-    if p.ranks != ranks {
-        bail!(
-            "the checkpoint in {asked} was written by {} ranks and this job has {ranks}: resume with mpiexec -n {} (the data order depends on the rank count)",
-            p.ranks,
-            p.ranks
-        );
-    }
     let mut resumed = resumed_options(args, given, &p.config, &format!("--resume {asked}"))?;
     resumed.checkpoints.resume = Some(shared.asked.clone());
+    if p.ranks != ranks {
+        check_other_ranks(&resumed, p, ranks, &format!("--resume {asked}"))?;
+        // The run's global batch, split over the ranks of this job.
+        resumed.parallel.global_batch_size = Some((p.ranks * p.batch_per_rank) as u64);
+    }
     // Nothing left to run would still rewrite the run's summary, with no steps in it.
     if p.step >= resumed.max_steps.unwrap_or(u64::MAX) || p.epoch >= resumed.epoch_limit().unwrap_or(u64::MAX) {
         bail!(
@@ -124,6 +131,86 @@ fn options_of_the_run(
         );
     }
     Ok(resumed)
+}
+
+/// Why a run of `p.ranks` ranks cannot go on with `ranks`, if it cannot: state that belongs to
+/// each rank and has no meaning on another, or a global batch the ranks cannot share.
+fn check_other_ranks(run: &TrainOptions, p: &Progress, ranks: usize, what: &str) -> Result<()> {
+    let (par, was) = (&run.parallel, p.ranks);
+    let fix = format!("resume with mpiexec -n {was}");
+    let global = p.ranks * p.batch_per_rank;
+    if par.pipeline {
+        bail!(
+            "{what}: the run was written by {was} ranks and this job has {ranks}, and a pipeline's stages (--pipeline) cannot be regrouped: {fix}"
+        );
+    }
+    if par.sync_every > 0 {
+        bail!(
+            "{what}: the run was written by {was} ranks and this job has {ranks}, and between synchronisations each rank trains a model of its own (--sync-every): {fix}"
+        );
+    }
+    if run.comm.wire == crate::comm::Wire::OneBit {
+        bail!(
+            "{what}: the run was written by {was} ranks and this job has {ranks}, and each rank's 1-bit error feedback (--wire 1bit) belongs to its place in the exchange: {fix}"
+        );
+    }
+    if p.step < par.distributed_after {
+        bail!(
+            "{what}: the run was written by {was} ranks and this job has {ranks}, and it is still training as one worker (step {} of --distributed-after {}): {fix}",
+            p.step,
+            par.distributed_after
+        );
+    }
+    if !global.is_multiple_of(ranks) {
+        bail!(
+            "{what}: the run's global batch of {global} images ({} per rank x {was} ranks) does not split over {ranks} ranks: resume with a number of ranks that divides {global} (e.g. {was})",
+            p.batch_per_rank
+        );
+    }
+    Ok(())
+}
+
+/// Rank 0 says how a run goes on with another number of ranks.
+fn announce_other_ranks(p: &Progress, ranks: usize, sync_bn: bool) {
+    let global = p.ranks * p.batch_per_rank;
+    eprintln!(
+        "resuming a run of {} ranks on {ranks}: its global batch of {global} images is now {} per rank; the data order, noise and learning rate go on as they were",
+        p.ranks,
+        global / ranks
+    );
+    if !sync_bn {
+        eprintln!(
+            "note: without --sync-bn, batch norm now normalises over {} images per rank instead of {}, so the run goes on close to, not exactly as, it would have on {} ranks",
+            global / ranks,
+            p.batch_per_rank,
+            p.ranks
+        );
+    }
+}
+
+/// Rank 0: a checkpoint of another number of ranks made one of `ranks` ranks of `per_rank`
+/// images each: every rank takes the mean of the old ranks' running statistics (what the end
+/// of an epoch would give them). Per-rank state of other kinds was refused by
+/// `check_other_ranks`.
+pub fn regroup(mut ck: Checkpoint, ranks: usize, per_rank: usize) -> Checkpoint {
+    let old = ck.progress.ranks;
+    if old == ranks {
+        return ck;
+    }
+    debug_assert!(ck.residuals.is_empty() && ck.block.is_none(), "refused before loading");
+    let mean = |rank0: &[f32], part: usize| -> Vec<f32> {
+        let others = ck.rank_states.iter().map(|s| &s[part][..]);
+        let mut sum: Vec<f64> = rank0.iter().map(|&x| x as f64).collect();
+        for other in others {
+            sum.iter_mut().zip(other).for_each(|(s, &x)| *s += x as f64);
+        }
+        sum.iter().map(|s| (s / old as f64) as f32).collect()
+    };
+    let (g, d) = (mean(&ck.g.state, 0), mean(&ck.d.state, 1));
+    ck.rank_states = vec![[g.clone(), d.clone()]; ranks - 1];
+    (ck.g.state, ck.d.state) = (g, d);
+    (ck.progress.ranks, ck.progress.batch_per_rank) = (ranks, per_rank);
+    ck
 }
 
 /// The command that continues the run in `run` with `ranks` ranks, ready to paste: this
@@ -143,6 +230,50 @@ fn shell_word(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn net(values: Vec<f32>, state: Vec<f32>) -> crate::checkpoint::NetTensors {
+        crate::checkpoint::NetTensors { values, state, batches_tracked: 9 }
+    }
+
+    /// A checkpoint of 3 ranks of 4 images: G's statistics [g0, g1] and D's [d0] per rank.
+    fn of_three_ranks() -> Checkpoint {
+        let moments = crate::checkpoint::Moments { exp_avg: vec![0.5], exp_avg_sq: vec![0.25], steps: 3 };
+        Checkpoint {
+            g: net(vec![1.0], vec![1.0, 2.0]),
+            d: net(vec![2.0], vec![3.0]),
+            g_ema: None,
+            g_adam: moments.clone(),
+            d_adam: moments,
+            progress: Progress {
+                step: 5,
+                epoch: 0,
+                batch_in_epoch: 5,
+                seed: 1,
+                ranks: 3,
+                batch_per_rank: 4,
+                image_size: 28,
+                rng: String::new(),
+                config: serde_json::json!({}),
+            },
+            rank_states: vec![[vec![4.0, 5.0], vec![6.0]], [vec![7.0, 11.0], vec![0.0]]],
+            residuals: vec![],
+            block: None,
+        }
+    }
+
+    #[test]
+    fn other_ranks_each_take_the_mean_of_the_running_statistics() {
+        let ck = regroup(of_three_ranks(), 2, 6);
+        // G: (1 + 4 + 7) / 3, (2 + 5 + 11) / 3; D: (3 + 6 + 0) / 3.
+        let (g, d) = (vec![4.0, 6.0], vec![3.0]);
+        assert_eq!((&ck.g.state, &ck.d.state), (&g, &d), "rank 0's");
+        assert_eq!(ck.rank_states, vec![[g, d]], "rank 1's");
+        assert_eq!((ck.progress.ranks, ck.progress.batch_per_rank), (2, 6));
+        assert_eq!((ck.g.values.clone(), ck.d.values.clone(), ck.progress.step), (vec![1.0], vec![2.0], 5));
+        // On as many ranks as the run had, every rank keeps its own.
+        assert_eq!(regroup(of_three_ranks(), 3, 4), of_three_ranks());
+        assert_eq!(regroup(of_three_ranks(), 6, 2).rank_states.len(), 5);
+    }
 
     #[test]
     fn shell_words_paste_as_one_word() {

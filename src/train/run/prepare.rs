@@ -27,7 +27,7 @@ use crate::train::outputs::{Outputs, default_dir};
 use crate::train::pipeline::PipelineStage;
 use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
-use crate::train::resume::ResumeFrom;
+use crate::train::resume::{ResumeFrom, regroup};
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
 use crate::train::summary::RunFacts;
@@ -257,7 +257,7 @@ fn build<B: Backend>(
     model.set_adam(m.adam_beta1, m.adam_beta2, m.adam_eps);
     let layouts = (&model.g.store.layout.clone(), &model.d.store.layout.clone());
     let loaded = from.map(|f| checkpoint::load(&f.checkpoint, layouts).and_then(|ck| lacks_average(f, ck, m)));
-    let ck = job.agree(loaded.transpose())?;
+    let ck = job.agree(loaded.transpose())?.map(|c| regroup(c, world.size, settings.per_rank_batch));
     // On a resume, the run's own unless the command line gave it (`resume.rs`).
     let keep = Keep::from_option(args.checkpoints.keep_checkpoints.unwrap_or(1));
     let outputs = job.agree(match (root, &ck, from) {

@@ -1,0 +1,160 @@
+//! A run resumed on another number of ranks keeps its global batch: with `--sync-bn` it goes on
+//! as it would have on its own ranks (up to the order of float sums), without it the run goes
+//! on with a note; state that belongs to one rank is refused with one line, the run untouched.
+
+mod common;
+
+use common::{final_weights, mpirun, step_records};
+use dcgan_train::record::Losses;
+use std::path::{Path, PathBuf};
+
+/// 512 small synthetic images, one thread a rank.
+const BASE: [&str; 6] = ["--data", "synthetic:512", "--threads", "1", "--seed", "5"];
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `ranks` ranks of BASE and `extra` (8 images a rank unless it says) into `out` for `steps`
+/// steps, which must succeed.
+fn train(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
+    let mut args = BASE.to_vec();
+    if !extra.contains(&"--batch-size") {
+        args.extend(["--batch-size", "8"]);
+    }
+    args.extend(["--max-steps", steps, "--no-progress", "--out", path(out)]);
+    args.extend(extra);
+    let o = mpirun(ranks, &args, 300);
+    assert!(o.status.success(), "{ranks} ranks {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `--resume run --max-steps steps` on `ranks` ranks: whether it succeeded, and its stderr.
+fn resume(ranks: usize, run: &Path, steps: &str) -> (bool, String) {
+    let o = mpirun(ranks, &["--resume", path(run), "--max-steps", steps, "--no-progress"], 300);
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+/// A copy of the run directory `run` at `to`.
+fn copy_run(run: &Path, to: &Path) -> PathBuf {
+    let o = std::process::Command::new("cp").args(["-r", path(run), path(to)]).output().unwrap();
+    assert!(o.status.success());
+    to.to_path_buf()
+}
+
+/// The Euclidean distance between two sets of G's and D's tensors.
+fn distance(a: &std::collections::BTreeMap<String, Vec<f32>>, b: &std::collections::BTreeMap<String, Vec<f32>>) -> f64 {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let sq: f64 = a
+        .values()
+        .zip(b.values())
+        .flat_map(|(x, y)| x.iter().zip(y))
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum();
+    sq.sqrt()
+}
+
+fn latest_progress(run: &Path) -> dcgan_train::checkpoint::Progress {
+    let latest = std::fs::read_to_string(run.join("checkpoints/latest")).unwrap();
+    dcgan_train::checkpoint::load_progress(&run.join("checkpoints").join(latest.trim())).unwrap()
+}
+
+/// With `--sync-bn`, a 2-rank run resumed at step 3 on 1 rank and on 4 ends step 6 where the
+/// uninterrupted 2-rank run does: the same images and noise in every step's global batch, the
+/// same learning rate, each rank a share of the batch. Only float sums run in another order
+/// (about 1e-7 of the distance the 3 steps move the weights); steps that kept 8 images a rank,
+/// and so took other images, end 7% of it away.
+#[test]
+fn a_run_goes_on_with_other_ranks_as_on_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, part) = (tmp.path().join("whole"), tmp.path().join("part"));
+    train(2, &whole, "6", &["--sync-bn"]);
+    train(2, &part, "3", &["--sync-bn"]);
+    let (start, end) = (final_weights(&part), final_weights(&whole));
+    let moved = distance(&start, &end);
+    let losses = |run: &Path| -> Vec<(f32, f32)> {
+        step_records(run)
+            .iter()
+            .map(|r| match r.metrics.losses {
+                Losses::Dcgan { loss_d, loss_g, .. } => (loss_d, loss_g),
+                _ => unreachable!("a DCGAN run"),
+            })
+            .collect()
+    };
+    for ranks in [1, 4] {
+        let run = copy_run(&part, &tmp.path().join(format!("on-{ranks}")));
+        let (ok, err) = resume(ranks, &run, "6");
+        assert!(ok, "{err}");
+        let said = format!(
+            "resuming a run of 2 ranks on {ranks}: its global batch of 16 images is now {} per rank",
+            16 / ranks
+        );
+        assert!(err.contains(&said) && !err.contains("without --sync-bn"), "{err}");
+        let off = distance(&final_weights(&run), &end);
+        assert!(off < 1e-4 * moved, "{ranks} ranks: {off} from the uninterrupted run, which moved {moved} in 3 steps");
+        let (got, want) = (losses(&run), losses(&whole));
+        assert_eq!(got.len(), 6);
+        for (s, (g, w)) in got.iter().zip(&want).enumerate().skip(3) {
+            let close = |a: f32, b: f32| (a - b).abs() <= 1e-3 * b.abs();
+            assert!(close(g.0, w.0) && close(g.1, w.1), "step {}: {g:?} against {w:?}", s + 1);
+        }
+        let p = latest_progress(&run);
+        assert_eq!((p.ranks, p.batch_per_rank, p.step), (ranks, 16 / ranks, 6));
+    }
+}
+
+/// Without `--sync-bn` batch norm normalises over each rank's share, so the run goes on with
+/// a note; its checkpoints then hold the new layout, and it can move again.
+#[test]
+fn without_sync_bn_the_run_goes_on_with_a_note_and_can_move_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(2, &run, "3", &[]);
+    let (ok, err) = resume(1, &run, "4");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("note: without --sync-bn, batch norm now normalises over 16 images per rank instead of 8"),
+        "{err}"
+    );
+    assert_eq!((latest_progress(&run).ranks, latest_progress(&run).batch_per_rank), (1, 16));
+    let (ok, err) = resume(2, &run, "5");
+    assert!(
+        ok && err.contains("resuming a run of 1 ranks on 2: its global batch of 16 images is now 8 per rank"),
+        "{err}"
+    );
+    assert_eq!(step_records(&run).len(), 5);
+}
+
+/// A run whose state belongs to its ranks, or whose global batch the ranks cannot share, is
+/// refused on another number of ranks with one line naming why and the fix; the run is kept.
+#[test]
+fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, usize, &[&str], usize, &str); 5] = [
+        ("onebit", 2, &["--wire", "1bit", "--wire-warmup-steps", "1"], 1, "each rank's 1-bit error feedback"),
+        ("blocks", 2, &["--sync-every", "2"], 1, "each rank trains a model of its own (--sync-every)"),
+        ("pipeline", 2, &["--pipeline"], 1, "a pipeline's stages (--pipeline) cannot be regrouped"),
+        ("solo", 2, &["--distributed-after", "5"], 1, "still training as one worker (step 2 of --distributed-after 5)"),
+        (
+            "odd",
+            2,
+            &["--batch-size", "3"],
+            4,
+            "global batch of 6 images (3 per rank x 2 ranks) does not split over 4 ranks",
+        ),
+    ];
+    for (name, ranks, extra, other, why) in cases {
+        let run = tmp.path().join(name);
+        train(ranks, &run, "2", extra);
+        let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+        let (ok, err) = resume(other, &run, "4");
+        assert!(!ok, "{name}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{name}: {err}");
+        assert!(errors[0].contains(why) && errors[0].contains("resume with"), "{name}: {err}");
+        assert_eq!(
+            std::fs::read(run.join("metrics.jsonl")).unwrap(),
+            metrics,
+            "{name}: the refused resume wrote into the run"
+        );
+    }
+}
