@@ -124,12 +124,34 @@ fn without_sync_bn_the_run_goes_on_with_a_note_and_can_move_again() {
     assert_eq!(step_records(&run).len(), 5);
 }
 
+/// With micro-batches, batch norm's groups of images follow the rank count even with
+/// `--sync-bn` (one micro-batch of every rank), and a resume on other ranks says so; without
+/// it, the note counts the images of a micro-batch.
+#[test]
+fn micro_batches_on_other_ranks_are_said_to_change_batch_norm() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, sync_bn, said) in [
+        (
+            "synced",
+            true,
+            "note: with --micro-batches, batch norm's groups (one micro-batch of every rank) now hold other images",
+        ),
+        ("alone", false, "note: without --sync-bn, batch norm now normalises over 8 images per rank instead of 4"),
+    ] {
+        let run = tmp.path().join(name);
+        let extra = if sync_bn { vec!["--micro-batches", "2", "--sync-bn"] } else { vec!["--micro-batches", "2"] };
+        train(2, &run, "2", &extra);
+        let (ok, err) = resume(1, &run, "3");
+        assert!(ok && err.contains(said), "{name}: {err}");
+    }
+}
+
 /// A run whose state belongs to its ranks, or whose global batch the ranks cannot share, is
 /// refused on another number of ranks with one line naming why and the fix; the run is kept.
 #[test]
 fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, usize, &[&str], usize, &str); 5] = [
+    let cases: [(&str, usize, &[&str], usize, &str); 6] = [
         ("onebit", 2, &["--wire", "1bit", "--wire-warmup-steps", "1"], 1, "each rank's 1-bit error feedback"),
         ("blocks", 2, &["--sync-every", "2"], 1, "each rank trains a model of its own (--sync-every)"),
         ("pipeline", 2, &["--pipeline"], 1, "a pipeline's stages (--pipeline) cannot be regrouped"),
@@ -140,6 +162,13 @@ fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
             &["--batch-size", "3"],
             4,
             "global batch of 6 images (3 per rank x 2 ranks) does not split over 4 ranks",
+        ),
+        (
+            "micro",
+            2,
+            &["--batch-size", "4", "--micro-batches", "4"],
+            4,
+            "gives 2 per rank on 4 ranks, which its --micro-batches 4",
         ),
     ];
     for (name, ranks, extra, other, why) in cases {

@@ -61,7 +61,7 @@ pub fn settle(
     };
     let resumed = job.agree(options_of_the_run(args, given, &shared, job.world.size))?;
     if job.is_root() && shared.progress.ranks != job.world.size {
-        announce_other_ranks(&shared.progress, job.world.size, resumed.parallel.sync_bn);
+        announce_other_ranks(&shared.progress, job.world.size, &resumed);
     }
     // The allreduce, its fragments and the wire are the run's: the comm thread was started
     // with the command line's.
@@ -149,7 +149,8 @@ fn check_other_ranks(run: &TrainOptions, p: &Progress, ranks: usize, what: &str)
             "{what}: the run was written by {was} ranks and this job has {ranks}, and between synchronisations each rank trains a model of its own (--sync-every): {fix}"
         );
     }
-    if run.comm.wire == crate::comm::Wire::OneBit {
+    // A run of one rank exchanged nothing, so it holds no error feedback.
+    if run.comm.wire == crate::comm::Wire::OneBit && was > 1 {
         bail!(
             "{what}: the run was written by {was} ranks and this job has {ranks}, and each rank's 1-bit error feedback (--wire 1bit) belongs to its place in the exchange: {fix}"
         );
@@ -167,23 +168,37 @@ fn check_other_ranks(run: &TrainOptions, p: &Progress, ranks: usize, what: &str)
             p.batch_per_rank
         );
     }
+    let micro = run.model.micro_batches as usize;
+    if !(global / ranks).is_multiple_of(micro) {
+        bail!(
+            "{what}: the run's global batch of {global} images gives {} per rank on {ranks} ranks, which its --micro-batches {micro} does not divide: resume with a number of ranks whose share {micro} divides (e.g. {was})",
+            global / ranks
+        );
+    }
     Ok(())
 }
 
-/// Rank 0 says how a run goes on with another number of ranks.
-fn announce_other_ranks(p: &Progress, ranks: usize, sync_bn: bool) {
+/// Rank 0 says how a run goes on with another number of ranks, and why it will not compute
+/// exactly what it would have on its old ranks where it will not: batch norm's groups of
+/// images follow the ranks unless `--sync-bn` spans them, and with micro-batches even then
+/// (a group is one micro-batch of every rank, whose images depend on the rank count).
+fn announce_other_ranks(p: &Progress, ranks: usize, run: &TrainOptions) {
     let global = p.ranks * p.batch_per_rank;
+    let micro = run.model.micro_batches as usize;
     eprintln!(
         "resuming a run of {} ranks on {ranks}: its global batch of {global} images is now {} per rank; the data order, noise and learning rate go on as they were",
         p.ranks,
         global / ranks
     );
-    if !sync_bn {
+    let close = format!("so the run goes on close to, not exactly as, it would have on {} ranks", p.ranks);
+    if !run.parallel.sync_bn {
+        let (now, then) = (global / ranks / micro, p.batch_per_rank / micro);
         eprintln!(
-            "note: without --sync-bn, batch norm now normalises over {} images per rank instead of {}, so the run goes on close to, not exactly as, it would have on {} ranks",
-            global / ranks,
-            p.batch_per_rank,
-            p.ranks
+            "note: without --sync-bn, batch norm now normalises over {now} images per rank instead of {then}, {close}"
+        );
+    } else if micro > 1 {
+        eprintln!(
+            "note: with --micro-batches, batch norm's groups (one micro-batch of every rank) now hold other images, {close}"
         );
     }
 }
