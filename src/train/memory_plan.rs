@@ -131,13 +131,14 @@ impl MemoryLimits {
 }
 
 /// The estimate at `batch`, or one line saying what does not fit and the largest batch per
-/// rank that does.
+/// rank that does (`resumed`: a resumed run keeps its global batch, so more ranks are the fix).
 pub fn check<B: Backend>(
     be: &B,
     model: &ModelOptions,
     batch: usize,
     ranks: usize,
     limits: &MemoryLimits,
+    resumed: bool,
 ) -> Result<MemoryEstimate> {
     let image_size = model.image_size;
     let estimate = |b: usize| MemoryEstimate::of(be, model, b, ranks, limits.resident);
@@ -157,6 +158,12 @@ pub fn check<B: Backend>(
     };
     let fix = if lo == 0 {
         "no batch fits: free memory on the host or run fewer ranks on it".to_string()
+    } else if resumed {
+        let global = batch * ranks;
+        format!(
+            "the largest batch per rank that fits is {lo}, and a resumed run keeps its global batch of {global}: resume on {} or more ranks (a number that divides {global}), no more of them a host than now",
+            (ranks..=global).find(|r| global.is_multiple_of(*r) && global / r <= lo).unwrap_or(global)
+        )
     } else {
         let global = if ranks > 1 { format!(" (a global batch of {})", lo * ranks) } else { String::new() };
         format!("the largest batch per rank that fits is {lo}{global}: use --batch-size {lo} or fewer")
@@ -200,15 +207,21 @@ mod tests {
         let need = |b| MemoryEstimate::of(&Cpu, &model(28), b, 2, 100 << 20).unwrap().host_bytes - (100 << 20);
         // Room for exactly 1000 images per rank on each of 2 ranks.
         let l = limits(2 * need(1000), 2);
-        let e = check(&Cpu, &model(28), 5000, 2, &l).unwrap_err().to_string();
+        let e = check(&Cpu, &model(28), 5000, 2, &l, false).unwrap_err().to_string();
         assert!(e.contains("batch 5000 per rank") && e.contains("shared by its 2 ranks"), "{e}");
         assert!(e.contains("the largest batch per rank that fits is 1000 (a global batch of 2000)"), "{e}");
         assert_eq!(
-            check(&Cpu, &model(28), 1000, 2, &l).unwrap(),
+            check(&Cpu, &model(28), 1000, 2, &l, false).unwrap(),
             MemoryEstimate::of(&Cpu, &model(28), 1000, 2, 100 << 20).unwrap()
         );
+        // A resumed run keeps its global batch of 10000: 10 ranks of 1000 fit.
+        let e = check(&Cpu, &model(28), 5000, 2, &l, true).unwrap_err().to_string();
+        assert!(
+            e.contains("fits is 1000, and a resumed run keeps its global batch of 10000: resume on 10 or more"),
+            "{e}"
+        );
         // Nothing fits.
-        let e = check(&Cpu, &model(28), 64, 1, &limits(1 << 20, 1)).unwrap_err().to_string();
+        let e = check(&Cpu, &model(28), 64, 1, &limits(1 << 20, 1), false).unwrap_err().to_string();
         assert!(e.contains("no batch fits"), "{e}");
     }
 

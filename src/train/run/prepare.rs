@@ -56,7 +56,10 @@ impl<'a, B: Backend> Run<'a, B> {
         // Before anything big is allocated: a batch that cannot fit is one line, not minutes
         // of growth and then the system's kill (and it says more than that the data is short).
         let memory = job.agree(match MemoryLimits::now(&be, world.local_size) {
-            Some(l) => memory_plan::check(&be, &args.model, batch, world.size, &l).map(Some),
+            Some(l) => {
+                let resumed = args.checkpoints.resume.is_some();
+                memory_plan::check(&be, &args.model, batch, world.size, &l, resumed).map(Some)
+            }
             None => Ok(None),
         })?;
         // A pipeline's two stages take the same batch: the pair is one data-parallel place.
