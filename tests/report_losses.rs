@@ -9,6 +9,11 @@ use std::process::Command;
 /// A run's folder: epochs with their training seconds and FIDs (evaluations take 100 s each,
 /// which a wall time that counted them would show).
 fn write_run(out: &Path, name: &str, seconds: &[f64], fid: &[f64]) {
+    write_run_with(out, name, seconds, fid, None);
+}
+
+/// The same, with each epoch's precision and recall where given.
+fn write_run_with(out: &Path, name: &str, seconds: &[f64], fid: &[f64], pr: Option<&[[f64; 2]]>) {
     let dir = out.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let lines: String = seconds
@@ -16,11 +21,12 @@ fn write_run(out: &Path, name: &str, seconds: &[f64], fid: &[f64]) {
         .zip(fid)
         .enumerate()
         .map(|(e, (s, f))| {
-            format!(
-                "{}\n",
-                json!({"type": "epoch", "epoch": e, "steps": 10, "seconds": s, "images_per_s": 1.0,
-                    "sample": "x.png", "fid": f, "kid": f / 1000.0, "eval_seconds": 100.0})
-            )
+            let mut line = json!({"type": "epoch", "epoch": e, "steps": 10, "seconds": s, "images_per_s": 1.0,
+                "sample": "x.png", "fid": f, "kid": f / 1000.0, "eval_seconds": 100.0});
+            if let Some(pr) = pr {
+                (line["precision"], line["recall"]) = (json!(pr[e][0]), json!(pr[e][1]));
+            }
+            format!("{line}\n")
         })
         .collect();
     std::fs::write(dir.join("metrics.jsonl"), lines).unwrap();
@@ -55,4 +61,27 @@ fn the_losses_are_compared_at_the_shorter_runs_wall_time() {
     let md = std::fs::read_to_string(tmp.path().join("results.md")).unwrap();
     let verdict = "after 30 s of training: FID dcgan 30.00, wgan-gp 20.00, wgan-gp-layer 25.00: **wgan-gp** is lower";
     assert!(md.contains(verdict), "{md}");
+}
+
+/// Runs that recorded precision and recall give them columns (the mean over seeds), and '-'
+/// where a seed of the loss recorded none.
+#[test]
+fn precision_and_recall_have_columns_where_runs_recorded_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pr = |p: f64, r: f64| [[p, r], [p + 0.1, r + 0.1]];
+    write_run_with(tmp.path(), "dcgan-r1-s1", &[10.0, 10.0], &[50.0, 40.0], Some(&pr(0.3, 0.5)));
+    write_run_with(tmp.path(), "dcgan-r1-s2", &[10.0, 10.0], &[52.0, 42.0], Some(&pr(0.4, 0.3)));
+    write_run_with(tmp.path(), "wgan-gp-r1-s1", &[15.0, 15.0], &[40.0, 20.0], Some(&pr(0.5, 0.1)));
+    write_run(tmp.path(), "wgan-gp-r1-s2", &[15.0, 15.0], &[41.0, 21.0]);
+    let o =
+        Command::new("python3").args(["scripts/reports", "losses"]).arg(tmp.path()).arg("--no-plot").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(tmp.path().join("results.md")).unwrap();
+    assert!(md.contains("| FID | KID | precision | recall |"), "{md}");
+    // DCGAN after epoch 2: precision (0.4 + 0.5) / 2, recall (0.6 + 0.4) / 2.
+    // | loss | ranks | global batch | lr | seeds | epoch |
+    let row = md.lines().find(|l| l.starts_with("| dcgan | 1 | 64 | 0.0001 | 2 | 2 |")).unwrap();
+    assert!(row.ends_with("| 0.450 | 0.500 |"), "{row}");
+    let wgan: Vec<&str> = md.lines().filter(|l| l.starts_with("| wgan-gp | 1 |")).collect();
+    assert!(wgan.len() == 2 && wgan.iter().all(|l| l.ends_with("| - | - |")), "{md}");
 }

@@ -3,7 +3,8 @@ losses OUT [--no-plot]`, what bench-losses.sh runs last): results.md, results.js
 losses.png of its folder.
 
 Every run OUT/LOSS-rRANKS-sSEED/ gives its epoch lines (FID and KID after each epoch, the
-epoch's training seconds, the evaluation not counted). For each rank count, the losses are
+epoch's training seconds, the evaluation not counted; precision and recall where the run
+recorded them, which say whether a loss falls short in fidelity or in diversity). For each rank count, the losses are
 compared at the same training wall time: the shortest of their runs' total (the seeds' mean),
 with each loss's FID at that time interpolated linearly between its epochs.
 """
@@ -39,7 +40,8 @@ def read_run(d):
                 continue
             total += rec["seconds"]
             if rec.get("fid") is not None:
-                rows.append({"epoch": rec["epoch"] + 1, "seconds": total, "fid": rec["fid"], "kid": rec["kid"]})
+                rows.append({"epoch": rec["epoch"] + 1, "seconds": total, "fid": rec["fid"], "kid": rec["kid"],
+                             "precision": rec.get("precision"), "recall": rec.get("recall")})
     if not rows:
         fail(f"{d}: no epoch has a FID: train with --eval-every 1")
     return {"lr": s.get("lr"), "global_batch": s.get("global_batch_size"), "epochs": rows}
@@ -73,16 +75,28 @@ def main(out, plot=True):
     if os.path.exists(env):
         with open(env) as f:
             L += ["```", f.read().rstrip(), "```", ""]
+    # Precision and recall: columns where any run recorded them, '-' where a seed did not.
+    manifold = any(e["precision"] is not None for rs in runs.values() for r in rs for e in r["epochs"])
     L += ["FID to the test split after each epoch (mean over seeds; lower is better), against the training",
-          "wall time to reach it (the epochs' seconds summed, evaluations left out).", "",
-          "| loss | ranks | global batch | lr | seeds | epoch | training s | FID | KID |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "wall time to reach it (the epochs' seconds summed, evaluations left out)."
+          + (" Precision and recall (higher is better): the share of generated images among the real ones "
+             "(fidelity) and of real images the generated ones reach (diversity)." if manifold else ""), "",
+          "| loss | ranks | global batch | lr | seeds | epoch | training s | FID | KID |"
+          + (" precision | recall |" if manifold else ""),
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if manifold else "")]
+
+    def cell(at, key):
+        vals = [a[key] for a in at]
+        return f" {mean(vals):.3f} |" if all(v is not None for v in vals) else " - |"
+
     for (loss, ranks), rs in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         epochs = sorted(set.intersection(*({e["epoch"] for e in r["epochs"]} for r in rs)))
         for ep in epochs:
             at = [next(e for e in r["epochs"] if e["epoch"] == ep) for r in rs]
             L.append(f"| {loss} | {ranks} | {rs[0]['global_batch']} | {rs[0]['lr']:.6g} | {len(rs)} | {ep} | "
                      f"{mean([a['seconds'] for a in at]):.1f} | {mean([a['fid'] for a in at]):.2f} | "
-                     f"{mean([a['kid'] for a in at]):.4f} |")
+                     f"{mean([a['kid'] for a in at]):.4f} |"
+                     + (cell(at, "precision") + cell(at, "recall") if manifold else ""))
     L += ["", "## At equal wall time", ""]
     verdicts = []
     for ranks in sorted({k[1] for k in runs}):
