@@ -1,6 +1,7 @@
-//! The command line around training, on one rank: what `sample --out` may replace, where runs
-//! without `--out` go, how long `--max-steps` runs, the `--progress` modes, `info`,
-//! `--precision` and `--cuda-graphs` on the CPU, and the version the program gives.
+//! The command line around training, on one rank: what `sample --out` may replace and its
+//! walks between noise vectors, where runs without `--out` go, how long `--max-steps` runs, the
+//! `--progress` modes, `info`, `--precision` and `--cuda-graphs` on the CPU, and the version
+//! the program gives.
 
 mod common;
 
@@ -98,6 +99,51 @@ fn sample_replaces_only_its_own_pngs_without_force() {
 /// minute's) already taken by a run that has not reached its first checkpoint, two runs
 /// started together each make one of their own, and the taken ones stay as they were (the
 /// runs were told, before, that the other had "ended before its first checkpoint").
+/// `sample --interpolate K`: rows of K that start and end at the noise vectors a plain sample
+/// draws (each row where the one before ended), with the great circle's point between them
+/// in the middle, computed here in f64; a straight line's middle is another image.
+#[test]
+fn sample_walks_between_the_noise_vectors_along_the_circle() {
+    use dcgan_train::backend::cpu::Cpu;
+    use dcgan_train::eval::generate::{Generator, WhichGenerator};
+    use dcgan_train::model::dcgan::NZ;
+    let tmp = tempfile::tempdir().unwrap();
+    let ck = tmp.path().join("run");
+    assert!(train(&ck, "3", &["--no-progress"]).status.success());
+    let idx = |name: &str, extra: &[&str]| -> Vec<Vec<u8>> {
+        let out = tmp.path().join(name);
+        let mut args = vec!["sample", "--checkpoint", ck.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (pixels, count, h, w) = dcgan_train::data::idx::read_idx_images(&out).unwrap();
+        assert_eq!(pixels.len(), count * h * w);
+        pixels.chunks_exact(h * w).map(|c| c.to_vec()).collect()
+    };
+    let ends = idx("ends.idx", &["--n", "3"]);
+    // 5 images asked: two whole rows of 3, between 3 vectors.
+    let walk = idx("walk.idx", &["--n", "5", "--interpolate", "3"]);
+    assert_eq!(walk.len(), 6);
+    assert_eq!([&walk[0], &walk[2], &walk[3], &walk[5]], [&ends[0], &ends[1], &ends[1], &ends[2]]);
+    // The middle of row 0: cos and sin weights of half the angle between the ends, over sin.
+    let seed = dcgan_train::checkpoint::load_progress(&ck.join("checkpoints").join("step-00000003")).unwrap().seed;
+    let z = dcgan_train::model::noise::fixed_noise(seed, 2, NZ);
+    let (a, b) = (&z[..NZ], &z[NZ..]);
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let omega = (dot / (norm(a) * norm(b))).acos();
+    let w = (omega / 2.0).sin() / omega.sin();
+    let on_circle: Vec<f32> = a.iter().zip(b).map(|(&x, &y)| (w * (x as f64 + y as f64)) as f32).collect();
+    let on_line: Vec<f32> = a.iter().zip(b).map(|(&x, &y)| (0.5 * (x as f64 + y as f64)) as f32).collect();
+    let mut g = Generator::load(&Cpu, &ck.join("checkpoints/step-00000003"), 1, WhichGenerator::Auto).unwrap();
+    let byte = |v: f32| ((v.clamp(-1.0, 1.0) + 1.0) * 127.5).round() as i32;
+    let mut gap =
+        |z: &[f32]| g.draw(&Cpu, z).iter().zip(&walk[1]).map(|(&v, &p)| (byte(v) - p as i32).abs()).max().unwrap();
+    // One grey level of rounding: the walk's noise is f32 through the same f64 formula.
+    assert!(gap(&on_circle) <= 1, "the middle is not the circle's point");
+    assert!(gap(&on_line) > 1, "the straight line's middle draws the same image: the test cannot tell them apart");
+}
+
 #[test]
 fn runs_without_out_in_the_same_second_get_their_own_directories() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,13 +1,14 @@
 //! `dcgan-train sample`: a grid of generated images from a saved generator, as a PNG, or the
 //! images themselves as an IDX file (`--out FILE.idx`, the input data's layout) for other tools
-//! and `evaluate --images`.
+//! and `evaluate --images`; with `--interpolate K`, rows that walk between noise vectors (the
+//! DCGAN paper's walk in the latent space).
 
 use crate::backend::cpu::Cpu;
 use crate::checkpoint;
 use crate::data::idx::encode_idx_images;
 use crate::eval::generate::{Generator, WhichGenerator};
 use crate::model::dcgan::{NZ, seed_for};
-use crate::model::noise::fixed_noise;
+use crate::model::noise::{fixed_noise, slerp_path};
 use crate::report::png::{to_byte, write_grid, written_here};
 use crate::report::write_atomically;
 use anyhow::{Result, bail};
@@ -39,6 +40,10 @@ pub struct SampleArgs {
     /// else G), averaged, or trained.
     #[arg(long, value_enum, default_value_t = WhichGenerator::Auto)]
     pub generator: WhichGenerator,
+    /// Rows of K images that walk from one noise vector to the next along the sphere the noise
+    /// lies near, each row starting where the one before ended: ceil(n / K) rows, K a row.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub interpolate: Option<u64>,
 }
 
 /// The key that sets `--seed`'s noise apart from the run's own grid noise of that seed.
@@ -71,27 +76,42 @@ pub fn run(args: SampleArgs) -> Result<()> {
         eprintln!("warning: {note}");
     }
     let dir = found.dir;
-    let n = args.n as usize;
+    // A walk draws whole rows of K, between rows + 1 noise vectors.
+    let (n, cols, vectors) = match args.interpolate.map(|k| k as usize) {
+        Some(k) => {
+            let rows = (args.n as usize).div_ceil(k);
+            (rows * k, k, rows + 1)
+        }
+        None => (args.n as usize, (args.n as f64).sqrt().ceil() as usize, args.n as usize),
+    };
     let be = Cpu;
     let mut g = Generator::load(&be, &dir, n, args.generator)?;
     let size = g.image_size;
     // Without --seed: the noise of the run's own sample grids (its first 64 images are the
     // grid the run drew with these weights); --seed picks other noise.
-    let (noise, whose) = match args.seed {
-        Some(seed) => (fixed_noise(seed_for(seed, OTHER_NOISE), n, NZ), format!("--seed {seed}")),
+    let (mut noise, mut whose) = match args.seed {
+        Some(seed) => (fixed_noise(seed_for(seed, OTHER_NOISE), vectors, NZ), format!("--seed {seed}")),
         None => match checkpoint::load_progress(&dir) {
-            Ok(p) => (fixed_noise(p.seed, n, NZ), format!("the run's grid noise (its seed {})", p.seed)),
+            Ok(p) => (fixed_noise(p.seed, vectors, NZ), format!("the run's grid noise (its seed {})", p.seed)),
             // A generator on its own (G.safetensors, no optimizer file) has no run to ask.
-            Err(_) => (fixed_noise(seed_for(0, OTHER_NOISE), n, NZ), "--seed 0 (no run's seed beside it)".into()),
+            Err(_) => (fixed_noise(seed_for(0, OTHER_NOISE), vectors, NZ), "--seed 0 (no run's seed beside it)".into()),
         },
     };
+    if args.interpolate.is_some() {
+        // [rows * K, NZ]: row r from vector r to vector r + 1.
+        noise = noise
+            .chunks_exact(NZ)
+            .zip(noise.chunks_exact(NZ).skip(1))
+            .flat_map(|(a, b)| slerp_path(a, b, cols))
+            .collect();
+        whose = format!("walks of {cols} between {vectors} vectors of {whose}");
+    }
     let images = g.draw(&be, &noise);
     if is_idx(&args.out) {
         let pixels: Vec<u8> = images.iter().map(|&v| to_byte(v)).collect();
         let bytes = encode_idx_images(&pixels, n, size, size);
         write_atomically(&args.out, |f| Ok(std::io::Write::write_all(f, &bytes)?))?;
     } else {
-        let cols = (n as f64).sqrt().ceil() as usize;
         write_grid(&args.out, &images, n, size, size, cols)?;
     }
     eprintln!("{n} samples from {} with {whose} written to {}", g.describe(&dir), args.out.display());

@@ -70,6 +70,27 @@ pub fn fixed_noise(seed: u64, n: usize, nz: usize) -> Vec<f32> {
     out
 }
 
+/// `steps` points from `a` to `b` [nz] along the great circle between them, [steps, nz]
+/// sample-major, the first `a` and the last `b`. Spherical, not straight (White 2016,
+/// "Sampling Generative Networks"): Gaussian noise of nz dimensions lies near the sphere of
+/// radius sqrt(nz), and a straight line's middle falls inside it, where G never saw noise.
+pub fn slerp_path(a: &[f32], b: &[f32], steps: usize) -> Vec<f32> {
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let omega = (dot / (norm(a) * norm(b))).clamp(-1.0, 1.0).acos();
+    let mut out = Vec::with_capacity(steps * a.len());
+    for s in 0..steps {
+        let t = s as f64 / (steps - 1).max(1) as f64;
+        // Parallel vectors have no circle between them: the straight line is the path.
+        let (wa, wb) = match omega.sin() {
+            sin if sin.abs() < 1e-12 => (1.0 - t, t),
+            sin => (((1.0 - t) * omega).sin() / sin, (t * omega).sin() / sin),
+        };
+        out.extend(a.iter().zip(b).map(|(&x, &y)| (wa * x as f64 + wb * y as f64) as f32));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +119,22 @@ mod tests {
         let mean = one.iter().map(|&v| v as f64).sum::<f64>() / one.len() as f64;
         let var = one.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / one.len() as f64;
         assert!(mean.abs() < 0.15 && (var - 1.0).abs() < 0.2, "standard normal: mean {mean}, var {var}");
+    }
+
+    #[test]
+    fn the_path_runs_on_the_circle_from_one_end_to_the_other() {
+        // Orthogonal ends of norms 2 and 4: the point at t lies at angle t * 90 degrees from a
+        // with norm between the two (2 cos + 4 sin weights on the unit directions).
+        let (a, b) = ([2.0f32, 0.0, 0.0], [0.0f32, 4.0, 0.0]);
+        let path = slerp_path(&a, &b, 4);
+        assert_eq!((&path[..3], &path[9..]), (&a[..], &b[..]), "the ends are the noise itself");
+        for (s, p) in path.chunks_exact(3).enumerate() {
+            let angle = s as f64 / 3.0 * std::f64::consts::FRAC_PI_2;
+            let want = [2.0 * angle.cos(), 4.0 * angle.sin(), 0.0];
+            assert!(p.iter().zip(want).all(|(&x, w)| (x as f64 - w).abs() < 1e-6), "step {s}: {p:?} against {want:?}");
+        }
+        // Parallel ends: the straight line.
+        let line = slerp_path(&[1.0, 1.0], &[3.0, 3.0], 3);
+        assert_eq!(line, [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
     }
 }
