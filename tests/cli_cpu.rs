@@ -95,10 +95,6 @@ fn sample_replaces_only_its_own_pngs_without_force() {
     assert_eq!(common::read_png_gray(&notes).1, 2 * 28 + 3 * 2, "a 2x2 grid of 28x28");
 }
 
-/// Runs without `--out` never share a directory: with runs/<this second> (and the next
-/// minute's) already taken by a run that has not reached its first checkpoint, two runs
-/// started together each make one of their own, and the taken ones stay as they were (the
-/// runs were told, before, that the other had "ended before its first checkpoint").
 /// `sample --interpolate K`: rows of K that start and end at the noise vectors a plain sample
 /// draws (each row where the one before ended), with the great circle's point between them
 /// in the middle, computed here in f64; a straight line's middle is another image.
@@ -139,11 +135,16 @@ fn sample_walks_between_the_noise_vectors_along_the_circle() {
     let byte = |v: f32| ((v.clamp(-1.0, 1.0) + 1.0) * 127.5).round() as i32;
     let mut gap =
         |z: &[f32]| g.draw(&Cpu, z).iter().zip(&walk[1]).map(|(&v, &p)| (byte(v) - p as i32).abs()).max().unwrap();
-    // One grey level of rounding: the walk's noise is f32 through the same f64 formula.
+    // One grey level of rounding: the same weights, but the walk sums wa x + wb y where this
+    // takes w (x + y), which may round to an f32 one unit apart.
     assert!(gap(&on_circle) <= 1, "the middle is not the circle's point");
     assert!(gap(&on_line) > 1, "the straight line's middle draws the same image: the test cannot tell them apart");
 }
 
+/// Runs without `--out` never share a directory: with runs/<this second> (and the next
+/// minute's) already taken by a run that has not reached its first checkpoint, two runs
+/// started together each make one of their own, and the taken ones stay as they were (the
+/// runs were told, before, that the other had "ended before its first checkpoint").
 #[test]
 fn runs_without_out_in_the_same_second_get_their_own_directories() {
     let tmp = tempfile::tempdir().unwrap();

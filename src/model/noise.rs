@@ -81,7 +81,9 @@ pub fn slerp_path(a: &[f32], b: &[f32], steps: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(steps * a.len());
     for s in 0..steps {
         let t = s as f64 / (steps - 1).max(1) as f64;
-        // Parallel vectors have no circle between them: the straight line is the path.
+        // Parallel or opposite ends have no one circle between them: the straight line is the
+        // path (through the origin for opposite ones; independent Gaussian noise vectors are
+        // all but orthogonal, so neither happens to the vectors `sample` walks between).
         let (wa, wb) = match omega.sin() {
             sin if sin.abs() < 1e-12 => (1.0 - t, t),
             sin => (((1.0 - t) * omega).sin() / sin, (t * omega).sin() / sin),
