@@ -70,7 +70,7 @@ pub fn fixed_noise(seed: u64, n: usize, nz: usize) -> Vec<f32> {
     out
 }
 
-/// `steps` points from `a` to `b` [nz] along the great circle between them, [steps, nz]
+/// `steps` points from `a` to `b` (`[nz]`) along the great circle between them, [steps, nz]
 /// sample-major, the first `a` and the last `b`. Spherical, not straight (White 2016,
 /// "Sampling Generative Networks"): Gaussian noise of nz dimensions lies near the sphere of
 /// radius sqrt(nz), and a straight line's middle falls inside it, where G never saw noise.
