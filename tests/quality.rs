@@ -70,6 +70,11 @@ fn real_images_are_near_the_test_split_and_noise_is_far() {
     assert!(real.precision > 0.5 && real.recall > 0.5 && real.coverage > 0.5, "{real:?}");
     assert!(noisy.precision < 0.05 && noisy.recall < 0.05 && noisy.coverage < 0.05, "{noisy:?}");
     assert_eq!((real.n, noisy.n), (1000, 1000), "1000 images a side");
+    // Class by class: real images reach a fair share of every class of the test split; noise
+    // none, and whatever the classifier calls it, little of it looks real.
+    assert!(floor.by_class.recall.iter().all(|r| r.is_some_and(|r| r > 0.3)), "{:?}", floor.by_class);
+    assert!(e.by_class.recall.iter().all(|r| r.is_some_and(|r| r < 0.1)), "{:?}", e.by_class);
+    assert!(e.by_class.precision.iter().all(|p| p.is_none_or(|p| p < 0.1)), "{:?}", e.by_class);
     // Real images spread over every class; noise falls into few, as a collapsed generator's
     // images would.
     assert!(floor.classes.class_shares.iter().all(|&s| s > 0.2), "{floor:?}");

@@ -84,8 +84,13 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
     let (mut f, path) =
         obtain(&be, &splits, side, a.classifier.as_deref(), BATCH, Some(ClassifierTraining::default()))?;
     let reference_images = images_of(&splits.test.set, side, splits.test.set.count);
-    let reference =
-        Reference::of(&be, &mut f, &reference_images, format!("the test split: {}", splits.test.set.description))?;
+    let reference = Reference::of(
+        &be,
+        &mut f,
+        &reference_images,
+        &splits.test.labels,
+        format!("the test split: {}", splits.test.set.description),
+    )?;
     let (images, what) = match (&ck, file) {
         (Some(dir), _) => {
             let mut g = Generator::load(&be, dir, BATCH.min(n), a.generator)?;

@@ -1,11 +1,11 @@
 //! Scoring a set of images against a reference set (the test split) with the feature network:
 //! the Fréchet distance, KID, precision and recall, and what the classifier makes of them.
 
-use super::ClassView;
 use super::feature_net::{FEATURES, FeatureNet};
 use super::frechet::{Gaussian, frechet_distance};
 use super::kid::{Kid, kid};
-use super::manifold::{Balls, Manifold, manifold};
+use super::manifold::{Balls, Manifold, by_class, manifold};
+use super::{ClassView, argmax};
 use crate::backend::Backend;
 use crate::data::Dataset;
 use anyhow::Result;
@@ -25,8 +25,20 @@ pub struct Reference {
     /// The balls of the first m samples, for precision and recall against m generated images:
     /// taken at the first m asked for (a run asks for one m throughout).
     balls: OnceLock<(usize, Balls)>,
+    /// `[n]`: each image's class (the data's labels), for recall by class.
+    pub labels: Vec<usize>,
     pub n: usize,
     pub description: String,
+}
+
+/// Precision and recall class by class (None for a class without images): which kinds of
+/// image a generator makes unlike the data, and which it does not reach.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ByClass {
+    /// Of the generated images the classifier puts in each class, the share that look real.
+    pub precision: Vec<Option<f64>>,
+    /// Of the reference images of each class (their labels), the share the generated reach.
+    pub recall: Vec<Option<f64>>,
 }
 
 /// How a set of images scores.
@@ -38,6 +50,7 @@ pub struct Score {
     pub kid: Kid,
     /// Precision, recall, density and coverage, of at most as many images as the reference has.
     pub manifold: Manifold,
+    pub by_class: ByClass,
     pub classes: ClassView,
 }
 
@@ -51,12 +64,19 @@ pub fn images_of(set: &Dataset, side: usize, count: usize) -> Vec<f32> {
 }
 
 impl Reference {
-    /// The features of `images` [n, S, S].
-    pub fn of<B: Backend>(be: &B, f: &mut FeatureNet<B>, images: &[f32], description: String) -> Result<Reference> {
+    /// The features of `images` [n, S, S], whose classes are `labels` (`[n]`).
+    pub fn of<B: Backend>(
+        be: &B,
+        f: &mut FeatureNet<B>,
+        images: &[f32],
+        labels: &[u8],
+        description: String,
+    ) -> Result<Reference> {
         let (features, _) = f.run(be, images);
         let gaussian = Gaussian::of(&features, FEATURES)?;
         let n = gaussian.n;
-        Ok(Reference { gaussian, features, balls: OnceLock::new(), n, description })
+        let labels = labels.iter().map(|&l| l as usize).collect();
+        Ok(Reference { gaussian, features, balls: OnceLock::new(), labels, n, description })
     }
 }
 
@@ -80,11 +100,17 @@ pub fn score_features(features: &[f32], logits: &[f32], reference: &Reference, c
             &other
         }
     };
+    let (figures, flags) = manifold(real, &Balls::of(features, FEATURES, m));
+    let predicted: Vec<usize> = logits.chunks_exact(classes).map(argmax).collect();
     Ok(Score {
         n: g.n,
         fid: frechet_distance(&g, &reference.gaussian),
         kid: kid(features, &reference.features, FEATURES, KID_SUBSETS, KID_SUBSET_SIZE, KID_SEED),
-        manifold: manifold(real, &Balls::of(features, FEATURES, m)),
+        manifold: figures,
+        by_class: ByClass {
+            precision: by_class(&flags.inside, &predicted[..m], classes),
+            recall: by_class(&flags.reached, &reference.labels[..m], classes),
+        },
         classes: ClassView::of(logits, classes),
     })
 }
@@ -100,6 +126,7 @@ pub struct Evaluation {
     pub kid_std: f64,
     /// Precision, recall, density and coverage against the reference.
     pub manifold: Manifold,
+    pub by_class: ByClass,
     pub mean_confidence: f64,
     pub class_shares: Vec<f64>,
     pub class_imbalance: f64,
@@ -123,6 +150,7 @@ impl Evaluation {
             kid: s.kid.mean,
             kid_std: s.kid.std,
             manifold: s.manifold,
+            by_class: s.by_class,
             mean_confidence: s.classes.mean_confidence,
             class_shares: s.classes.class_shares,
             class_imbalance: s.classes.class_imbalance,
@@ -144,6 +172,15 @@ impl std::fmt::Display for Evaluation {
         writeln!(f, "feature network: {} (test accuracy {:.4})", self.feature_net, self.feature_net_test_accuracy)?;
         writeln!(f, "FID {:.3}  KID {:.5} (+- {:.5})", self.fid, self.kid, self.kid_std)?;
         writeln!(f, "{}", self.manifold)?;
+        let percent = |v: &[Option<f64>]| -> String {
+            v.iter().map(|x| x.map_or("-".to_string(), |x| format!("{:.0}", 100.0 * x))).collect::<Vec<_>>().join(" ")
+        };
+        writeln!(
+            f,
+            "by class (%): precision {} (the classifier's classes); recall {} (the labels)",
+            percent(&self.by_class.precision),
+            percent(&self.by_class.recall)
+        )?;
         writeln!(
             f,
             "classifier: mean confidence {:.3}, classes (%) {} (the largest {:.2}x uniform)",
@@ -159,5 +196,45 @@ impl std::fmt::Display for Evaluation {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Real samples of 4 classes; generated ones are 4 copies of each class-0 sample, moved
+    /// 0.1 along the first two axes each way (so each copy's third neighbour is its opposite
+    /// copy, 0.2 away, and the real sample lies within 0.1 of all four), the classifier calling
+    /// half of them class 0 and half class 1. Every generated image looks real, in both classes
+    /// it is put in; only class 0's real images are reached (the rest lie some 18 away).
+    #[test]
+    fn by_class_groups_precision_by_predicted_class_and_recall_by_label() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let n = 300;
+        let real: Vec<f32> = (0..n * FEATURES).map(|_| rng.random::<f32>() * 4.0).collect();
+        let labels: Vec<usize> = (0..n).map(|i| i % 4).collect();
+        let fake: Vec<f32> = (0..n)
+            .flat_map(|i| {
+                let mut z = real[(i / 4 * 4) * FEATURES..(i / 4 * 4 + 1) * FEATURES].to_vec();
+                z[(i % 4) / 2] += if i % 2 == 0 { 0.1 } else { -0.1 };
+                z
+            })
+            .collect();
+        let logits: Vec<f32> =
+            (0..n).flat_map(|i| if i < n / 2 { [1.0, 0.0, 0.0, 0.0] } else { [0.0, 1.0, 0.0, 0.0] }).collect();
+        let reference = Reference {
+            gaussian: Gaussian::of(&real, FEATURES).unwrap(),
+            features: real,
+            balls: OnceLock::new(),
+            labels,
+            n,
+            description: String::new(),
+        };
+        let s = score_features(&fake, &logits, &reference, 4).unwrap();
+        assert_eq!(s.by_class.precision, [Some(1.0), Some(1.0), None, None]);
+        assert_eq!(s.by_class.recall, [Some(1.0), Some(0.0), Some(0.0), Some(0.0)]);
+        assert_eq!((s.manifold.precision, s.manifold.recall), (1.0, 0.25));
     }
 }

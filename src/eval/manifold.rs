@@ -123,10 +123,19 @@ fn insert_sorted(best: &mut [f64], d: f64) {
     }
 }
 
+/// Which samples the figures counted: what `by_class` groups by class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleFlags {
+    /// [fake n]: each generated sample inside some real ball (k = 3).
+    pub inside: Vec<bool>,
+    /// [real n]: each real sample inside some generated sample's ball (k = 3).
+    pub reached: Vec<bool>,
+}
+
 /// What one block of generated samples finds among the real ones.
 struct BlockFinds {
-    /// Generated samples inside a real ball (k = 3).
-    inside: usize,
+    /// `[rows]`: the block's samples inside a real ball (k = 3).
+    inside: Vec<bool>,
     /// Real balls (k = 5) around each generated sample, summed.
     balls_holding: usize,
     /// [real n]: real samples whose ball (k = 5) holds one of the block's samples.
@@ -135,11 +144,12 @@ struct BlockFinds {
     reached: Vec<bool>,
 }
 
-/// Precision, recall, density and coverage of `fake` against `real` (any sizes).
-pub fn manifold(real: &Balls, fake: &Balls) -> Manifold {
+/// Precision, recall, density and coverage of `fake` against `real` (any sizes), and which
+/// samples they counted.
+pub fn manifold(real: &Balls, fake: &Balls) -> (Manifold, SampleFlags) {
     let m = real.len();
     let finds = fake.blocks_against(real, |start, d2| {
-        let mut f = BlockFinds { inside: 0, balls_holding: 0, covered: vec![false; m], reached: vec![false; m] };
+        let mut f = BlockFinds { inside: vec![], balls_holding: 0, covered: vec![false; m], reached: vec![false; m] };
         for q in 0..d2.ncols() {
             let own = fake.r_recall[start + q];
             let mut inside = false;
@@ -151,26 +161,38 @@ pub fn manifold(real: &Balls, fake: &Balls) -> Manifold {
                 }
                 f.reached[j] |= d <= own;
             }
-            f.inside += inside as usize;
+            f.inside.push(inside);
         }
         f
     });
-    let (mut inside, mut holding) = (0, 0);
+    let (mut inside, mut holding) = (Vec::with_capacity(fake.len()), 0);
     let (mut covered, mut reached) = (vec![false; m], vec![false; m]);
     for f in finds {
-        (inside, holding) = (inside + f.inside, holding + f.balls_holding);
+        inside.extend(f.inside);
+        holding += f.balls_holding;
         covered.iter_mut().zip(&f.covered).for_each(|(c, &b)| *c |= b);
         reached.iter_mut().zip(&f.reached).for_each(|(r, &b)| *r |= b);
     }
-    let share = |flags: &[bool]| flags.iter().filter(|&&b| b).count() as f64 / m as f64;
-    let g = fake.len() as f64;
-    Manifold {
-        precision: inside as f64 / g,
+    let share = |flags: &[bool]| flags.iter().filter(|&&b| b).count() as f64 / flags.len() as f64;
+    let figures = Manifold {
+        precision: share(&inside),
         recall: share(&reached),
-        density: holding as f64 / (K_COVERAGE as f64 * g),
+        density: holding as f64 / (K_COVERAGE * fake.len()) as f64,
         coverage: share(&covered),
         n: fake.len(),
+    };
+    (figures, SampleFlags { inside, reached })
+}
+
+/// The share of `flags` set among the samples of each class (`class_of[i]`: sample i's, below
+/// `classes`); None for a class without samples.
+pub fn by_class(flags: &[bool], class_of: &[usize], classes: usize) -> Vec<Option<f64>> {
+    let (mut set, mut all) = (vec![0usize; classes], vec![0usize; classes]);
+    for (&f, &c) in flags.iter().zip(class_of) {
+        all[c] += 1;
+        set[c] += f as usize;
     }
+    set.iter().zip(&all).map(|(&s, &a)| (a > 0).then(|| s as f64 / a as f64)).collect()
 }
 
 #[cfg(test)]

@@ -55,6 +55,10 @@ fn direct(real: &[f32], fake: &[f32], dim: usize) -> [f64; 4] {
 }
 
 fn figures(real: &[f32], fake: &[f32], dim: usize) -> Manifold {
+    flagged(real, fake, dim).0
+}
+
+fn flagged(real: &[f32], fake: &[f32], dim: usize) -> (Manifold, SampleFlags) {
     manifold(&Balls::of(real, dim, real.len() / dim), &Balls::of(fake, dim, fake.len() / dim))
 }
 
@@ -65,9 +69,15 @@ fn the_four_figures_match_a_direct_count_in_f64() {
     let dim = 16;
     let real = gaussian(300, dim, 1.0, 0.0, 1);
     let fake = gaussian(530, dim, 1.3, 0.25, 2);
-    let m = figures(&real, &fake, dim);
+    let (m, flags) = flagged(&real, &fake, dim);
     let want = direct(&real, &fake, dim);
     assert_eq!([m.precision, m.recall, m.density, m.coverage], want);
+    // The samples counted, one by one.
+    let d = distances(&fake, &real, dim);
+    let (real3, fake3) = (radii(&real, dim, 3), radii(&fake, dim, 3));
+    let inside: Vec<bool> = d.iter().map(|row| row.iter().zip(&real3).any(|(x, r)| x <= r)).collect();
+    let reached: Vec<bool> = (0..real3.len()).map(|j| d.iter().zip(&fake3).any(|(row, r)| row[j] <= *r)).collect();
+    assert_eq!(flags, SampleFlags { inside, reached });
     assert!(want.iter().all(|&x| x > 0.0 && x < 1.0), "{want:?}: a figure at 0 or 1 tests less");
     assert_eq!(m.n, 530);
 }
@@ -108,6 +118,12 @@ fn a_collapsed_generator_keeps_precision_and_loses_recall() {
     let far: Vec<f32> = real.iter().map(|x| x + 100.0).collect();
     let m = figures(&real, &far, dim);
     assert_eq!([m.precision, m.recall, m.density, m.coverage], [0.0; 4]);
+}
+
+#[test]
+fn shares_by_class_count_each_class_apart() {
+    let flags = [true, false, true, true, false];
+    assert_eq!(by_class(&flags, &[0, 0, 2, 2, 2], 3), [Some(0.5), None, Some(2.0 / 3.0)]);
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn decide<B: Backend>(be: &B, args: &TrainOptions) -> Result<Option<(Decision, R
         Err(why) => return Err(why),
     };
     let test = images_of(&splits.test.set, side, splits.test.set.count);
-    let reference = Reference::of(be, &mut net, &test, splits.test.set.description.clone())?;
+    let reference = Reference::of(be, &mut net, &test, &splits.test.labels, splits.test.set.description.clone())?;
     let bytes = std::fs::read(&path)?;
     let d = Decision {
         every: e.eval_every.unwrap_or(1),
