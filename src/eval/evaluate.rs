@@ -72,6 +72,12 @@ impl Reference {
         labels: &[u8],
         description: String,
     ) -> Result<Reference> {
+        if let Some(&l) = labels.iter().find(|&&l| l as usize >= f.info.classes) {
+            anyhow::bail!(
+                "{description} has label {l}, and the feature network knows {} classes: pass --classifier with one trained on this data (`dcgan-train classifier`)",
+                f.info.classes
+            );
+        }
         let (features, _) = f.run(be, images);
         let gaussian = Gaussian::of(&features, FEATURES)?;
         let n = gaussian.n;
@@ -206,24 +212,27 @@ mod tests {
 
     /// Real samples of 4 classes; generated ones are 4 copies of each class-0 sample, moved
     /// 0.1 along the first two axes each way (so each copy's third neighbour is its opposite
-    /// copy, 0.2 away, and the real sample lies within 0.1 of all four), the classifier calling
-    /// half of them class 0 and half class 1. Every generated image looks real, in both classes
-    /// it is put in; only class 0's real images are reached (the rest lie some 18 away).
+    /// copy, 0.2 away, and the real sample lies within 0.1 of all four). The classifier calls
+    /// the copies of the first 38 class 0, and those of the other 37, moved 100 away from the
+    /// data, class 1: class 0's images look real and class 1's do not; only the first 38 of
+    /// class 0's real images are reached (the rest of the data lies some 18 away).
     #[test]
     fn by_class_groups_precision_by_predicted_class_and_recall_by_label() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let n = 300;
         let real: Vec<f32> = (0..n * FEATURES).map(|_| rng.random::<f32>() * 4.0).collect();
         let labels: Vec<usize> = (0..n).map(|i| i % 4).collect();
+        let near = 38 * 4;
         let fake: Vec<f32> = (0..n)
             .flat_map(|i| {
                 let mut z = real[(i / 4 * 4) * FEATURES..(i / 4 * 4 + 1) * FEATURES].to_vec();
                 z[(i % 4) / 2] += if i % 2 == 0 { 0.1 } else { -0.1 };
-                z
+                let away = if i < near { 0.0 } else { 100.0 };
+                z.into_iter().map(move |x| x + away)
             })
             .collect();
         let logits: Vec<f32> =
-            (0..n).flat_map(|i| if i < n / 2 { [1.0, 0.0, 0.0, 0.0] } else { [0.0, 1.0, 0.0, 0.0] }).collect();
+            (0..n).flat_map(|i| if i < near { [1.0, 0.0, 0.0, 0.0] } else { [0.0, 1.0, 0.0, 0.0] }).collect();
         let reference = Reference {
             gaussian: Gaussian::of(&real, FEATURES).unwrap(),
             features: real,
@@ -233,8 +242,32 @@ mod tests {
             description: String::new(),
         };
         let s = score_features(&fake, &logits, &reference, 4).unwrap();
-        assert_eq!(s.by_class.precision, [Some(1.0), Some(1.0), None, None]);
-        assert_eq!(s.by_class.recall, [Some(1.0), Some(0.0), Some(0.0), Some(0.0)]);
-        assert_eq!((s.manifold.precision, s.manifold.recall), (1.0, 0.25));
+        assert_eq!(s.by_class.precision, [Some(1.0), Some(0.0), None, None]);
+        assert_eq!(s.by_class.recall, [Some(38.0 / 75.0), Some(0.0), Some(0.0), Some(0.0)]);
+        assert_eq!((s.manifold.precision, s.manifold.recall), (near as f64 / 300.0, 38.0 / 300.0));
+    }
+
+    /// A test split whose labels the feature network has no class for is refused in one line
+    /// (recall by class would index past its classes).
+    #[test]
+    fn labels_beyond_the_networks_classes_are_refused() {
+        use crate::backend::cpu::Cpu;
+        use crate::eval::feature_net::FeatureNetInfo;
+        let info = FeatureNetInfo {
+            data: "test".into(),
+            fingerprint: "00".into(),
+            image_size: 28,
+            classes: 3,
+            test_accuracy: 0.5,
+            epochs: 1,
+            seed: 3,
+        };
+        let mut f = FeatureNet::new(&Cpu, info, 4).unwrap();
+        let images = vec![0.0f32; 4 * 784];
+        let e = Reference::of(&Cpu, &mut f, &images, &[0, 1, 3, 2], "the test split".into()).err().unwrap();
+        assert!(
+            e.to_string().starts_with("the test split has label 3, and the feature network knows 3 classes"),
+            "{e}"
+        );
     }
 }
