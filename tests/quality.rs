@@ -123,12 +123,12 @@ fn two_ranks_record_what_evaluate_gives() {
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b;
     assert!(close(trained.fid, q[0].fid), "evaluate {} against the run's {}", trained.fid, q[0].fid);
     let averaged = evaluate(&["--checkpoint", path(&out), "--n", "600"]);
-    let run_ema = q[0].fid_ema.expect("the averaged generator's FID");
+    let run_ema = q[0].more.fid_ema.expect("the averaged generator's FID");
     assert!(close(averaged.fid, run_ema), "evaluate {} against the run's {run_ema}", averaged.fid);
     assert!(!close(run_ema, q[0].fid), "the two generators score alike: {q:?}");
     // Precision and recall are counts of 600: the run's features and evaluate's may differ in
     // their last bits (other batches), which moves a sample across a ball's edge rarely.
-    let m = &q[0].manifold;
+    let m = &q[0].more;
     let (run_g, run_a) = (
         [m.precision, m.recall, m.density, m.coverage].map(|x| x.expect("G's figures")),
         [m.precision_ema, m.recall_ema, m.density_ema, m.coverage_ema].map(|x| x.expect("the average's figures")),

@@ -1,7 +1,7 @@
 //! `dcgan-train evaluate`: the sample quality of a run's generator (or of images from
 //! anywhere), as the Fréchet distance, KID, precision and recall against the test split in the
-//! feature network's features, with what the classifier makes of the images and the same figures for real
-//! training images beside them.
+//! feature network's features, with what the classifier makes of the images and the same
+//! figures for real training images beside them.
 
 use crate::backend::cpu::Cpu;
 use crate::checkpoint;

@@ -74,12 +74,9 @@ impl Balls {
         balls
     }
 
-    pub fn len(&self) -> usize {
+    /// Samples in the set.
+    fn len(&self) -> usize {
         self.points.nrows()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// `per_block(start, d2)` for each block of ROWS of this set's samples (the queries) in

@@ -165,19 +165,20 @@ pub struct EpochRecord {
     pub kid: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_seconds: Option<f64>,
-    /// The same for `--g-ema`'s averaged generator (`fid` and `kid` are the trained G's).
+    #[serde(flatten)]
+    pub more: MoreQuality,
+}
+
+/// The figures of an evaluated epoch beyond G's FID and KID, kept flat in the epoch line and
+/// in summary.json's `quality`: `--g-ema`'s averaged generator's FID and KID, and precision,
+/// recall, density and coverage (eval::manifold) of G and of the average. Every one is absent
+/// where the epoch was not evaluated (or, for `_ema`, without `--g-ema`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MoreQuality {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fid_ema: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid_ema: Option<f64>,
-    #[serde(flatten)]
-    pub manifold: ManifoldFigures,
-}
-
-/// Precision, recall, density and coverage after an epoch (eval::manifold): G's, and with
-/// `--g-ema` the averaged generator's. Every one is absent where the epoch was not evaluated.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ManifoldFigures {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -137,29 +137,27 @@ fn options_of_the_run(
 /// each rank and has no meaning on another, or a global batch the ranks cannot share.
 fn check_other_ranks(run: &TrainOptions, p: &Progress, ranks: usize, what: &str) -> Result<()> {
     let (par, was) = (&run.parallel, p.ranks);
-    let fix = format!("resume with mpiexec -n {was}");
     let global = p.ranks * p.batch_per_rank;
-    if par.pipeline {
+    // State kept per rank, with what makes it so.
+    let per_rank = [
+        (par.pipeline, "a pipeline's stages (--pipeline) cannot be regrouped".to_string()),
+        (par.sync_every > 0, "between synchronisations each rank trains a model of its own (--sync-every)".into()),
+        // A run of one rank exchanged nothing, so it holds no error feedback.
+        (
+            run.comm.wire == crate::comm::Wire::OneBit && was > 1,
+            "each rank's 1-bit error feedback (--wire 1bit) belongs to its place in the exchange".into(),
+        ),
+        (
+            p.step < par.distributed_after,
+            format!(
+                "it is still training as one worker (step {} of --distributed-after {})",
+                p.step, par.distributed_after
+            ),
+        ),
+    ];
+    if let Some((_, why)) = per_rank.iter().find(|(holds, _)| *holds) {
         bail!(
-            "{what}: the run was written by {was} ranks and this job has {ranks}, and a pipeline's stages (--pipeline) cannot be regrouped: {fix}"
-        );
-    }
-    if par.sync_every > 0 {
-        bail!(
-            "{what}: the run was written by {was} ranks and this job has {ranks}, and between synchronisations each rank trains a model of its own (--sync-every): {fix}"
-        );
-    }
-    // A run of one rank exchanged nothing, so it holds no error feedback.
-    if run.comm.wire == crate::comm::Wire::OneBit && was > 1 {
-        bail!(
-            "{what}: the run was written by {was} ranks and this job has {ranks}, and each rank's 1-bit error feedback (--wire 1bit) belongs to its place in the exchange: {fix}"
-        );
-    }
-    if p.step < par.distributed_after {
-        bail!(
-            "{what}: the run was written by {was} ranks and this job has {ranks}, and it is still training as one worker (step {} of --distributed-after {}): {fix}",
-            p.step,
-            par.distributed_after
+            "{what}: the run was written by {was} ranks and this job has {ranks}, and {why}: resume with mpiexec -n {was}"
         );
     }
     if !global.is_multiple_of(ranks) {

@@ -3,7 +3,7 @@
 //! One struct, written by the run and read by `simulate-scaling`, the tests and anyone else.
 //! Figures a run of an older version did not record read as their defaults.
 
-use super::metrics::{ManifoldFigures, StepMetrics};
+use super::metrics::{MoreQuality, StepMetrics};
 use super::options::TrainOptions;
 use crate::comm::Wire;
 use anyhow::Context;
@@ -137,13 +137,8 @@ pub struct EpochQuality {
     pub n: usize,
     /// The evaluation's wall time (both generators' with `--g-ema`).
     pub seconds: f64,
-    /// `--g-ema`: the averaged generator's FID and KID (`fid` and `kid` are the trained G's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fid_ema: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kid_ema: Option<f64>,
     #[serde(flatten)]
-    pub manifold: ManifoldFigures,
+    pub more: MoreQuality,
 }
 
 /// Where the exchange's time went, per step (rank 0's view).

@@ -8,7 +8,7 @@ use crate::comm::PeerFailed;
 use crate::comm::cpu_clock::{RunDelayClock, thread_cpu_time};
 use crate::data::EpochOrder;
 use crate::eval::evaluate::Score;
-use crate::record::metrics::ManifoldFigures;
+use crate::record::metrics::MoreQuality;
 use crate::record::summary::EpochQuality;
 use crate::record::{EpochRecord, LineType, Losses, ProgressChoice, StepRecord};
 use crate::report::progress::{EpochSpan, Progress as ProgressBar, ProgressMode};
@@ -192,7 +192,9 @@ impl<B: Backend> Run<'_, B> {
         let ema = averaged.as_ref().map_or(String::new(), |(a, _)| format!("; averaged G (--g-ema): {}", line(a)));
         eprintln!("epoch {}: {}{ema} ({} images, {seconds:.1} s)", epoch + 1, line(&s), s.n);
         let (m, a) = (&s.manifold, averaged.as_ref().map(|(a, _)| &a.manifold));
-        let manifold = ManifoldFigures {
+        let more = MoreQuality {
+            fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
+            kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
             precision: Some(m.precision),
             recall: Some(m.recall),
             density: Some(m.density),
@@ -202,17 +204,7 @@ impl<B: Backend> Run<'_, B> {
             density_ema: a.map(|a| a.density),
             coverage_ema: a.map(|a| a.coverage),
         };
-        Ok(Some(EpochQuality {
-            epoch,
-            fid: s.fid,
-            kid: s.kid.mean,
-            kid_std: s.kid.std,
-            n: s.n,
-            seconds,
-            fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
-            kid_ema: averaged.as_ref().map(|(a, _)| a.kid.mean),
-            manifold,
-        }))
+        Ok(Some(EpochQuality { epoch, fid: s.fid, kid: s.kid.mean, kid_std: s.kid.std, n: s.n, seconds, more }))
     }
 
     /// The end of a complete epoch: running statistics averaged (unless --sync-bn kept them
@@ -248,9 +240,7 @@ impl<B: Backend> Run<'_, B> {
                 fid: q.map(|q| q.fid),
                 kid: q.map(|q| q.kid),
                 eval_seconds: q.map(|q| q.seconds),
-                fid_ema: q.and_then(|q| q.fid_ema),
-                kid_ema: q.and_then(|q| q.kid_ema),
-                manifold: q.map(|q| q.manifold).unwrap_or_default(),
+                more: q.map(|q| q.more).unwrap_or_default(),
             };
             job.or_fail(out.epoch(&rec));
         }
