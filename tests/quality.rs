@@ -8,12 +8,11 @@ mod common;
 
 use dcgan_train::data::idx::encode_idx_images;
 use dcgan_train::eval::evaluate::Evaluation;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
-const DATA: &str = "synthetic:2048";
+const DATA: &str = common::SYNTHETIC_EVAL_DATA;
 
 fn bin(args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
@@ -30,19 +29,8 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// The feature network of DATA, trained once for every test here.
 fn feature_net() -> &'static Path {
-    static NET: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, p) = NET.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("net.safetensors");
-        let o = ok(bin(&["classifier", "--data", DATA, "--out", path(&p)]));
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        let accuracy: f64 = err.split("test accuracy ").nth(1).unwrap()[..6].parse().unwrap();
-        assert!(accuracy > 0.9, "a feature network that cannot tell the shapes apart: {err}");
-        (dir, p)
-    });
-    p
+    common::synthetic_feature_net(BIN)
 }
 
 fn evaluate(extra: &[&str]) -> Evaluation {
@@ -126,6 +114,9 @@ fn two_ranks_record_what_evaluate_gives() {
     let run_ema = q[0].more.fid_ema.expect("the averaged generator's FID");
     assert!(close(averaged.fid, run_ema), "evaluate {} against the run's {run_ema}", averaged.fid);
     assert!(!close(run_ema, q[0].fid), "the two generators score alike: {q:?}");
+    // The best checkpoint goes by the generator `sample` draws from: the average.
+    let b = dcgan_train::checkpoint::best::read(&out.join("checkpoints")).expect("a best checkpoint");
+    assert_eq!((b.generator.as_str(), b.fid, b.epoch), ("G_ema", run_ema, 0));
     // Precision and recall are counts of 600: the run's features and evaluate's may differ in
     // their last bits (other batches), which moves a sample across a ball's edge rarely.
     let m = &q[0].more;

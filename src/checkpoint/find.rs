@@ -3,7 +3,7 @@
 //! folder) through `latest`. When `latest` names a checkpoint that is missing, incomplete or
 //! fails its digests, the newest intact one beside it is taken instead, and a note says
 //! which and why: a crash or a bad disk sector should cost the steps since that checkpoint,
-//! not the run.
+//! not the run. A marker file (`checkpoints/best`, `checkpoints/latest`) names its checkpoint.
 
 use super::digest::{self, Verdict};
 use super::tensors;
@@ -86,6 +86,10 @@ pub fn instead_of(dir: &Path) -> String {
 pub fn locate(path: &Path, flag: &str) -> Result<Located> {
     if let Some(dir) = checkpoint_dir(path) {
         return checked_as_given(dir);
+    }
+    let marker = path.file_name().is_some_and(|n| n == super::best::MARKER || n == "latest");
+    if marker && path.is_file() {
+        return checked_as_given(super::best::target_of(path)?);
     }
     for root in [path.join("checkpoints"), path.to_path_buf()] {
         if root.join("latest").is_file() || !checkpoint_names(&root).is_empty() {
@@ -258,7 +262,7 @@ fn order_key(name: &str) -> Option<(u64, u64)> {
 }
 
 /// The checkpoints (`step-...` directories) in `root`, newest first.
-fn checkpoint_names(root: &Path) -> Vec<((u64, u64), String)> {
+pub(super) fn checkpoint_names(root: &Path) -> Vec<((u64, u64), String)> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };

@@ -10,6 +10,7 @@
 //! Every file carries its tensors' digests (`digest.rs`), checked whenever a file is read;
 //! `find.rs` picks the checkpoint a path names and falls back past a broken `latest`.
 
+pub mod best;
 pub mod block;
 pub mod digest;
 pub mod find;
@@ -193,27 +194,28 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
     std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
     sync_dir(&root)?;
-    // Only now are the older checkpoints no longer needed. They go oldest first by (step,
-    // K); the new one stays whatever its name.
-    let mut older: Vec<(u64, u64, String)> = std::fs::read_dir(&root)?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| *n != name)
-        .filter_map(|n| {
-            let rest = n.strip_prefix("step-")?;
-            let (step, k) = rest.split_once('.').unwrap_or((rest, "1"));
-            Some((step.parse().ok()?, k.parse().ok()?, n))
-        })
-        .collect();
-    older.sort();
+    // Only now are the older checkpoints no longer needed.
+    prune(&root, keep, &name);
+    Ok(dir)
+}
+
+/// Remove the checkpoints in `root` that `keep` no longer asks for, oldest first by (step,
+/// K): `newest` (the one just written) stays whatever its name, and so does the one the
+/// best-checkpoint marker names.
+pub fn prune(root: &Path, keep: Keep, newest: &str) {
+    let best = best::read(root).map(|b| b.checkpoint);
+    let mut older: Vec<String> =
+        find::checkpoint_names(root).into_iter().map(|(_, n)| n).filter(|n| n != newest).collect();
+    older.reverse();
     let kept = match keep {
         Keep::Latest(k) => k.saturating_sub(1),
         Keep::All => older.len(),
     };
-    for (_, _, n) in &older[..older.len().saturating_sub(kept)] {
-        let _ = std::fs::remove_dir_all(root.join(n));
+    for n in &older[..older.len().saturating_sub(kept)] {
+        if best.as_deref() != Some(n.as_str()) {
+            let _ = std::fs::remove_dir_all(root.join(n));
+        }
     }
-    Ok(dir)
 }
 
 /// Which checkpoints a save leaves: the newest `k` (at least the one just written), or all.

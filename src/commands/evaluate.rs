@@ -22,7 +22,8 @@ const BATCH: usize = 500;
 
 #[derive(Args, Debug, Clone)]
 pub struct EvaluateArgs {
-    /// A run directory (its latest checkpoint) or a checkpoint: its generator's images.
+    /// A run directory (its latest checkpoint), a checkpoint, or RUN/checkpoints/best: its
+    /// generator's images.
     #[arg(long, required_unless_present = "images", conflicts_with = "images")]
     pub checkpoint: Option<PathBuf>,
     /// Score the images of an IDX file instead (e.g. `sample --out FILE.idx`).

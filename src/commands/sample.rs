@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
-    /// A run directory (its latest checkpoint) or a checkpoint directory.
+    /// A run directory (its latest checkpoint), a checkpoint directory, or RUN/checkpoints/best
+    /// (the epoch of the lowest FID).
     #[arg(long)]
     pub checkpoint: PathBuf,
     /// Number of images.

@@ -245,6 +245,10 @@ pub struct CheckpointArgs {
     /// run's own): a GAN's last checkpoint is not always its best, so keep some to pick from.
     #[arg(long)]
     pub keep_checkpoints: Option<usize>,
+    /// Do not keep the best checkpoint: by default, where sample quality is measured, the
+    /// checkpoint of the epoch with the lowest FID is kept as well, named by checkpoints/best.
+    #[arg(long)]
+    pub no_keep_best: bool,
     /// Continue the run in DIR from its latest checkpoint (same ranks and options); its
     /// outputs go on in DIR, so --out is not taken with it.
     #[arg(long, conflicts_with = "out")]
@@ -324,6 +328,7 @@ impl From<TrainArgs> for TrainOptions {
             checkpoints: CheckpointOptions {
                 checkpoint_every: c.checkpoint_every,
                 keep_checkpoints: c.keep_checkpoints,
+                no_keep_best: c.no_keep_best,
                 resume: c.resume,
             },
             comm: a.comm.into(),

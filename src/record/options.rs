@@ -234,6 +234,8 @@ pub struct CheckpointOptions {
     pub checkpoint_every: Option<u64>,
     /// How many to keep (0: all; None: 1, or on resume the run's own).
     pub keep_checkpoints: Option<usize>,
+    /// Do not keep the checkpoint of the best FID beside them.
+    pub no_keep_best: bool,
     /// The run directory to continue.
     pub resume: Option<PathBuf>,
 }

@@ -215,8 +215,16 @@ const NOT_COMPARED: [&str; 11] = [
 /// Options that may change when resuming (how long to train, how often to save or check):
 /// every rank must agree on them, and a resume keeps the run's unless its command line gives
 /// them.
-pub const RESUMABLE: [&str; 7] =
-    ["epochs", "max_steps", "checkpoint_every", "keep_checkpoints", "check_consistency", "eval_every", "eval_n"];
+pub const RESUMABLE: [&str; 8] = [
+    "epochs",
+    "max_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "no_keep_best",
+    "check_consistency",
+    "eval_every",
+    "eval_n",
+];
 
 /// The options a resumed run goes on with: the run's own (`config`, its checkpoint's
 /// `training_config`), except that the command line's apply where a resume may change them:

@@ -2,6 +2,7 @@
 //! checkpoints. A new run never overwrites one that can be continued; a resumed run continues
 //! its own; a lock keeps two runs from sharing a directory.
 
+use crate::checkpoint::best::Best;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary};
@@ -144,6 +145,15 @@ impl Outputs {
     pub fn checkpoint(&mut self, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
         self.metrics.sync()?;
         checkpoint::save(&self.dir, layouts, ck, self.keep)
+    }
+
+    /// Point `checkpoints/best` at `best`, and remove the checkpoint it named before where the
+    /// run keeps it no more.
+    pub fn mark_best(&mut self, best: &Best) -> Result<()> {
+        let root = self.dir.join("checkpoints");
+        checkpoint::best::write(&root, best)?;
+        checkpoint::prune(&root, self.keep, &best.checkpoint);
+        Ok(())
     }
 
     pub fn summary(&self, summary: &Summary) -> Result<()> {

@@ -156,6 +156,28 @@ pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process
     std::process::Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
 }
 
+/// Synthetic data whose classes (its shapes) a feature network learns in a second.
+pub const SYNTHETIC_EVAL_DATA: &str = "synthetic:2048";
+
+/// The feature network of `SYNTHETIC_EVAL_DATA`, trained by the program `bin` once for every
+/// test of the test binary.
+pub fn synthetic_feature_net(bin: &str) -> &'static std::path::Path {
+    static NET: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
+    let (_, p) = NET.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("net.safetensors");
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["classifier", "--data", SYNTHETIC_EVAL_DATA, "--out", p.to_str().unwrap()]);
+        let o = run_limited(cmd, 600);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        let accuracy: f64 = err.split("test accuracy ").nth(1).unwrap()[..6].parse().unwrap();
+        assert!(accuracy > 0.9, "a feature network that cannot tell the shapes apart: {err}");
+        (dir, p)
+    });
+    p
+}
+
 /// The checkpoint directories (`step-...`) of the run in `run`, sorted by name.
 pub fn checkpoint_names(run: &std::path::Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(run.join("checkpoints"))

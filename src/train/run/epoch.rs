@@ -177,8 +177,9 @@ impl<B: Backend> Run<'_, B> {
     }
 
     /// Collective: the sample quality after epoch `epoch` where it is due (rank 0 gets the
-    /// figures, and prints them as one line): G's, and with `--g-ema` the averaged generator's.
-    fn measure_quality(&mut self, epoch: u64) -> Result<Option<EpochQuality>> {
+    /// figures, and the line that tells them): G's, and with `--g-ema` the averaged
+    /// generator's.
+    fn measure_quality(&mut self, epoch: u64) -> Result<Option<(EpochQuality, String)>> {
         let (job, t) = (self.job, &mut self.trainer);
         let Some(q) = self.quality.as_mut().filter(|q| q.due(epoch)) else { return Ok(None) };
         let trained = q.evaluate(job, t, false)?;
@@ -190,7 +191,7 @@ impl<B: Backend> Run<'_, B> {
             format!("FID {:.3}, KID {:.5}, precision {:.3}, recall {:.3}", s.fid, s.kid.mean, m.precision, m.recall)
         };
         let ema = averaged.as_ref().map_or(String::new(), |(a, _)| format!("; averaged G (--g-ema): {}", line(a)));
-        eprintln!("epoch {}: {}{ema} ({} images, {seconds:.1} s)", epoch + 1, line(&s), s.n);
+        let told = format!("epoch {}: {}{ema} ({} images, {seconds:.1} s)", epoch + 1, line(&s), s.n);
         let (m, a) = (&s.manifold, averaged.as_ref().map(|(a, _)| &a.manifold));
         let more = MoreQuality {
             fid_ema: averaged.as_ref().map(|(a, _)| a.fid),
@@ -204,7 +205,7 @@ impl<B: Backend> Run<'_, B> {
             density_ema: a.map(|a| a.density),
             coverage_ema: a.map(|a| a.coverage),
         };
-        Ok(Some(EpochQuality { epoch, fid: s.fid, kid: s.kid.mean, kid_std: s.kid.std, n: s.n, seconds, more }))
+        Ok(Some((EpochQuality { epoch, fid: s.fid, kid: s.kid.mean, kid_std: s.kid.std, n: s.n, seconds, more }, told)))
     }
 
     /// The end of a complete epoch: running statistics averaged (unless --sync-bn kept them
@@ -222,7 +223,12 @@ impl<B: Backend> Run<'_, B> {
         let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
-        let quality = self.measure_quality(epoch)?;
+        let (quality, told) = self.measure_quality(epoch)?.unzip();
+        let beaten = self.beats_best(epoch, quality.as_ref())?;
+        if let Some(told) = told {
+            let best = if beaten.is_some() { "; the best so far, kept as checkpoints/best" } else { "" };
+            eprintln!("{told}{best}");
+        }
         self.facts.quality.extend(quality.clone());
         if let Some(out) = self.outputs.as_mut() {
             done.bar.finish_epoch(seconds, images_per_s);
@@ -244,8 +250,12 @@ impl<B: Backend> Run<'_, B> {
             };
             job.or_fail(out.epoch(&rec));
         }
-        if self.args.checkpoints.checkpoint_every.is_none() {
-            self.save_checkpoint();
+        // The best checkpoint so far is written whenever checkpoints fall.
+        if self.args.checkpoints.checkpoint_every.is_none() || beaten.is_some() {
+            let dir = self.save_checkpoint();
+            if let Some(fid) = beaten {
+                self.mark_best(epoch, fid, dir.as_deref());
+            }
         }
         Ok(())
     }

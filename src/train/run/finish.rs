@@ -54,8 +54,11 @@ impl<B: Backend> Run<'_, B> {
         let parallel = &self.args.parallel;
         let exchanged = parallel.exchanges_gradients(job.world.size);
         let trace = parallel.trace.as_deref().map(|p| where_the_trace_went(p, exchanged));
+        let best = crate::checkpoint::best::read(&out.dir.join("checkpoints")).map_or(String::new(), |b| {
+            format!(", checkpoints/best ({}: FID {:.3} after epoch {})", b.checkpoint, b.fid, b.epoch + 1)
+        });
         eprintln!(
-            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}{}",
+            "done: {} steps in {:.1} s; in {}: summary.json, metrics.jsonl, samples/, checkpoints/{}{best}{}",
             f.steps_run,
             f.wall_seconds,
             out.dir.display(),

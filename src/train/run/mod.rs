@@ -3,6 +3,7 @@
 //! steps of one epoch and `end_epoch` closes it (`epoch.rs`); `finish` writes the last
 //! checkpoint, the trace and the summary (`finish.rs`).
 
+mod best;
 mod epoch;
 mod finish;
 mod prepare;
@@ -108,6 +109,8 @@ struct Run<'a, B: Backend> {
     faults: Faults,
     /// Sample quality after epochs (`--eval-every`), on every rank.
     quality: Option<Quality<B>>,
+    /// The best FID of the run's checkpoints so far (`checkpoints/best`), on every rank.
+    best_fid: Option<f64>,
     /// `--distributed-after`: the parallel phase's exchange, until it starts.
     parked: Option<solo_start::Parked<B>>,
     /// `--sync-every`: block momentum's state, once the ranks train in parallel.

@@ -95,6 +95,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 stop_at_step: fault_hooks::stop_at_step(),
             },
             quality: None,
+            best_fid: None,
             parked,
             block: None,
         };
@@ -114,6 +115,7 @@ impl<'a, B: Backend> Run<'a, B> {
         run.restore_everywhere(ck.as_ref())?;
         run.quality = Quality::prepare(job, &run.trainer.be, args)?;
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
+        run.agree_on_best()?;
         run.announce();
         Ok(run)
     }

@@ -1,0 +1,179 @@
+//! The best checkpoint by FID: the marker keeps it from the pruning of old checkpoints, names
+//! it to `sample`, `evaluate` and `--resume`, and a run whose samples get worse (a learning
+//! rate too high for the GAN: it collapses) keeps the checkpoint of its best epoch, also
+//! across a resume.
+
+mod common;
+
+use dcgan_train::checkpoint::best::{self, Best};
+use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
+use dcgan_train::eval::evaluate::Evaluation;
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
+use dcgan_train::model::net::param_layout;
+use dcgan_train::nn::params::ParamLayout;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
+const DATA: &str = common::SYNTHETIC_EVAL_DATA;
+
+fn bin(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    common::run_limited(cmd, 600)
+}
+
+fn ok(o: Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn marker(checkpoint: &str, fid: f64) -> Best {
+    Best { checkpoint: checkpoint.into(), epoch: 0, step: 0, fid, generator: "G".into() }
+}
+
+/// A checkpoint of zeros for the 28x28 networks.
+fn zeros(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
+    let net = |l: &ParamLayout| NetTensors {
+        values: vec![0.0; l.param_len()],
+        state: vec![0.0; l.state_len()],
+        batches_tracked: 0,
+    };
+    let moments =
+        |l: &ParamLayout| Moments { exp_avg: vec![0.0; l.param_len()], exp_avg_sq: vec![0.0; l.param_len()], steps: 0 };
+    let progress = Progress {
+        step: 0,
+        epoch: 0,
+        batch_in_epoch: 0,
+        seed: 1,
+        ranks: 1,
+        batch_per_rank: 64,
+        image_size: 28,
+        rng: "counter".into(),
+        config: serde_json::json!({}),
+    };
+    Checkpoint {
+        g: net(g),
+        d: net(d),
+        g_ema: None,
+        g_adam: moments(g),
+        d_adam: moments(d),
+        progress,
+        rank_states: Vec::new(),
+        residuals: Vec::new(),
+        block: None,
+    }
+}
+
+#[test]
+fn the_marked_checkpoint_outlives_the_newest_n_until_the_mark_moves() {
+    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&DISCRIMINATOR_28).0);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("checkpoints");
+    let mut ck = zeros(&g, &d);
+    for step in [10, 20, 30] {
+        ck.progress.step = step;
+        checkpoint::save(dir.path(), (&g, &d), &ck, Keep::Latest(1)).unwrap();
+        if step == 10 {
+            best::write(&root, &marker("step-00000010", 5.0)).unwrap();
+        }
+    }
+    assert_eq!(common::checkpoint_names(dir.path()), ["step-00000010", "step-00000030"]);
+    // The marker and `latest` name their checkpoints as paths.
+    let located = |p: &Path| checkpoint::resolve(p).unwrap();
+    assert_eq!(located(&root.join("best")), root.join("step-00000010"));
+    assert_eq!(located(&root.join("latest")), root.join("step-00000030"));
+    assert_eq!(best::read(&root).unwrap().fid, 5.0);
+    // The mark moves to the newest: the old best goes with the next pruning.
+    best::write(&root, &marker("step-00000030", 4.0)).unwrap();
+    checkpoint::prune(&root, Keep::Latest(1), "step-00000030");
+    assert_eq!(common::checkpoint_names(dir.path()), ["step-00000030"]);
+    // A mark naming a checkpoint that is gone protects nothing and resolves to one line.
+    best::write(&root, &marker("step-00000010", 3.0)).unwrap();
+    assert_eq!(best::read(&root), None);
+    let e = format!("{:#}", checkpoint::resolve(&root.join("best")).unwrap_err());
+    assert!(e.contains("step-00000010, which is not there any more"), "{e}");
+    // Which figure beats which: lower, and a number.
+    assert!(best::beats(3.0, None) && best::beats(3.0, Some(3.5)));
+    assert!(!best::beats(3.5, Some(3.5)) && !best::beats(4.0, Some(3.5)) && !best::beats(f64::NAN, None));
+}
+
+/// The FID of every evaluated epoch in a run's metrics.jsonl, by epoch.
+fn recorded_fids(run: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let epochs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["type"] == "epoch")
+        .collect();
+    assert!(epochs.iter().enumerate().all(|(i, e)| e["epoch"] == i as u64), "{epochs:?}");
+    epochs.iter().map(|e| e["fid"].as_f64().unwrap()).collect()
+}
+
+/// A learning rate fifty times the default collapses the GAN after its third epoch. Three
+/// epochs, then a resume to five: `checkpoints/best` names the epoch of the lowest FID the
+/// run recorded (the resumed run compares against the marker, not afresh), that checkpoint
+/// is kept beside the latest, and `evaluate` of it gives that epoch's figure.
+#[test]
+fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
+    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "3", "--out", path(&run)];
+    ok(bin(&[&first[..], &quality].concat()));
+    let done = ok(bin(&[&["--resume", path(&run), "--epochs", "5"][..], &quality].concat()));
+    let fids = recorded_fids(&run);
+    assert_eq!(fids.len(), 5);
+    let lowest = (0..5).min_by(|&a, &b| fids[a].total_cmp(&fids[b])).unwrap();
+    assert!(lowest < 3, "the fixture no longer collapses after its third epoch (FIDs {fids:?}): raise its --lr");
+    let root = run.join("checkpoints");
+    let b = best::read(&root).expect("a best checkpoint");
+    assert_eq!((b.epoch, b.fid, b.generator.as_str()), (lowest as u64, fids[lowest], "G"), "{fids:?}");
+    let latest = std::fs::read_to_string(root.join("latest")).unwrap().trim().to_string();
+    assert_ne!(b.checkpoint, latest);
+    let mut kept = vec![b.checkpoint.clone(), latest];
+    kept.sort();
+    assert_eq!(common::checkpoint_names(&run), kept, "the latest and the best");
+    assert!(done.contains(&format!("checkpoints/best ({}: FID", b.checkpoint)), "{done}");
+    // The marked checkpoint holds that epoch's weights: evaluate scores them as the run did.
+    let json = tmp.path().join("e.json");
+    let best_path = root.join("best");
+    let args = ["evaluate", "--checkpoint", path(&best_path), "--data", DATA, "--classifier", path(net)];
+    ok(bin(&[&args[..], &["--n", "500", "--json", path(&json)]].concat()));
+    let e: Evaluation = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!((e.fid - b.fid).abs() <= 1e-3 * b.fid, "evaluate {} against the run's {}", e.fid, b.fid);
+    ok(bin(&["sample", "--checkpoint", path(&best_path), "--out", path(&tmp.path().join("best.png"))]));
+}
+
+/// On two ranks with checkpoints far apart, an epoch that beats the best writes a checkpoint
+/// of its own, which every rank takes part in (rank 1 learns rank 0's figure).
+#[test]
+fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    let args = ["--data", DATA, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "1000"];
+    let more = ["--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
+    ok(common::mpirun(2, &[&args[..], &more, &["--classifier", path(net), "--out", path(&run)]].concat(), 600));
+    // 32 steps an epoch: the first epoch's end is a checkpoint only because it was the best.
+    assert_eq!(common::checkpoint_names(&run), ["step-00000032", "step-00000064"]);
+    let fids = recorded_fids(&run);
+    let b = best::read(&run.join("checkpoints")).expect("a best checkpoint");
+    let want = if fids[1] < fids[0] { (1, "step-00000064") } else { (0, "step-00000032") };
+    assert_eq!((b.epoch, b.checkpoint.as_str()), want, "{fids:?}");
+}
+
+/// `--no-keep-best` leaves no marker, and the checkpoints `--keep-checkpoints` asks for.
+#[test]
+fn no_keep_best_marks_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    let args = ["--data", DATA, "--epochs", "1", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
+    ok(bin(&[&args[..], &["--classifier", path(net), "--no-keep-best", "--out", path(&run)]].concat()));
+    assert!(!run.join("checkpoints").join("best").exists());
+    assert_eq!(common::checkpoint_names(&run).len(), 1);
+}
