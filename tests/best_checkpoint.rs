@@ -34,7 +34,8 @@ fn path(p: &Path) -> &str {
 }
 
 fn marker(checkpoint: &str, fid: f64) -> Best {
-    Best { checkpoint: checkpoint.into(), epoch: 0, step: 0, fid, generator: "G".into() }
+    let (generator, feature_net) = ("G".into(), "0123456789abcdef".into());
+    Best { checkpoint: checkpoint.into(), epoch: 0, step: 0, fid, generator, eval_n: 500, feature_net }
 }
 
 /// A checkpoint of zeros for the 28x28 networks.
@@ -98,6 +99,15 @@ fn the_marked_checkpoint_outlives_the_newest_n_until_the_mark_moves() {
     assert_eq!(best::read(&root), None);
     let e = format!("{:#}", checkpoint::resolve(&root.join("best")).unwrap_err());
     assert!(e.contains("step-00000010, which is not there any more"), "{e}");
+    // A marker names a checkpoint, nothing else.
+    std::fs::write(root.join("best"), serde_json::to_string(&marker("..", 1.0)).unwrap()).unwrap();
+    let e = format!("{:#}", checkpoint::resolve(&root.join("best")).unwrap_err());
+    assert!(e.contains("which is no checkpoint's name"), "{e}");
+    // A figure carries over to a run measuring alike, resumed at or after its step.
+    let m = Best { step: 96, ..marker("step-00000096", 3.0) };
+    assert!(m.carries_over(500, "0123456789abcdef", 96) && m.carries_over(500, "0123456789abcdef", 160));
+    assert!(!m.carries_over(400, "0123456789abcdef", 96) && !m.carries_over(500, "fedcba9876543210", 96));
+    assert!(!m.carries_over(500, "0123456789abcdef", 64), "measured after the step resumed from");
     // Which figure beats which: lower, and a number.
     assert!(best::beats(3.0, None) && best::beats(3.0, Some(3.5)));
     assert!(!best::beats(3.5, Some(3.5)) && !best::beats(4.0, Some(3.5)) && !best::beats(f64::NAN, None));
@@ -126,9 +136,11 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
     let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "3", "--out", path(&run)];
     ok(bin(&[&first[..], &quality].concat()));
-    let done = ok(bin(&[&["--resume", path(&run), "--epochs", "5"][..], &quality].concat()));
+    // --patience 2 ends the run two evaluations past its best (before the 8 epochs asked).
+    let resume = ["--resume", path(&run), "--epochs", "8", "--patience", "2"];
+    let done = ok(bin(&[&resume[..], &quality].concat()));
     let fids = recorded_fids(&run);
-    assert_eq!(fids.len(), 5);
+    assert_eq!(fids.len(), 5, "{done}");
     let lowest = (0..5).min_by(|&a, &b| fids[a].total_cmp(&fids[b])).unwrap();
     assert!(lowest < 3, "the fixture no longer collapses after its third epoch (FIDs {fids:?}): raise its --lr");
     let root = run.join("checkpoints");
@@ -140,6 +152,8 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     kept.sort();
     assert_eq!(common::checkpoint_names(&run), kept, "the latest and the best");
     assert!(done.contains(&format!("checkpoints/best ({}: FID", b.checkpoint)), "{done}");
+    let stop = common::read_summary(&run).early_stop.expect("an early stop");
+    assert_eq!((stop.epoch, stop.best_epoch, stop.best_fid, stop.patience), (4, lowest as u64, fids[lowest], 2));
     // The marked checkpoint holds that epoch's weights: evaluate scores them as the run did.
     let json = tmp.path().join("e.json");
     let best_path = root.join("best");
@@ -148,6 +162,13 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let e: Evaluation = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!((e.fid - b.fid).abs() <= 1e-3 * b.fid, "evaluate {} against the run's {}", e.fid, b.fid);
     ok(bin(&["sample", "--checkpoint", path(&best_path), "--out", path(&tmp.path().join("best.png"))]));
+    // Measured at another n, a FID is not comparable: a resume so measuring starts afresh, and
+    // its first evaluation (of a collapsed GAN) is the new best.
+    let other_n = ["--resume", path(&run), "--epochs", "6", "--classifier", path(net), "--eval-n", "400"];
+    let note = ok(bin(&[&other_n[..], &["--no-progress"]].concat()));
+    assert!(note.contains("the run's best starts afresh"), "{note}");
+    let b = best::read(&root).expect("a best checkpoint");
+    assert_eq!((b.epoch, b.eval_n), (5, 400));
 }
 
 /// On two ranks with checkpoints far apart, an epoch that beats the best writes a checkpoint
@@ -167,13 +188,46 @@ fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
     assert_eq!((b.epoch, b.checkpoint.as_str()), want, "{fids:?}");
 }
 
-/// `--no-keep-best` leaves no marker, and the checkpoints `--keep-checkpoints` asks for.
+/// A periodic checkpoint at a best epoch's end is marked, not written again; `--no-keep-best`
+/// writes no marker and no checkpoint beyond those asked for.
 #[test]
-fn no_keep_best_marks_nothing() {
+fn the_best_adds_no_second_save_and_no_keep_best_none_at_all() {
     let tmp = tempfile::tempdir().unwrap();
-    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
-    let args = ["--data", DATA, "--epochs", "1", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
-    ok(bin(&[&args[..], &["--classifier", path(net), "--no-keep-best", "--out", path(&run)]].concat()));
-    assert!(!run.join("checkpoints").join("best").exists());
-    assert_eq!(common::checkpoint_names(&run).len(), 1);
+    let net = common::synthetic_feature_net(BIN);
+    let args = ["--data", DATA, "--epochs", "2", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        ok(bin(&[&args[..], extra, &["--classifier", path(net), "--no-progress", "--out", path(&out)]].concat()));
+        out
+    };
+    // 32 steps an epoch: both epoch ends fall on a periodic checkpoint, and the first is
+    // the best so far (none before it). The run's end saves its last step again with the
+    // position past the epoch (`step-N.2`), as it does without the best.
+    let every = run("every", &["--checkpoint-every", "16"]);
+    let names = ["step-00000016", "step-00000032", "step-00000048", "step-00000064", "step-00000064.2"];
+    assert_eq!(common::checkpoint_names(&every), names);
+    let b = best::read(&every.join("checkpoints")).expect("a best checkpoint");
+    assert_eq!(b.checkpoint, if b.epoch == 0 { "step-00000032" } else { "step-00000064" });
+    let none = run("none", &["--checkpoint-every", "1000", "--no-keep-best"]);
+    assert_eq!(common::checkpoint_names(&none), ["step-00000064"]);
+    assert!(!none.join("checkpoints").join("best").exists());
+}
+
+/// `--patience` with nothing to count is refused in one line before the run directory is made.
+#[test]
+fn patience_without_a_best_to_count_from_is_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let net = path(common::synthetic_feature_net(BIN));
+    let base = ["--data", DATA, "--epochs", "2", "--patience", "2", "--no-progress", "--out", path(&out)];
+    for (extra, expected) in [
+        (&["--eval-every", "0"][..], "--patience ends a run by its FID, which this run does not measure"),
+        (&["--classifier", net, "--no-keep-best"][..], "--patience counts from the best checkpoint"),
+    ] {
+        let o = bin(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(!o.status.success() && lines.len() == 1 && lines[0].contains(expected), "{extra:?}: {err}");
+        assert!(!out.exists(), "{extra:?} made the run directory");
+    }
 }

@@ -4,6 +4,7 @@
 //! measured best is kept whatever `--keep-checkpoints` says, and `sample`, `evaluate` and
 //! `--resume` take `RUN/checkpoints/best` as a path.
 
+use super::find::order_key;
 use super::{sync_dir, write_synced};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,19 @@ pub struct Best {
     pub fid: f64,
     /// `G`, or `G_ema` where the run keeps an average (the generator `sample` draws from).
     pub generator: String,
+    /// What the figure was measured with (a FID is comparable only at the same n, in the
+    /// same features): the images generated, and the xxh3-64 of the feature network's file.
+    pub eval_n: u64,
+    pub feature_net: String,
+}
+
+impl Best {
+    /// Whether a run measuring `eval_n` images with the feature network of digest
+    /// `feature_net`, resumed at step `step`, can go on from this figure: it was measured
+    /// alike, and not after that step (by a continuation the resume leaves behind).
+    pub fn carries_over(&self, eval_n: u64, feature_net: &str, step: u64) -> bool {
+        self.eval_n == eval_n && self.feature_net == feature_net && self.step <= step
+    }
 }
 
 /// Whether an evaluation scoring `fid` beats the best FID so far (none so far: any finite
@@ -37,7 +51,7 @@ pub fn beats(fid: f64, so_far: Option<f64>) -> bool {
 pub fn read(root: &Path) -> Option<Best> {
     let text = std::fs::read_to_string(root.join(MARKER)).ok()?;
     let best: Best = serde_json::from_str(&text).ok()?;
-    root.join(&best.checkpoint).is_dir().then_some(best)
+    (order_key(&best.checkpoint).is_some() && root.join(&best.checkpoint).is_dir()).then_some(best)
 }
 
 /// Make `best` the marker in `root` (written to a temporary file, synced and renamed, so a
@@ -65,6 +79,12 @@ pub fn target_of(marker: &Path) -> Result<PathBuf> {
     } else {
         text.trim().to_string()
     };
+    if order_key(&name).is_none() {
+        bail!(
+            "{} names {name:?}, which is no checkpoint's name (step-N): pass a checkpoint directory",
+            marker.display()
+        );
+    }
     let dir = root.join(&name);
     if !dir.is_dir() {
         bail!(

@@ -255,7 +255,7 @@ fn undigested_note(dir: &Path, files: &[&str]) -> Option<String> {
 }
 
 /// The order of a checkpoint's name, `step-N` or `step-N.K`: (N, K) as numbers.
-fn order_key(name: &str) -> Option<(u64, u64)> {
+pub(super) fn order_key(name: &str) -> Option<(u64, u64)> {
     let rest = name.strip_prefix("step-")?;
     let (step, k) = rest.split_once('.').unwrap_or((rest, "1"));
     Some((step.parse().ok()?, k.parse().ok()?))

@@ -148,11 +148,15 @@ pub struct EvalArgs {
     /// The feature network (default: the data's, where `dcgan-train classifier` writes it).
     #[arg(long, value_name = "FILE")]
     pub classifier: Option<PathBuf>,
+    /// End the run once this many evaluations in a row have not beaten the best FID (its
+    /// checkpoint is kept as checkpoints/best): a GAN that collapsed rarely recovers.
+    #[arg(long, value_name = "EVALUATIONS", value_parser = at_least_one)]
+    pub patience: Option<u64>,
 }
 
 impl From<EvalArgs> for EvalOptions {
     fn from(a: EvalArgs) -> EvalOptions {
-        EvalOptions { eval_every: a.eval_every, eval_n: a.eval_n, classifier: a.classifier }
+        EvalOptions { eval_every: a.eval_every, eval_n: a.eval_n, classifier: a.classifier, patience: a.patience }
     }
 }
 

@@ -41,11 +41,13 @@ pub struct EvalOptions {
     pub eval_n: u64,
     /// The feature network's file (None: the data's, where `classifier` writes it).
     pub classifier: Option<PathBuf>,
+    /// End the run after this many evaluations in a row that did not beat the best FID.
+    pub patience: Option<u64>,
 }
 
 impl Default for EvalOptions {
     fn default() -> Self {
-        EvalOptions { eval_every: None, eval_n: 10_000, classifier: None }
+        EvalOptions { eval_every: None, eval_n: 10_000, classifier: None, patience: None }
     }
 }
 

@@ -25,6 +25,7 @@ impl Settings {
         args.model.check_loss_options()?;
         check_block_options(args)?;
         check_pipeline_options(args, ranks)?;
+        check_patience(args)?;
         let p = &args.parallel;
         let per_rank_batch = match p.global_batch_size {
             Some(g) => {
@@ -92,6 +93,24 @@ fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Refuses `--patience` where the options leave it nothing to count (where no feature
+/// network is found, the run refuses it once it knows: `train/run/best.rs`).
+fn check_patience(args: &TrainOptions) -> Result<()> {
+    if args.eval.patience.is_none() {
+        return Ok(());
+    }
+    if args.eval.eval_every == Some(0) {
+        bail!("{NO_FID_FOR_PATIENCE}");
+    }
+    if args.checkpoints.no_keep_best {
+        bail!("--patience counts from the best checkpoint, which --no-keep-best declines: drop one of the two");
+    }
+    Ok(())
+}
+
+/// Why `--patience` is refused where no FID is measured.
+pub const NO_FID_FOR_PATIENCE: &str = "--patience ends a run by its FID, which this run does not measure: pass --eval-every 1 (it trains the feature network where needed), or drop --patience";
 
 /// Refuses block-momentum options that cannot apply.
 fn check_block_options(args: &TrainOptions) -> Result<()> {
@@ -215,7 +234,7 @@ const NOT_COMPARED: [&str; 11] = [
 /// Options that may change when resuming (how long to train, how often to save or check):
 /// every rank must agree on them, and a resume keeps the run's unless its command line gives
 /// them.
-pub const RESUMABLE: [&str; 8] = [
+pub const RESUMABLE: [&str; 9] = [
     "epochs",
     "max_steps",
     "checkpoint_every",
@@ -224,6 +243,7 @@ pub const RESUMABLE: [&str; 8] = [
     "check_consistency",
     "eval_every",
     "eval_n",
+    "patience",
 ];
 
 /// The options a resumed run goes on with: the run's own (`config`, its checkpoint's

@@ -39,8 +39,9 @@ pub struct Quality<B: Backend> {
     n: usize,
     seed: u64,
     net: FeatureNet<B>,
-    /// The feature network's file (for the summary).
+    /// The feature network's file (for the summary), and the xxh3-64 of its bytes.
     pub path: String,
+    pub digest: String,
     /// Rank 0: the test split's features.
     reference: Option<Reference>,
 }
@@ -98,7 +99,13 @@ impl<B: Backend> Quality<B> {
         let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&decision)?)?;
         let Some(d) = serde_json::from_slice::<Option<Decision>>(&bytes)? else { return Ok(None) };
         let net = job.agree(FeatureNet::from_bytes(be, &d.net, &d.path, BATCH))?;
-        Ok(Some(Quality { every: d.every, n: d.n as usize, seed: d.seed, net, path: d.path, reference }))
+        let digest = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&d.net));
+        Ok(Some(Quality { every: d.every, n: d.n as usize, seed: d.seed, net, path: d.path, digest, reference }))
+    }
+
+    /// Images generated for each evaluation.
+    pub fn n(&self) -> usize {
+        self.n
     }
 
     /// Whether the end of epoch `epoch` (0-based) is evaluated.

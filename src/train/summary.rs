@@ -7,7 +7,7 @@ use super::job::Job;
 use super::memory_plan::MemoryEstimate;
 use super::step::GanTrainer;
 use crate::backend::Backend;
-use crate::record::summary::{AlgorithmRange, BucketSummary, CommSummary, EpochQuality};
+use crate::record::summary::{AlgorithmRange, BucketSummary, CommSummary, EarlyStop, EpochQuality};
 use crate::record::{StepMetrics, Summary, TrainOptions};
 use std::path::Path;
 use std::time::Duration;
@@ -39,6 +39,8 @@ pub struct RunFacts {
     pub block_sent: u64,
     /// `--pipeline`: every rank's (idle fraction, busy ms per step), gathered on rank 0.
     pub pipeline_stages: Vec<(f64, f64)>,
+    /// `--patience` ended the run (every rank).
+    pub early_stop: Option<EarlyStop>,
 }
 
 /// The upper median: a step that was measured, not an average of two.
@@ -184,6 +186,7 @@ pub fn build_summary<B: Backend>(
             busy_ms_per_step: facts.pipeline_stages.iter().map(|s| s.1).collect(),
         }),
         feature_net: facts.feature_net.clone(),
+        early_stop: facts.early_stop,
     };
     if let Some((baseline, file)) = &facts.baseline {
         s.weak_scaling = Some(s.weak_scaling_against(baseline, file));

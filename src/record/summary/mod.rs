@@ -107,6 +107,19 @@ pub struct Summary {
     /// `--pipeline`: the stages' idle time against GPipe's bubble formula.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineSummary>,
+    /// `--patience` ended the run before its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop: Option<EarlyStop>,
+}
+
+/// Where `--patience` ended a run: after `epoch` (0-based), that many evaluations past the
+/// best FID, measured after `best_epoch`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EarlyStop {
+    pub epoch: u64,
+    pub best_epoch: u64,
+    pub best_fid: f64,
+    pub patience: u64,
 }
 
 /// How much of a pipeline's step each stage spent waiting for the other.

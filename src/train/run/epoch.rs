@@ -224,7 +224,7 @@ impl<B: Backend> Run<'_, B> {
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
         let (quality, told) = self.measure_quality(epoch)?.unzip();
-        let beaten = self.beats_best(epoch, quality.as_ref())?;
+        let beaten = self.judge_epoch(epoch, quality.as_ref())?;
         if let Some(told) = told {
             let best = if beaten.is_some() { "; the best so far, kept as checkpoints/best" } else { "" };
             eprintln!("{told}{best}");
@@ -250,12 +250,20 @@ impl<B: Backend> Run<'_, B> {
             };
             job.or_fail(out.epoch(&rec));
         }
-        // The best checkpoint so far is written whenever checkpoints fall.
-        if self.args.checkpoints.checkpoint_every.is_none() || beaten.is_some() {
+        if self.args.checkpoints.checkpoint_every.is_none() {
             let dir = self.save_checkpoint();
             if let Some(fid) = beaten {
                 self.mark_best(epoch, fid, dir.as_deref());
             }
+        } else if let Some(fid) = beaten {
+            // Between --checkpoint-every's saves the best is saved too, unless one of them
+            // fell on this very step (every rank records its saves' progress alike).
+            let step = self.progress.step;
+            let dir = match &self.last_checkpoint.0 {
+                Some((saved, dir)) if saved.step == step => dir.clone(),
+                _ => self.save_checkpoint(),
+            };
+            self.mark_best(epoch, fid, dir.as_deref());
         }
         Ok(())
     }

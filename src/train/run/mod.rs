@@ -110,7 +110,7 @@ struct Run<'a, B: Backend> {
     /// Sample quality after epochs (`--eval-every`), on every rank.
     quality: Option<Quality<B>>,
     /// The best FID of the run's checkpoints so far (`checkpoints/best`), on every rank.
-    best_fid: Option<f64>,
+    best: best::BestSoFar,
     /// `--distributed-after`: the parallel phase's exchange, until it starts.
     parked: Option<solo_start::Parked<B>>,
     /// `--sync-every`: block momentum's state, once the ranks train in parallel.
@@ -149,7 +149,15 @@ impl<B: Backend> Run<'_, B> {
             if done.complete {
                 self.end_epoch(epoch, done)?;
             }
-            if self.stopped || self.trainer.step >= max_steps {
+            if let Some(e) = self.facts.early_stop.filter(|_| self.job.is_root()) {
+                eprintln!(
+                    "stopping early (--patience {}): no evaluation since epoch {} beat its FID {:.3}; its checkpoint is checkpoints/best",
+                    e.patience,
+                    e.best_epoch + 1,
+                    e.best_fid
+                );
+            }
+            if self.stopped || self.trainer.step >= max_steps || self.facts.early_stop.is_some() {
                 break;
             }
         }

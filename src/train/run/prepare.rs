@@ -95,7 +95,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 stop_at_step: fault_hooks::stop_at_step(),
             },
             quality: None,
-            best_fid: None,
+            best: Default::default(),
             parked,
             block: None,
         };
