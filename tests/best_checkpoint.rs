@@ -12,16 +12,12 @@ use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
 use dcgan_train::model::net::param_layout;
 use dcgan_train::nn::params::ParamLayout;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 const DATA: &str = common::SYNTHETIC_EVAL_DATA;
 
-fn bin(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    common::run_limited(cmd, 600)
-}
+use common::program as bin;
 
 fn ok(o: Output) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();

@@ -9,16 +9,12 @@ mod common;
 use dcgan_train::data::idx::encode_idx_images;
 use dcgan_train::eval::evaluate::Evaluation;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 const DATA: &str = common::SYNTHETIC_EVAL_DATA;
 
-fn bin(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    common::run_limited(cmd, 600)
-}
+use common::program as bin;
 
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -115,6 +115,10 @@ pub struct TrainArgs {
     #[allow(rustdoc::invalid_html_tags)]
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write no TensorBoard event file (by default the run directory holds one:
+    /// `tensorboard --logdir runs` shows every run's losses, times, quality and grids).
+    #[arg(long)]
+    pub no_tensorboard: bool,
     /// No progress bar and no periodic progress lines (the same as --progress none).
     #[arg(long, conflicts_with = "progress")]
     pub no_progress: bool,
@@ -326,6 +330,7 @@ impl From<TrainArgs> for TrainOptions {
             epochs: a.epochs,
             max_steps: a.max_steps,
             out: a.out,
+            no_tensorboard: a.no_tensorboard,
             no_progress: a.no_progress,
             progress: a.progress,
             parallel: a.parallel.into(),

@@ -21,6 +21,8 @@ pub struct TrainOptions {
     pub max_steps: Option<u64>,
     /// The run directory (None: `runs/<timestamp>`).
     pub out: Option<PathBuf>,
+    /// No TensorBoard event file in the run directory.
+    pub no_tensorboard: bool,
     pub no_progress: bool,
     /// `--progress` (`--no-progress` is its `none`: `progress_choice` says which applies).
     pub progress: ProgressChoice,
@@ -330,6 +332,7 @@ impl Default for TrainOptions {
             epochs: None,
             max_steps: None,
             out: None,
+            no_tensorboard: false,
             no_progress: false,
             progress: ProgressChoice::Auto,
             parallel: ParallelOptions::default(),

@@ -5,6 +5,7 @@ pub mod bar_pipe;
 pub mod jsonl;
 pub mod png;
 pub mod progress;
+pub mod tensorboard;
 pub mod trace;
 pub mod trace_read;
 pub mod trace_report;

@@ -217,8 +217,9 @@ pub fn training_config(args: &TrainOptions) -> Value {
 /// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
 /// A resume takes these from its own command line, given or not: they belong to this invocation,
 /// not to the run.
-const NOT_COMPARED: [&str; 11] = [
+const NOT_COMPARED: [&str; 12] = [
     "threads",
+    "no_tensorboard",
     "classifier",
     "no_progress",
     "progress",

@@ -8,6 +8,7 @@ use crate::nn::params::ParamLayout;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::write_grid;
+use crate::report::tensorboard::{EventWriter, numbers_of};
 use anyhow::{Context, Result, bail};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub struct Outputs {
     pub dir: PathBuf,
     metrics: JsonlWriter,
+    /// The TensorBoard events of this invocation (None: `--no-tensorboard`).
+    events: Option<EventWriter>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
@@ -68,7 +71,7 @@ impl Outputs {
     /// A fresh run directory, whose checkpoints are kept as `keep` says. One that holds a run
     /// is refused, unless that run ended before its first checkpoint: nothing there can be
     /// continued, so this run starts over in it.
-    pub fn create(dir: &Path, keep: checkpoint::Keep) -> Result<Outputs> {
+    pub fn create(dir: &Path, keep: checkpoint::Keep, tensorboard: bool) -> Result<Outputs> {
         let earlier = dir.join("metrics.jsonl").exists();
         if earlier && has_checkpoint(dir) {
             bail!(
@@ -90,15 +93,24 @@ impl Outputs {
                 std::fs::remove_file(&png).with_context(|| format!("cannot remove {}", png.display()))?;
             }
         }
+        if earlier {
+            // The events of the run that is started over in it go with its metrics.
+            for old in std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()) {
+                if old.file_name().is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents.")) {
+                    std::fs::remove_file(&old).with_context(|| format!("cannot remove {}", old.display()))?;
+                }
+            }
+        }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, keep, _lock: lock })
+        let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, keep, _lock: lock })
     }
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
     /// completed epochs: records the interrupted run wrote after that point are dropped (the
     /// resumed run writes them again, with the same values), also where the checkpoint is an
     /// older one than the run's last (a stop after it is no longer the run's).
-    pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep) -> Result<Outputs> {
+    pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep, tensorboard: bool) -> Result<Outputs> {
         let lock = lock(dir)?;
         let path = dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -117,11 +129,20 @@ impl Outputs {
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
         let samples = dir.join("samples");
         std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, keep, _lock: lock })
+        let mut events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
+        if let Some(e) = events.as_mut() {
+            e.restart_at(step + 1)?;
+        }
+        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, events, keep, _lock: lock })
     }
 
+    /// A step's line, and its numbers as TensorBoard scalars `train/<field>`.
     pub fn step(&mut self, rec: &StepRecord) -> Result<()> {
-        self.metrics.write(rec)
+        self.metrics.write(rec)?;
+        if let Some(events) = self.events.as_mut() {
+            events.scalars(rec.step, &numbers_of("train", &serde_json::to_value(rec)?, &["step", "epoch"]))?;
+        }
+        Ok(())
     }
 
     /// Why the run stopped, synced to disk at once.
@@ -130,9 +151,18 @@ impl Outputs {
         self.metrics.sync()
     }
 
-    pub fn epoch(&mut self, rec: &EpochRecord) -> Result<()> {
+    /// An epoch's line, synced; to TensorBoard its numbers as scalars `epoch/<field>` and its
+    /// sample grid as the image `samples`, at `step`, the steps completed at its end.
+    pub fn epoch(&mut self, rec: &EpochRecord, step: u64) -> Result<()> {
         self.metrics.write(rec)?;
-        self.metrics.sync()
+        self.metrics.sync()?;
+        if let Some(events) = self.events.as_mut() {
+            events.scalars(step, &numbers_of("epoch", &serde_json::to_value(rec)?, &["epoch"]))?;
+            let png = std::fs::read(&rec.sample).with_context(|| format!("cannot read {}", rec.sample))?;
+            let (width, height) = png_size(&png).with_context(|| format!("{} is no PNG", rec.sample))?;
+            events.image(step, "samples", png, width, height)?;
+        }
+        Ok(())
     }
 
     /// `samples/<name>.png` from images `[64, side, side]`.
@@ -162,6 +192,13 @@ impl Outputs {
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
             .with_context(|| format!("cannot write {}", path.display()))
     }
+}
+
+/// A PNG's width and height, from its header.
+fn png_size(png: &[u8]) -> Result<(usize, usize)> {
+    let reader = png::Decoder::new(std::io::Cursor::new(png)).read_info()?;
+    let info = reader.info();
+    Ok((info.width as usize, info.height as usize))
 }
 
 #[cfg(test)]

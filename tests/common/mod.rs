@@ -121,6 +121,13 @@ pub fn mpirun(ranks: usize, args: &[&str], limit_s: u64) -> std::process::Output
     run_limited(cmd, limit_s)
 }
 
+/// The program with `args`, one process, within 10 minutes (a hang is a failure).
+pub fn program(args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dcgan-train"));
+    cmd.args(args);
+    run_limited(cmd, 600)
+}
+
 /// Run `cmd` with Open MPI's root/oversubscription permissions,
 /// failing the test if it does not finish within `limit_s` (a hang is a failure).
 pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process::Output {

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 const OTHER_TOOLS: &[&str] = &[
     "bind-to",
     "oversubscribe",
+    // TensorBoard's.
+    "logdir",
     "hostfile",
     "mca",
     "mpi",

@@ -248,7 +248,7 @@ impl<B: Backend> Run<'_, B> {
                 eval_seconds: q.map(|q| q.seconds),
                 more: q.map(|q| q.more).unwrap_or_default(),
             };
-            job.or_fail(out.epoch(&rec));
+            job.or_fail(out.epoch(&rec, self.trainer.step));
         }
         if self.args.checkpoints.checkpoint_every.is_none() {
             let dir = self.save_checkpoint();

@@ -267,8 +267,15 @@ fn build<B: Backend>(
     let keep = Keep::from_option(args.checkpoints.keep_checkpoints.unwrap_or(1));
     let outputs = job.agree(match (root, &ck, from) {
         (false, _, _) => Ok(None),
-        (true, Some(ck), Some(f)) => Outputs::resume(&f.run, ck.progress.step, ck.progress.epoch, keep).map(Some),
-        _ => args.out.clone().map_or_else(default_dir, Ok).and_then(|dir| Outputs::create(&dir, keep)).map(Some),
+        (true, Some(ck), Some(f)) => {
+            Outputs::resume(&f.run, ck.progress.step, ck.progress.epoch, keep, !args.no_tensorboard).map(Some)
+        }
+        _ => args
+            .out
+            .clone()
+            .map_or_else(default_dir, Ok)
+            .and_then(|dir| Outputs::create(&dir, keep, !args.no_tensorboard))
+            .map(Some),
     })?;
 
     let buckets = plan_buckets(&model, p.bucket_bytes);

@@ -1,0 +1,127 @@
+//! The run's TensorBoard events, read by TensorBoard's own reader (its `EventAccumulator`,
+//! which checks every record's CRC-32C): every number of metrics.jsonl at its step, each step
+//! once also after a resume from an earlier checkpoint, the epochs' sample grids byte for
+//! byte, one file for a run of two ranks, none with `--no-tensorboard`.
+
+mod common;
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
+const DATA: &str = common::SYNTHETIC_EVAL_DATA;
+
+use common::program as bin;
+
+fn ok(o: Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// What TensorBoard reads from the run directory: scalars by tag as (step, value), images by
+/// tag as (step, width, height, SHA-256 of the PNG).
+#[derive(serde::Deserialize)]
+struct Read {
+    scalars: BTreeMap<String, Vec<(u64, f32)>>,
+    images: BTreeMap<String, Vec<(u64, u32, u32, String)>>,
+}
+
+const READER: &str = r#"
+import hashlib, json, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.IMAGES: 0})
+acc.Reload()
+tags = acc.Tags()
+scalars = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in tags["scalars"]}
+images = {t: [(i.step, i.width, i.height, hashlib.sha256(i.encoded_image_string).hexdigest())
+              for i in acc.Images(t)] for t in tags["images"]}
+print(json.dumps({"scalars": scalars, "images": images}))
+"#;
+
+/// The run directory `run` as TensorBoard reads it (its reader installed by the project's
+/// script where it is not yet).
+fn tensorboard_read(run: &Path) -> Read {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let install = Command::new(format!("{root}/scripts/lib/install-tensorboard.sh")).output().unwrap();
+    assert!(install.status.success(), "{}", String::from_utf8_lossy(&install.stderr));
+    let pythonpath = String::from_utf8(install.stdout).unwrap().trim().to_string();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let o = Command::new(python).env("PYTHONPATH", pythonpath).args(["-c", READER, path(run)]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn event_files(run: &Path) -> usize {
+    let names = std::fs::read_dir(run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string());
+    names.filter(|n| n.starts_with("events.out.tfevents.")).count()
+}
+
+/// metrics.jsonl's lines of `kind` as JSON objects.
+fn lines(run: &Path, kind: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let all = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+    all.filter(|v| v["type"] == kind).map(|v| v.as_object().unwrap().clone()).collect()
+}
+
+/// Three epochs, then a resume from the checkpoint after the second: TensorBoard shows every
+/// step once, with the numbers metrics.jsonl holds for it, and each epoch's grid.
+#[test]
+fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    let args = ["--data", DATA, "--epochs", "3", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
+    ok(bin(&[&args[..], &["--classifier", path(net), "--no-progress", "--out", path(&run)]].concat()));
+    let second = run.join("checkpoints").join("step-00000064");
+    ok(bin(&["--resume", path(&second), "--classifier", path(net), "--no-progress"]));
+    assert_eq!(event_files(&run), 2, "one file for each invocation");
+    let read = tensorboard_read(&run);
+    let steps = lines(&run, "step");
+    assert_eq!(steps.len(), 96);
+    let mut compared = 0;
+    for (group, records, step_of) in [("train", &steps, None), ("epoch", &lines(&run, "epoch"), Some(32))] {
+        for r in records.iter() {
+            let step = match step_of {
+                Some(per_epoch) => (r["epoch"].as_u64().unwrap() + 1) * per_epoch,
+                None => r["step"].as_u64().unwrap(),
+            };
+            for (key, v) in r.iter().filter(|(k, _)| !["type", "step", "epoch"].contains(&k.as_str())) {
+                let Some(v) = v.as_f64() else { continue };
+                let tag = format!("{group}/{key}");
+                let shown: Vec<f32> = read.scalars[&tag].iter().filter(|(s, _)| *s == step).map(|p| p.1).collect();
+                assert_eq!(shown, [v as f32], "{tag} at step {step}: each step once, as recorded");
+                compared += 1;
+            }
+        }
+    }
+    assert!(read.scalars["train/loss_d"].len() == 96 && read.scalars["epoch/fid"].len() == 3, "{:?}", read.scalars);
+    assert!(compared > 96 * 8, "{compared} numbers compared");
+    // Each epoch's grid, as the run wrote it to samples/.
+    let grids: Vec<(u64, String)> = (1..=3)
+        .map(|e| {
+            let png = std::fs::read(run.join("samples").join(format!("epoch-{e:03}.png"))).unwrap();
+            (32 * e, format!("{:x}", Sha256::digest(&png)))
+        })
+        .collect();
+    let shown: Vec<(u64, String)> = read.images["samples"].iter().map(|i| (i.0, i.3.clone())).collect();
+    assert_eq!(shown, grids);
+    assert!(read.images["samples"].iter().all(|i| i.1 == 242 && i.2 == 242), "an 8x8 grid of 28x28 images");
+}
+
+/// Rank 0 alone writes events; `--no-tensorboard` writes none.
+#[test]
+fn one_event_file_for_two_ranks_and_none_when_declined() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (two, none) = (tmp.path().join("two"), tmp.path().join("none"));
+    let args =
+        ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "3", "--no-progress", "--eval-every", "0"];
+    ok(common::mpirun(2, &[&args[..], &["--out", path(&two)]].concat(), 300));
+    assert_eq!(event_files(&two), 1);
+    assert_eq!(tensorboard_read(&two).scalars["train/loss_g"].len(), 3);
+    ok(bin(&[&args[..], &["--no-tensorboard", "--out", path(&none)]].concat()));
+    assert_eq!(event_files(&none), 0);
+}
