@@ -121,22 +121,24 @@ fn recorded_fids(run: &Path) -> Vec<f64> {
     epochs.iter().map(|e| e["fid"].as_f64().unwrap()).collect()
 }
 
-/// A learning rate fifty times the default collapses the GAN after its third epoch. Three
-/// epochs, then a resume to five: `checkpoints/best` names the epoch of the lowest FID the
-/// run recorded (the resumed run compares against the marker, not afresh), that checkpoint
-/// is kept beside the latest, and `evaluate` of it gives that epoch's figure.
+/// A learning rate fifty times the default collapses the GAN after its third epoch. Four
+/// epochs, then a resume with `--patience 2`, which ends it after the fifth (the fourth
+/// counts: one evaluation since the best before the resume): `checkpoints/best` names the
+/// epoch of the lowest FID the run recorded (the resumed run compares against the marker, not
+/// afresh), that checkpoint is kept beside the latest, and `evaluate` of it gives that
+/// epoch's figure. The run, once ended so, is refused a resume that would end it again.
 #[test]
 fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let tmp = tempfile::tempdir().unwrap();
     let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
-    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "3", "--out", path(&run)];
+    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "4", "--out", path(&run)];
     ok(bin(&[&first[..], &quality].concat()));
     // --patience 2 ends the run two evaluations past its best (before the 8 epochs asked).
     let resume = ["--resume", path(&run), "--epochs", "8", "--patience", "2"];
     let done = ok(bin(&[&resume[..], &quality].concat()));
     let fids = recorded_fids(&run);
-    assert_eq!(fids.len(), 5, "{done}");
+    assert_eq!(fids.len(), 5, "FIDs {fids:?}: {done}");
     let lowest = (0..5).min_by(|&a, &b| fids[a].total_cmp(&fids[b])).unwrap();
     assert!(lowest < 3, "the fixture no longer collapses after its third epoch (FIDs {fids:?}): raise its --lr");
     let root = run.join("checkpoints");
@@ -150,6 +152,9 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     assert!(done.contains(&format!("checkpoints/best ({}: FID", b.checkpoint)), "{done}");
     let stop = common::read_summary(&run).early_stop.expect("an early stop");
     assert_eq!((stop.epoch, stop.best_epoch, stop.best_fid, stop.patience), (4, lowest as u64, fids[lowest], 2));
+    let again = bin(&[&["--resume", path(&run), "--epochs", "8"][..], &quality].concat());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && err.contains("the run already stopped early"), "{err}");
     // The marked checkpoint holds that epoch's weights: evaluate scores them as the run did.
     let json = tmp.path().join("e.json");
     let best_path = root.join("best");

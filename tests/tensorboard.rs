@@ -24,23 +24,26 @@ fn path(p: &Path) -> &str {
 }
 
 /// What TensorBoard reads from the run directory: scalars by tag as (step, value), images by
-/// tag as (step, width, height, SHA-256 of the PNG).
+/// tag as (step, width, height, SHA-256 of the PNG), the text tab's by tag as (step, text).
 #[derive(serde::Deserialize)]
 struct Read {
     scalars: BTreeMap<String, Vec<(u64, f32)>>,
     images: BTreeMap<String, Vec<(u64, u32, u32, String)>>,
+    texts: BTreeMap<String, Vec<(u64, String)>>,
 }
 
 const READER: &str = r#"
 import hashlib, json, sys
 from tensorboard.backend.event_processing import event_accumulator as ea
-acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.IMAGES: 0})
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.IMAGES: 0, ea.TENSORS: 0})
 acc.Reload()
 tags = acc.Tags()
 scalars = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in tags["scalars"]}
 images = {t: [(i.step, i.width, i.height, hashlib.sha256(i.encoded_image_string).hexdigest())
               for i in acc.Images(t)] for t in tags["images"]}
-print(json.dumps({"scalars": scalars, "images": images}))
+texts = {t: [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(t)] for t in tags["tensors"]
+         if acc.SummaryMetadata(t).plugin_data.plugin_name == "text"}
+print(json.dumps({"scalars": scalars, "images": images, "texts": texts}))
 "#;
 
 /// The run directory `run` as TensorBoard reads it (its reader installed by the project's
@@ -110,9 +113,39 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
     let shown: Vec<(u64, String)> = read.images["samples"].iter().map(|i| (i.0, i.3.clone())).collect();
     assert_eq!(shown, grids);
     assert!(read.images["samples"].iter().all(|i| i.1 == 242 && i.2 == 242), "an 8x8 grid of 28x28 images");
+    // The text tab: each invocation's command line and options where it started.
+    let options = &read.texts["options"];
+    assert_eq!(options.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 64], "{options:?}");
+    assert!(options[0].1.contains("--out") && options[1].1.contains("--resume"), "{options:?}");
+    assert!(options.iter().all(|t| t.1.contains("| eval-n | 500 |") && t.1.contains("| lr | 0.0002 |")), "{options:?}");
+    assert!(!read.texts.contains_key("summary"), "one rank has no step or exchange lines");
 }
 
-/// Rank 0 alone writes events; `--no-tensorboard` writes none.
+/// A resume from the checkpoint saved at the first epoch's last step, before that epoch
+/// closed, closes it again: TensorBoard shows it once; and that epoch, the best, measured
+/// again is no evaluation since the best (`--patience 1` lets the run go on).
+#[test]
+fn a_resume_from_an_epochs_last_step_shows_that_epoch_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    // At this learning rate the first epoch is the better of two (tests/best_checkpoint.rs).
+    let args = ["--data", DATA, "--epochs", "2", "--lr", "0.01", "--checkpoint-every", "16", "--keep-checkpoints", "0"];
+    let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
+    ok(bin(&[&args[..], &quality, &["--out", path(&run)]].concat()));
+    let at_the_end_of_the_first = run.join("checkpoints").join("step-00000032");
+    ok(bin(&[&["--resume", path(&at_the_end_of_the_first), "--patience", "1"][..], &quality].concat()));
+    let epochs = lines(&run, "epoch");
+    assert_eq!(epochs.len(), 2, "the resumed run went on to the second epoch");
+    let fids: Vec<f64> = epochs.iter().map(|e| e["fid"].as_f64().unwrap()).collect();
+    assert!(fids[0] < fids[1], "the fixture's first epoch is no longer its best: {fids:?}");
+    let read = tensorboard_read(&run);
+    let shown = &read.scalars["epoch/fid"];
+    assert_eq!(shown, &[(32, fids[0] as f32), (64, fids[1] as f32)], "each epoch once");
+    assert_eq!(read.images["samples"].iter().map(|i| i.0).collect::<Vec<_>>(), [32, 64]);
+}
+
+/// Rank 0 alone writes events, the run's closing lines among them; `--no-tensorboard` writes
+/// none.
 #[test]
 fn one_event_file_for_two_ranks_and_none_when_declined() {
     let tmp = tempfile::tempdir().unwrap();
@@ -121,7 +154,15 @@ fn one_event_file_for_two_ranks_and_none_when_declined() {
         ["--data", "synthetic:256", "--batch-size", "16", "--max-steps", "3", "--no-progress", "--eval-every", "0"];
     ok(common::mpirun(2, &[&args[..], &["--out", path(&two)]].concat(), 300));
     assert_eq!(event_files(&two), 1);
-    assert_eq!(tensorboard_read(&two).scalars["train/loss_g"].len(), 3);
+    let read = tensorboard_read(&two);
+    assert_eq!(read.scalars["train/loss_g"].len(), 3);
+    // Several ranks: the lines the run ends with, in the text tab at its last step.
+    let summary = &read.texts["summary"];
+    assert!(
+        summary.len() == 1 && summary[0].0 == 3 && summary[0].1.starts_with("step (rank 0, medians)"),
+        "{summary:?}"
+    );
+    assert!(summary[0].1.contains("exchange (rank 0, per step)"), "{summary:?}");
     ok(bin(&[&args[..], &["--no-tensorboard", "--out", path(&none)]].concat()));
     assert_eq!(event_files(&none), 0);
 }

@@ -153,8 +153,9 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub classifier: Option<PathBuf>,
     /// End the run once this many evaluations in a row have not beaten the best FID (its
-    /// checkpoint is kept as checkpoints/best): a GAN that collapsed rarely recovers.
-    #[arg(long, value_name = "EVALUATIONS", value_parser = at_least_one)]
+    /// checkpoint is kept as checkpoints/best): a GAN that collapsed rarely recovers. 0: never
+    /// (a resume of a run that stopped early goes on with a larger value, or 0).
+    #[arg(long, value_name = "EVALUATIONS")]
     pub patience: Option<u64>,
 }
 

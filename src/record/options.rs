@@ -43,8 +43,16 @@ pub struct EvalOptions {
     pub eval_n: u64,
     /// The feature network's file (None: the data's, where `classifier` writes it).
     pub classifier: Option<PathBuf>,
-    /// End the run after this many evaluations in a row that did not beat the best FID.
+    /// End the run after this many evaluations in a row that did not beat the best FID (None
+    /// or 0: never; `patience()` says which).
     pub patience: Option<u64>,
+}
+
+impl EvalOptions {
+    /// `--patience`, where it can end the run.
+    pub fn patience(&self) -> Option<u64> {
+        self.patience.filter(|&p| p > 0)
+    }
 }
 
 impl Default for EvalOptions {

@@ -45,7 +45,7 @@ struct Summary {
     value: Vec<SummaryValue>,
 }
 
-/// `tensorflow.Summary.Value`: a scalar or an image under a tag.
+/// `tensorflow.Summary.Value`: a scalar, an image, or a plugin's tensor under a tag.
 #[derive(Clone, PartialEq, prost::Message)]
 struct SummaryValue {
     #[prost(string, tag = "1")]
@@ -54,7 +54,42 @@ struct SummaryValue {
     simple_value: Option<f32>,
     #[prost(message, optional, tag = "4")]
     image: Option<SummaryImage>,
+    #[prost(message, optional, tag = "8")]
+    tensor: Option<TensorProto>,
+    #[prost(message, optional, tag = "9")]
+    metadata: Option<SummaryMetadata>,
 }
+
+/// `tensorflow.SummaryMetadata`: which plugin shows the value.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SummaryMetadata {
+    #[prost(message, optional, tag = "1")]
+    plugin_data: Option<PluginData>,
+}
+
+/// `tensorflow.SummaryMetadata.PluginData`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PluginData {
+    #[prost(string, tag = "1")]
+    plugin_name: String,
+}
+
+/// `tensorflow.TensorProto`, as the text plugin takes it: a scalar string.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorProto {
+    /// `DataType`; DT_STRING is 7.
+    #[prost(int32, tag = "1")]
+    dtype: i32,
+    /// A scalar's shape: no dimensions.
+    #[prost(message, optional, tag = "2")]
+    tensor_shape: Option<TensorShape>,
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    string_val: Vec<Vec<u8>>,
+}
+
+/// `tensorflow.TensorShapeProto` (only a scalar's, which has no fields set).
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorShape {}
 
 /// `tensorflow.Summary.Image`: an encoded (PNG) image.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -141,31 +176,37 @@ impl EventWriter {
         self.file.write_all(&bytes).with_context(|| format!("cannot write {}", self.path.display()))
     }
 
+    /// The values of one summary at `step`, in one event.
+    fn summary(&mut self, step: u64, value: Vec<SummaryValue>) -> Result<()> {
+        let summary = Some(Summary { value });
+        self.write(&Event { wall_time: now(), step: step as i64, summary, ..Default::default() })
+    }
+
     /// Scalars (tag, value) at `step`, in one event.
     pub fn scalars(&mut self, step: u64, scalars: &[(String, f32)]) -> Result<()> {
         let value = scalars
             .iter()
-            .map(|(tag, v)| SummaryValue { tag: tag.clone(), simple_value: Some(*v), image: None })
+            .map(|(tag, v)| SummaryValue { tag: tag.clone(), simple_value: Some(*v), ..Default::default() })
             .collect();
-        self.write(&Event {
-            wall_time: now(),
-            step: step as i64,
-            summary: Some(Summary { value }),
-            ..Default::default()
-        })
+        self.summary(step, value)
     }
 
     /// A grey PNG image of `width` x `height` under `tag` at `step`.
     pub fn image(&mut self, step: u64, tag: &str, png: Vec<u8>, width: usize, height: usize) -> Result<()> {
         let image =
             SummaryImage { height: height as i32, width: width as i32, colorspace: 1, encoded_image_string: png };
-        let value = vec![SummaryValue { tag: tag.into(), simple_value: None, image: Some(image) }];
-        self.write(&Event {
-            wall_time: now(),
-            step: step as i64,
-            summary: Some(Summary { value }),
-            ..Default::default()
-        })
+        self.summary(step, vec![SummaryValue { tag: tag.into(), image: Some(image), ..Default::default() }])
+    }
+
+    /// Markdown under `tag` at `step`, for TensorBoard's text tab (the text plugin's scalar
+    /// string tensor).
+    pub fn text(&mut self, step: u64, tag: &str, markdown: &str) -> Result<()> {
+        let string_val = vec![markdown.as_bytes().to_vec()];
+        let tensor = TensorProto { dtype: 7, tensor_shape: Some(TensorShape {}), string_val };
+        let metadata = SummaryMetadata { plugin_data: Some(PluginData { plugin_name: "text".into() }) };
+        let value =
+            SummaryValue { tag: tag.into(), tensor: Some(tensor), metadata: Some(metadata), ..Default::default() };
+        self.summary(step, vec![value])
     }
 }
 

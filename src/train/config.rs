@@ -97,7 +97,7 @@ fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
 /// Refuses `--patience` where the options leave it nothing to count (where no feature
 /// network is found, the run refuses it once it knows: `train/run/best.rs`).
 fn check_patience(args: &TrainOptions) -> Result<()> {
-    if args.eval.patience.is_none() {
+    if args.eval.patience().is_none() {
         return Ok(());
     }
     if args.eval.eval_every == Some(0) {

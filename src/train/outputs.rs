@@ -5,7 +5,7 @@
 use crate::checkpoint::best::Best;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
-use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary};
+use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary, TrainOptions};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::write_grid;
 use crate::report::tensorboard::{EventWriter, numbers_of};
@@ -18,6 +18,10 @@ pub struct Outputs {
     metrics: JsonlWriter,
     /// The TensorBoard events of this invocation (None: `--no-tensorboard`).
     events: Option<EventWriter>,
+    /// The first step whose events this invocation writes: a resumed run's first new step.
+    /// (An epoch that a resume from a checkpoint saved before the epoch closed closes again,
+    /// at the step resumed from, is in the earlier file already.)
+    events_from: u64,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
@@ -103,7 +107,7 @@ impl Outputs {
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, keep, _lock: lock })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, keep, _lock: lock })
     }
 
     /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
@@ -133,7 +137,8 @@ impl Outputs {
         if let Some(e) = events.as_mut() {
             e.restart_at(step + 1)?;
         }
-        Ok(Outputs { dir: dir.to_path_buf(), metrics: JsonlWriter::append(&path)?, events, keep, _lock: lock })
+        let metrics = JsonlWriter::append(&path)?;
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: step + 1, keep, _lock: lock })
     }
 
     /// A step's line, and its numbers as TensorBoard scalars `train/<field>`.
@@ -156,7 +161,7 @@ impl Outputs {
     pub fn epoch(&mut self, rec: &EpochRecord, step: u64) -> Result<()> {
         self.metrics.write(rec)?;
         self.metrics.sync()?;
-        if let Some(events) = self.events.as_mut() {
+        if let Some(events) = self.events.as_mut().filter(|_| step >= self.events_from) {
             events.scalars(step, &numbers_of("epoch", &serde_json::to_value(rec)?, &["epoch"]))?;
             let png = std::fs::read(&rec.sample).with_context(|| format!("cannot read {}", rec.sample))?;
             let (width, height) = png_size(&png).with_context(|| format!("{} is no PNG", rec.sample))?;
@@ -186,12 +191,30 @@ impl Outputs {
         Ok(())
     }
 
+    /// Markdown for TensorBoard's text tab under `tag`, at `step`.
+    pub fn text(&mut self, step: u64, tag: &str, markdown: &str) -> Result<()> {
+        self.events.as_mut().map_or(Ok(()), |e| e.text(step, tag, markdown))
+    }
+
     pub fn summary(&self, summary: &Summary) -> Result<()> {
         let path = self.dir.join("summary.json");
         let text = serde_json::to_string_pretty(summary)? + "\n";
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
             .with_context(|| format!("cannot write {}", path.display()))
     }
+}
+
+/// The run's command line and the options that decide what it computes, as Markdown: what
+/// tells one run from another in TensorBoard's text tab.
+pub fn options_markdown(args: &TrainOptions) -> String {
+    let command: Vec<String> = std::env::args().collect();
+    let mut md = format!("`{}`\n\n| option | value |\n|---|---|\n", command.join(" "));
+    if let serde_json::Value::Object(options) = crate::train::config::training_config(args) {
+        for (k, v) in options {
+            md.push_str(&format!("| {} | {v} |\n", k.replace('_', "-")));
+        }
+    }
+    md
 }
 
 /// A PNG's width and height, from its header.

@@ -41,7 +41,7 @@ impl<B: Backend> Run<'_, B> {
     /// resumed run goes on from its own), on every rank; `--patience` refused where no FID is
     /// measured (no feature network was found).
     pub(super) fn agree_on_best(&mut self) -> Result<()> {
-        if self.args.eval.patience.is_some() && self.quality.is_none() {
+        if self.args.eval.patience().is_some() && self.quality.is_none() {
             bail!("{}", crate::train::config::NO_FID_FOR_PATIENCE);
         }
         if !self.keeps_best() {
@@ -77,14 +77,37 @@ impl<B: Backend> Run<'_, B> {
         if best::beats(fid, self.best.fid_epoch.map(|(f, _)| f)) {
             return Ok(Some(fid));
         }
+        // A resume from a checkpoint saved before its epoch closed measures that epoch again:
+        // the best one measured again is no evaluation since.
+        if self.best.fid_epoch.is_some_and(|(_, e)| e == epoch) {
+            return Ok(None);
+        }
         self.best.evaluations_since += 1;
-        let patience = self.args.eval.patience;
-        if let (Some(p), Some((best_fid, best_epoch))) = (patience, self.best.fid_epoch)
+        self.early_stop_after(epoch);
+        Ok(None)
+    }
+
+    /// Where the evaluations since the best reach `--patience`: the run ends after `epoch`.
+    fn early_stop_after(&mut self, epoch: u64) {
+        if let (Some(p), Some((best_fid, best_epoch))) = (self.args.eval.patience(), self.best.fid_epoch)
             && self.best.evaluations_since >= p
         {
             self.facts.early_stop = Some(EarlyStop { epoch, best_epoch, best_fid, patience: p });
         }
-        Ok(None)
+    }
+
+    /// A resume of a run that `--patience` already ended (its evaluations since the best
+    /// reach it) is refused before a step, with the way on. Every rank decides alike.
+    pub(super) fn refuse_if_stopped_early(&self) -> Result<()> {
+        let (Some(p), Some((fid, epoch))) = (self.args.eval.patience(), self.best.fid_epoch) else { return Ok(()) };
+        let since = self.best.evaluations_since;
+        if since >= p {
+            bail!(
+                "the run already stopped early: {since} evaluations since epoch {}'s FID {fid:.3} did not beat it (--patience {p}): resume with a larger --patience, or --patience 0, to go on",
+                epoch + 1
+            );
+        }
+        Ok(())
     }
 
     /// Rank 0's values on every rank.

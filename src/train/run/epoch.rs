@@ -257,10 +257,12 @@ impl<B: Backend> Run<'_, B> {
             }
         } else if let Some(fid) = beaten {
             // Between --checkpoint-every's saves the best is saved too, unless one of them
-            // fell on this very step (every rank records its saves' progress alike).
-            let step = self.progress.step;
+            // fell on this very step on one rank (every rank records its saves' progress
+            // alike). On several ranks that save came before the epoch's end averaged the
+            // running statistics the figure was measured with, so the best is saved anew.
+            let (step, ranks) = (self.progress.step, self.job.world.size);
             let dir = match &self.last_checkpoint.0 {
-                Some((saved, dir)) if saved.step == step => dir.clone(),
+                Some((saved, dir)) if saved.step == step && ranks == 1 => dir.clone(),
                 _ => self.save_checkpoint(),
             };
             self.mark_best(epoch, fid, dir.as_deref());

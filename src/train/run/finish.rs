@@ -31,8 +31,9 @@ impl<B: Backend> Run<'_, B> {
         // A stop that came with the last step is the run's end, not an interruption: resuming
         // would find nothing left to run.
         let max_steps = self.args.max_steps.unwrap_or(u64::MAX);
-        let finished =
-            self.trainer.step >= max_steps || self.progress.epoch >= self.args.epoch_limit().unwrap_or(u64::MAX);
+        let finished = self.trainer.step >= max_steps
+            || self.progress.epoch >= self.args.epoch_limit().unwrap_or(u64::MAX)
+            || self.facts.early_stop.is_some();
         let ck = ck_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
         if self.stopped && !finished {
             return self.stopped_before_the_end(&ck);
@@ -47,8 +48,13 @@ impl<B: Backend> Run<'_, B> {
         let end = RunEnd { data: &self.data.description, facts: f, last: &self.last, final_grid: &final_grid };
         let summary = build_summary(self.args, job, &self.settings, &self.trainer, end);
         job.or_fail(out.summary(&summary));
-        for line in [summary.step_line(), summary.exchange_line(), summary.graphs_line()].into_iter().flatten() {
+        let lines: Vec<String> =
+            [summary.step_line(), summary.exchange_line(), summary.graphs_line()].into_iter().flatten().collect();
+        for line in &lines {
             eprintln!("{line}");
+        }
+        if !lines.is_empty() {
+            job.or_fail(out.text(self.trainer.step, "summary", &lines.join("\n\n")));
         }
         let ck_name = ck_dir.as_ref().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().to_string());
         let parallel = &self.args.parallel;

@@ -116,6 +116,10 @@ impl<'a, B: Backend> Run<'a, B> {
         run.quality = Quality::prepare(job, &run.trainer.be, args)?;
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.agree_on_best()?;
+        run.refuse_if_stopped_early()?;
+        if let Some(out) = run.outputs.as_mut() {
+            job.or_fail(out.text(run.progress.step, "options", &super::super::outputs::options_markdown(args)));
+        }
         run.announce();
         Ok(run)
     }
