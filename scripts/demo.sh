@@ -23,4 +23,5 @@ echo
 echo "samples:  $out/samples/epoch-001.png"
 echo "metrics:  $out/metrics.jsonl  (summary: $out/summary.json)"
 echo "weights:  $out/checkpoints/latest  (PyTorch-loadable safetensors)"
+echo "curves:   tensorboard --logdir runs  (losses, step times, sample quality and grids of every run)"
 echo "more:     target/release/dcgan-train sample --checkpoint $out --out grid.png"

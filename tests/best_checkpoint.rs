@@ -109,6 +109,14 @@ fn the_marked_checkpoint_outlives_the_newest_n_until_the_mark_moves() {
     assert!(!best::beats(3.5, Some(3.5)) && !best::beats(4.0, Some(3.5)) && !best::beats(f64::NAN, None));
 }
 
+/// The TensorBoard event files in a run directory.
+fn event_files(run: &Path) -> Vec<String> {
+    let names = std::fs::read_dir(run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string());
+    let mut v: Vec<String> = names.filter(|n| n.starts_with("events.out.tfevents.")).collect();
+    v.sort();
+    v
+}
+
 /// The FID of every evaluated epoch in a run's metrics.jsonl, by epoch.
 fn recorded_fids(run: &Path) -> Vec<f64> {
     let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
@@ -125,14 +133,15 @@ fn recorded_fids(run: &Path) -> Vec<f64> {
 /// epochs, then a resume with `--patience 2`, which ends it after the fifth (the fourth
 /// counts: one evaluation since the best before the resume): `checkpoints/best` names the
 /// epoch of the lowest FID the run recorded (the resumed run compares against the marker, not
-/// afresh), that checkpoint is kept beside the latest, and `evaluate` of it gives that
-/// epoch's figure. The run, once ended so, is refused a resume that would end it again.
+/// afresh), that checkpoint is kept beside the newest two, and `evaluate` of it gives that
+/// epoch's figure. A resume that would end at once is refused, changing nothing.
 #[test]
 fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let tmp = tempfile::tempdir().unwrap();
     let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
-    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "4", "--out", path(&run)];
+    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "4", "--keep-checkpoints", "2"];
+    let first = [&first[..], &["--out", path(&run)]].concat();
     ok(bin(&[&first[..], &quality].concat()));
     // --patience 2 ends the run two evaluations past its best (before the 8 epochs asked).
     let resume = ["--resume", path(&run), "--epochs", "8", "--patience", "2"];
@@ -144,17 +153,20 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let root = run.join("checkpoints");
     let b = best::read(&root).expect("a best checkpoint");
     assert_eq!((b.epoch, b.fid, b.generator.as_str()), (lowest as u64, fids[lowest], "G"), "{fids:?}");
-    let latest = std::fs::read_to_string(root.join("latest")).unwrap().trim().to_string();
-    assert_ne!(b.checkpoint, latest);
-    let mut kept = vec![b.checkpoint.clone(), latest];
-    kept.sort();
-    assert_eq!(common::checkpoint_names(&run), kept, "the latest and the best");
+    // 32 steps an epoch: the newest two are the fourth's and the fifth's ends.
+    assert_eq!((b.epoch, b.checkpoint.as_str()), (2, "step-00000096"), "{fids:?}");
+    assert_eq!(common::checkpoint_names(&run), ["step-00000096", "step-00000128", "step-00000160"]);
     assert!(done.contains(&format!("checkpoints/best ({}: FID", b.checkpoint)), "{done}");
     let stop = common::read_summary(&run).early_stop.expect("an early stop");
     assert_eq!((stop.epoch, stop.best_epoch, stop.best_fid, stop.patience), (4, lowest as u64, fids[lowest], 2));
-    let again = bin(&[&["--resume", path(&run), "--epochs", "8"][..], &quality].concat());
+    // From the fourth epoch's end one evaluation since the best reaches --patience 1: nothing
+    // is left to run, and the refusal leaves the run's records and events as they were.
+    let (metrics, events) = (std::fs::read(run.join("metrics.jsonl")).unwrap(), event_files(&run));
+    let fourth = root.join("step-00000128");
+    let again = bin(&[&["--resume", path(&fourth), "--epochs", "8", "--patience", "1"][..], &quality].concat());
     let err = String::from_utf8_lossy(&again.stderr);
-    assert!(!again.status.success() && err.contains("the run already stopped early"), "{err}");
+    assert!(!again.status.success() && err.contains("nothing left to run before its early stop"), "{err}");
+    assert!(std::fs::read(run.join("metrics.jsonl")).unwrap() == metrics && event_files(&run) == events);
     // The marked checkpoint holds that epoch's weights: evaluate scores them as the run did.
     let json = tmp.path().join("e.json");
     let best_path = root.join("best");
@@ -172,21 +184,32 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     assert_eq!((b.epoch, b.eval_n), (5, 400));
 }
 
-/// On two ranks with checkpoints far apart, an epoch that beats the best writes a checkpoint
-/// of its own, which every rank takes part in (rank 1 learns rank 0's figure).
+/// On two ranks an epoch that beats the best writes a checkpoint of its own, which every rank
+/// takes part in (rank 1 learns rank 0's figure), even where a periodic one fell on its last
+/// step: that one predates the epoch's averaged running statistics. `evaluate` of the best
+/// gives the figure the run measured.
 #[test]
 fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
     let tmp = tempfile::tempdir().unwrap();
     let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
-    let args = ["--data", DATA, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "1000"];
+    let args = ["--data", DATA, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "16"];
     let more = ["--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
     ok(common::mpirun(2, &[&args[..], &more, &["--classifier", path(net), "--out", path(&run)]].concat(), 600));
-    // 32 steps an epoch: the first epoch's end is a checkpoint only because it was the best.
-    assert_eq!(common::checkpoint_names(&run), ["step-00000032", "step-00000064"]);
+    // 32 steps an epoch: the first epoch, the best so far, is saved again at its end, and so
+    // is the second (the best, or the run's end).
+    let names =
+        ["step-00000016", "step-00000032", "step-00000032.2", "step-00000048", "step-00000064", "step-00000064.2"];
+    assert_eq!(common::checkpoint_names(&run), names);
     let fids = recorded_fids(&run);
     let b = best::read(&run.join("checkpoints")).expect("a best checkpoint");
-    let want = if fids[1] < fids[0] { (1, "step-00000064") } else { (0, "step-00000032") };
+    let want = if fids[1] < fids[0] { (1, "step-00000064.2") } else { (0, "step-00000032.2") };
     assert_eq!((b.epoch, b.checkpoint.as_str()), want, "{fids:?}");
+    let json = tmp.path().join("e.json");
+    let best_path = run.join("checkpoints").join("best");
+    let args = ["evaluate", "--checkpoint", path(&best_path), "--data", DATA, "--classifier", path(net)];
+    ok(bin(&[&args[..], &["--n", "500", "--json", path(&json)]].concat()));
+    let e: Evaluation = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!((e.fid - b.fid).abs() <= 1e-3 * b.fid, "evaluate {} against the run's {}", e.fid, b.fid);
 }
 
 /// A periodic checkpoint at a best epoch's end is marked, not written again; `--no-keep-best`

@@ -18,14 +18,21 @@ pub struct Outputs {
     metrics: JsonlWriter,
     /// The TensorBoard events of this invocation (None: `--no-tensorboard`).
     events: Option<EventWriter>,
-    /// The first step whose events this invocation writes: a resumed run's first new step.
-    /// (An epoch that a resume from a checkpoint saved before the epoch closed closes again,
-    /// at the step resumed from, is in the earlier file already.)
+    /// The first step whose epoch events this invocation writes (see `begin`).
     events_from: u64,
+    /// A resumed run not yet readied (`begin`).
+    pending: Option<Resumed>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
     _lock: File,
+}
+
+/// Where a resumed run goes on from (`Outputs::begin`).
+struct Resumed {
+    step: u64,
+    epoch: u64,
+    tensorboard: bool,
 }
 
 /// The default run directory, `runs/<local time>`, made here and this run's alone: a run
@@ -107,38 +114,54 @@ impl Outputs {
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, keep, _lock: lock })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, pending: None, keep, _lock: lock })
     }
 
-    /// Continue the run in `dir` after a checkpoint at `step` completed steps and `epoch`
-    /// completed epochs: records the interrupted run wrote after that point are dropped (the
-    /// resumed run writes them again, with the same values), also where the checkpoint is an
-    /// older one than the run's last (a stop after it is no longer the run's).
+    /// The run in `dir`, to continue after a checkpoint at `step` completed steps and `epoch`
+    /// completed epochs: only locked and opened here, so that a resume refused before its
+    /// first step changes nothing; `begin` readies it.
     pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep, tensorboard: bool) -> Result<Outputs> {
         let lock = lock(dir)?;
-        let path = dir.join("metrics.jsonl");
+        let metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
+        let pending = Some(Resumed { step, epoch, tensorboard });
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events: None, events_from: 0, pending, keep, _lock: lock })
+    }
+
+    /// Ready a resumed run to write: the records the interrupted run wrote after its
+    /// checkpoint are dropped (the resumed run writes them again, with the same values), also
+    /// where the checkpoint is an older one than the run's last (a stop after it is no longer
+    /// the run's); its TensorBoard events go to a file of its own that starts with a restart.
+    pub fn begin(&mut self) -> Result<()> {
+        let Some(Resumed { step, epoch, tensorboard }) = self.pending.take() else { return Ok(()) };
+        let path = self.dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let kept: String = text
-            .lines()
-            .filter(|l| match serde_json::from_str::<serde_json::Value>(l) {
-                Ok(v) if v["type"] == "step" => v["step"].as_u64().is_some_and(|s| s <= step),
-                Ok(v) if v["type"] == "epoch" => v["epoch"].as_u64().is_some_and(|e| e < epoch),
-                Ok(v) if v["type"] == "stopped" => v["step"].as_u64().is_some_and(|s| s <= step),
-                Ok(_) => true,
-                Err(_) => false,
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
+        let parsed = text.lines().map(|l| (l, serde_json::from_str::<serde_json::Value>(l).ok()));
+        let (kept, dropped): (Vec<_>, Vec<_>) = parsed.partition(|(_, v)| match v {
+            Some(v) if v["type"] == "step" => v["step"].as_u64().is_some_and(|s| s <= step),
+            Some(v) if v["type"] == "epoch" => v["epoch"].as_u64().is_some_and(|e| e < epoch),
+            Some(v) if v["type"] == "stopped" => v["step"].as_u64().is_some_and(|s| s <= step),
+            Some(_) => true,
+            None => false,
+        });
+        let kept: String = kept.iter().map(|(l, _)| format!("{l}\n")).collect();
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))
             .with_context(|| format!("cannot rewrite {}", path.display()))?;
-        let samples = dir.join("samples");
+        // The file was replaced: append to the new one.
+        self.metrics = JsonlWriter::append(&path)?;
+        let samples = self.dir.join("samples");
         std::fs::create_dir_all(&samples).with_context(|| format!("cannot create {}", samples.display()))?;
-        let mut events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        if let Some(e) = events.as_mut() {
-            e.restart_at(step + 1)?;
+        if tensorboard {
+            let mut events = EventWriter::create(&self.dir)?;
+            events.restart_at(step + 1)?;
+            self.events = Some(events);
         }
-        let metrics = JsonlWriter::append(&path)?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: step + 1, keep, _lock: lock })
+        // An epoch the earlier run closed at the step resumed from (its checkpoint saved
+        // before the epoch closed) is in the earlier event file: not written twice. One it
+        // did not close is written at that step.
+        let closed =
+            dropped.iter().any(|(_, v)| v.as_ref().is_some_and(|v| v["type"] == "epoch" && v["epoch"] == epoch));
+        self.events_from = if closed { step + 1 } else { step };
+        Ok(())
     }
 
     /// A step's line, and its numbers as TensorBoard scalars `train/<field>`.
@@ -207,11 +230,12 @@ impl Outputs {
 /// The run's command line and the options that decide what it computes, as Markdown: what
 /// tells one run from another in TensorBoard's text tab.
 pub fn options_markdown(args: &TrainOptions) -> String {
-    let command: Vec<String> = std::env::args().collect();
-    let mut md = format!("`{}`\n\n| option | value |\n|---|---|\n", command.join(" "));
+    let words: Vec<String> = std::env::args_os().map(|a| super::resume::shell_word(&a.to_string_lossy())).collect();
+    let mut md = format!("`{}`\n\n| option | value |\n|---|---|\n", words.join(" "));
     if let serde_json::Value::Object(options) = crate::train::config::training_config(args) {
         for (k, v) in options {
-            md.push_str(&format!("| {} | {v} |\n", k.replace('_', "-")));
+            // A `|` would end the table's cell; JSON has no bare newline to break its row.
+            md.push_str(&format!("| {} | {} |\n", k.replace('_', "-"), v.to_string().replace('|', "\\|")));
         }
     }
     md

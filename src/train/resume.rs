@@ -235,7 +235,7 @@ pub fn resume_command(ranks: usize, run: &Path) -> String {
 }
 
 /// `s` as one word of a POSIX shell command line: as it is when nothing in it is special.
-fn shell_word(s: &str) -> String {
+pub(super) fn shell_word(s: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
     if !s.is_empty() && s.chars().all(plain) { s.to_string() } else { format!("'{}'", s.replace('\'', r"'\''")) }
 }

@@ -103,7 +103,7 @@ impl<B: Backend> Run<'_, B> {
         let since = self.best.evaluations_since;
         if since >= p {
             bail!(
-                "the run already stopped early: {since} evaluations since epoch {}'s FID {fid:.3} did not beat it (--patience {p}): resume with a larger --patience, or --patience 0, to go on",
+                "the run has nothing left to run before its early stop: the {since} evaluations since epoch {}'s FID {fid:.3} did not beat it, which reaches --patience {p}: resume with a larger --patience, or --patience 0, to go on",
                 epoch + 1
             );
         }

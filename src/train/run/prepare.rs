@@ -117,6 +117,7 @@ impl<'a, B: Backend> Run<'a, B> {
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.agree_on_best()?;
         run.refuse_if_stopped_early()?;
+        job.agree(run.outputs.as_mut().map_or(Ok(()), |o| o.begin()))?;
         if let Some(out) = run.outputs.as_mut() {
             job.or_fail(out.text(run.progress.step, "options", &super::super::outputs::options_markdown(args)));
         }
