@@ -21,18 +21,32 @@ const MARK: (&str, &str) = ("Software", "dcgan-train");
 ///
 /// Pixel value round((v + 1) * 127.5), clamped to [0, 255] (NaN becomes 0). Cells after the
 /// last image in the last row are padding grey.
-pub fn write_grid(path: &Path, images: &[f32], count: usize, h: usize, w: usize, cols: usize) -> Result<()> {
+pub fn write_grid(path: &Path, images: &[f32], count: usize, h: usize, w: usize, cols: usize) -> Result<Grid> {
+    let grid = encode_grid(images, count, h, w, cols)?;
+    write_atomically(path, |file| Ok(file.write_all(&grid.png)?))
+        .with_context(|| format!("cannot write the sample grid {}", path.display()))?;
+    Ok(grid)
+}
+
+/// A grid encoded as PNG, and its size in pixels.
+pub struct Grid {
+    pub png: Vec<u8>,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// The PNG `write_grid` writes, in memory.
+pub fn encode_grid(images: &[f32], count: usize, h: usize, w: usize, cols: usize) -> Result<Grid> {
     let (pixels, height, width) = grid_pixels(images, count, h, w, cols)?;
-    let mut encoded = Vec::new();
-    let mut encoder = png::Encoder::new(&mut encoded, width as u32, height as u32);
+    let mut png = Vec::new();
+    let mut encoder = png::Encoder::new(&mut png, width as u32, height as u32);
     encoder.set_color(png::ColorType::Grayscale);
     encoder.set_depth(png::BitDepth::Eight);
     encoder.add_text_chunk(MARK.0.into(), MARK.1.into())?;
     let mut writer = encoder.write_header()?;
     writer.write_image_data(&pixels)?;
     writer.finish()?;
-    write_atomically(path, |file| Ok(file.write_all(&encoded)?))
-        .with_context(|| format!("cannot write the sample grid {}", path.display()))
+    Ok(Grid { png, width, height })
 }
 
 /// Whether `path` is a PNG this program wrote (it carries the mark): a missing or unreadable

@@ -159,10 +159,6 @@ impl EventWriter {
         Ok(w)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Tell TensorBoard that the run goes on from `step` again (a resume from an earlier
     /// checkpoint): it drops what the earlier files hold from that step on, so a step is
     /// never shown twice.

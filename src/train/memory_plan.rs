@@ -159,10 +159,13 @@ pub fn check<B: Backend>(
     let fix = if lo == 0 {
         "no batch fits: free memory on the host or run fewer ranks on it".to_string()
     } else if resumed {
-        let global = batch * ranks;
+        let (global, micro) = (batch * ranks, (model.micro_batches as usize).max(1));
+        // A rank count the resume takes: it shares the global batch, and its share splits
+        // into the micro-batches (`train/resume.rs`).
+        let takes = |r: &usize| global.is_multiple_of(*r) && (global / r).is_multiple_of(micro) && global / r <= lo;
         format!(
             "the largest batch per rank that fits is {lo}, and a resumed run keeps its global batch of {global}: resume on {} or more ranks (a number that divides {global}), no more of them a host than now",
-            (ranks..=global).find(|r| global.is_multiple_of(*r) && global / r <= lo).unwrap_or(global)
+            (ranks..=global).find(takes).unwrap_or(global)
         )
     } else {
         let global = if ranks > 1 { format!(" (a global batch of {})", lo * ranks) } else { String::new() };

@@ -7,7 +7,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary, TrainOptions};
 use crate::report::jsonl::JsonlWriter;
-use crate::report::png::write_grid;
+use crate::report::png::{Grid, write_grid};
 use crate::report::tensorboard::{EventWriter, numbers_of};
 use anyhow::{Context, Result, bail};
 use std::fs::{File, TryLockError};
@@ -99,17 +99,13 @@ impl Outputs {
                 "{}: the run there ended before its first checkpoint; starting over in it (its metrics.jsonl and samples/ are replaced)",
                 dir.display()
             );
-            let grids = std::fs::read_dir(dir.join("samples")).into_iter().flatten().flatten();
-            for png in grids.map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "png")) {
-                std::fs::remove_file(&png).with_context(|| format!("cannot remove {}", png.display()))?;
-            }
-        }
-        if earlier {
-            // The events of the run that is started over in it go with its metrics.
-            for old in std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()) {
-                if old.file_name().is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents.")) {
-                    std::fs::remove_file(&old).with_context(|| format!("cannot remove {}", old.display()))?;
-                }
+            // Its grids and its TensorBoard events go with its metrics.
+            let files = |d: &Path| std::fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path());
+            let grids = files(&dir.join("samples")).filter(|p| p.extension().is_some_and(|x| x == "png"));
+            let events = files(dir)
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents.")));
+            for old in grids.chain(events) {
+                std::fs::remove_file(&old).with_context(|| format!("cannot remove {}", old.display()))?;
             }
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
@@ -181,23 +177,21 @@ impl Outputs {
 
     /// An epoch's line, synced; to TensorBoard its numbers as scalars `epoch/<field>` and its
     /// sample grid as the image `samples`, at `step`, the steps completed at its end.
-    pub fn epoch(&mut self, rec: &EpochRecord, step: u64) -> Result<()> {
+    pub fn epoch(&mut self, rec: &EpochRecord, step: u64, grid: Grid) -> Result<()> {
         self.metrics.write(rec)?;
         self.metrics.sync()?;
         if let Some(events) = self.events.as_mut().filter(|_| step >= self.events_from) {
             events.scalars(step, &numbers_of("epoch", &serde_json::to_value(rec)?, &["epoch"]))?;
-            let png = std::fs::read(&rec.sample).with_context(|| format!("cannot read {}", rec.sample))?;
-            let (width, height) = png_size(&png).with_context(|| format!("{} is no PNG", rec.sample))?;
-            events.image(step, "samples", png, width, height)?;
+            events.image(step, "samples", grid.png, grid.width, grid.height)?;
         }
         Ok(())
     }
 
-    /// `samples/<name>.png` from images `[64, side, side]`.
-    pub fn grid(&self, name: &str, images: &[f32], side: usize) -> Result<PathBuf> {
+    /// `samples/<name>.png` from images `[64, side, side]`: its path, and the grid.
+    pub fn grid(&self, name: &str, images: &[f32], side: usize) -> Result<(PathBuf, Grid)> {
         let path = self.dir.join("samples").join(format!("{name}.png"));
-        write_grid(&path, images, images.len() / (side * side), side, side, 8)?;
-        Ok(path)
+        let grid = write_grid(&path, images, images.len() / (side * side), side, side, 8)?;
+        Ok((path, grid))
     }
 
     pub fn checkpoint(&mut self, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<PathBuf> {
@@ -239,13 +233,6 @@ pub fn options_markdown(args: &TrainOptions) -> String {
         }
     }
     md
-}
-
-/// A PNG's width and height, from its header.
-fn png_size(png: &[u8]) -> Result<(usize, usize)> {
-    let reader = png::Decoder::new(std::io::Cursor::new(png)).read_info()?;
-    let info = reader.info();
-    Ok((info.width as usize, info.height as usize))
 }
 
 #[cfg(test)]

@@ -50,14 +50,17 @@ impl<B: Backend> Run<'_, B> {
         let q = self.quality.as_ref().expect("kept where quality is measured");
         let marked = self.outputs.as_ref().and_then(|o| best::read(&o.dir.join("checkpoints")));
         let (n, step) = (q.n() as u64, self.progress.step);
-        let (carried, other) = marked.into_iter().partition::<Vec<_>, _>(|b| b.carries_over(n, &q.digest, step));
-        if let Some(b) = other.first() {
-            eprintln!(
-                "checkpoints/best ({}, FID {:.3}) was measured with another feature network or --eval-n, or after the checkpoint this run resumes from: the run's best starts afresh",
-                b.checkpoint, b.fid
-            );
-        }
-        let mine = carried.first().map_or([f64::NAN, 0.0], |b| [b.fid, b.epoch as f64]);
+        let carried = match marked {
+            Some(b) if !b.carries_over(n, &q.digest, step) => {
+                eprintln!(
+                    "checkpoints/best ({}, FID {:.3}) was measured with another feature network or --eval-n, or after the checkpoint this run resumes from: the run's best starts afresh",
+                    b.checkpoint, b.fid
+                );
+                None
+            }
+            b => b,
+        };
+        let mine = carried.map_or([f64::NAN, 0.0], |b| [b.fid, b.epoch as f64]);
         let [fid, epoch] = self.broadcast_f64s(mine)?;
         if fid.is_finite() {
             let since = evaluations_after(epoch as u64, self.progress.epoch, |e| q.due(e));

@@ -233,7 +233,8 @@ impl<B: Backend> Run<'_, B> {
         if let Some(out) = self.outputs.as_mut() {
             done.bar.finish_epoch(seconds, images_per_s);
             let images = self.trainer.sample(&self.grid_noise);
-            let path = job.or_fail(out.grid(&format!("epoch-{:03}", epoch + 1), &images, self.args.model.image_size));
+            let name = format!("epoch-{:03}", epoch + 1);
+            let (path, grid) = job.or_fail(out.grid(&name, &images, self.args.model.image_size));
             let sample = path.display().to_string();
             let q = quality.as_ref();
             let rec = EpochRecord {
@@ -248,23 +249,19 @@ impl<B: Backend> Run<'_, B> {
                 eval_seconds: q.map(|q| q.seconds),
                 more: q.map(|q| q.more).unwrap_or_default(),
             };
-            job.or_fail(out.epoch(&rec, self.trainer.step));
+            job.or_fail(out.epoch(&rec, self.trainer.step, grid));
         }
-        if self.args.checkpoints.checkpoint_every.is_none() {
-            let dir = self.save_checkpoint();
-            if let Some(fid) = beaten {
-                self.mark_best(epoch, fid, dir.as_deref());
-            }
-        } else if let Some(fid) = beaten {
-            // Between --checkpoint-every's saves the best is saved too, unless one of them
-            // fell on this very step on one rank (every rank records its saves' progress
-            // alike). On several ranks that save came before the epoch's end averaged the
-            // running statistics the figure was measured with, so the best is saved anew.
-            let (step, ranks) = (self.progress.step, self.job.world.size);
-            let dir = match &self.last_checkpoint.0 {
-                Some((saved, dir)) if saved.step == step && ranks == 1 => dir.clone(),
-                _ => self.save_checkpoint(),
-            };
+        // An epoch's end is checkpointed unless --checkpoint-every places the checkpoints, and
+        // a best epoch's always; on one rank a periodic save on this very step already holds
+        // its state (every rank records its saves' progress alike), while on several that
+        // save came before the running statistics the figure was measured with were averaged.
+        let (step, one_rank) = (self.progress.step, self.job.world.size == 1);
+        let periodic = self.last_checkpoint.0.as_ref().filter(|(saved, _)| one_rank && saved.step == step);
+        let dir = match (self.args.checkpoints.checkpoint_every, beaten, periodic) {
+            (None, _, _) | (Some(_), Some(_), None) => self.save_checkpoint(),
+            (Some(_), _, periodic) => periodic.and_then(|(_, dir)| dir.clone()),
+        };
+        if let Some(fid) = beaten {
             self.mark_best(epoch, fid, dir.as_deref());
         }
         Ok(())

@@ -40,7 +40,7 @@ impl<B: Backend> Run<'_, B> {
         }
         let Some(out) = self.outputs.as_mut() else { return Ok(()) };
         let (job, side) = (self.job, self.args.model.image_size);
-        let final_grid = job.or_fail(out.grid("final", &self.trainer.sample(&self.grid_noise), side));
+        let (final_grid, _) = job.or_fail(out.grid("final", &self.trainer.sample(&self.grid_noise), side));
         let f = &mut self.facts;
         f.steps_run = self.trainer.step - self.steps_at_start;
         f.train_seconds = train_seconds;
