@@ -2,10 +2,14 @@
 //
 // src/backend/cuda/emu.rs compiles one C++ file that includes this header, every kernel
 // family and one EMU_KERNEL(name) per kernel, into a shared library. Each thread of a block is
-// a fiber (ucontext) on one OS thread; __syncthreads and warp shuffles switch between fibers,
-// so a block runs with real barrier semantics, and shared memory is plain static storage
-// (one block runs at a time). A barrier that not every thread reaches is reported instead of
-// hanging. Device memory is host memory with guard pages (emu.rs), so an out-of-bounds access
+// a fiber on one OS thread; __syncthreads and warp shuffles switch between fibers, so a block
+// runs with real barrier semantics, and shared memory is plain static storage (one block runs
+// at a time). A barrier that not every thread reaches is reported instead of hanging.
+//
+// A fiber's stack is set up once with makecontext, and it lives from launch to launch: it
+// runs a block's body, parks, and runs the next block's when resumed. Switches are
+// _setjmp/_longjmp, not swapcontext, which saves and restores the signal mask with a system
+// call each time: at a barrier per thread and tile, that was most of an emulated step. Device memory is host memory with guard pages (emu.rs), so an out-of-bounds access
 // crashes the test instead of passing silently.
 #pragma once
 
@@ -14,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <mutex>
@@ -39,10 +44,16 @@ constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 64 * 1024;
 
 struct Fiber {
+  // The first entry only (makecontext's start on the fiber's own stack).
   ucontext_t ctx;
+  // Where the fiber resumes: at its last barrier, or parked after a block.
+  jmp_buf resume;
   emu_dim3 tid;
   int linear;
+  // Finished the current block's body.
   bool done;
+  // Entered once: its stack holds fiber_main's loop.
+  bool started;
 };
 
 struct State {
@@ -52,7 +63,10 @@ struct State {
   int capacity = 0;
   int nthreads = 0;
   int cur = 0;
-  ucontext_t sched;
+  // Where a fiber switches back to: the scheduler in emu_launch.
+  jmp_buf sched;
+  // Fibers left waiting mid-kernel by a reported barrier error: their stacks are set up anew.
+  bool stale = false;
   int bar_count = 0;
   unsigned bar_gen = 0;
   int warp_count[kMaxThreads / 32];
@@ -69,7 +83,9 @@ struct State {
 
 inline State S;
 
-inline void yield() { swapcontext(&S.fibers[S.cur].ctx, &S.sched); }
+inline void yield() {
+  if (!_setjmp(S.fibers[S.cur].resume)) _longjmp(S.sched, 1);
+}
 
 inline void warp_sync(int w) {
   const int lanes = S.nthreads - 32 * w < 32 ? S.nthreads - 32 * w : 32;
@@ -92,9 +108,34 @@ void call(void (*f)(A...), void** a) {
   call(f, a, std::index_sequence_for<A...>{});
 }
 
-inline void fiber_entry() {
-  S.tramp(S.args);
-  S.fibers[S.cur].done = true;
+// A fiber's whole life: the body of whichever block the scheduler resumes it for, then park.
+inline void fiber_main() {
+  for (;;) {
+    S.tramp(S.args);
+    S.fibers[S.cur].done = true;
+    yield();
+  }
+}
+
+// Point fiber `t` at the start of fiber_main on its own stack.
+inline void init_fiber(int t) {
+  Fiber& f = S.fibers[t];
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = S.stacks + (size_t)t * kStackBytes;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_main, 0);
+  f.started = false;
+}
+
+// Run fiber `t` until it next switches back (a barrier, or the end of its block's body).
+inline void resume(int t) {
+  S.cur = t;
+  Fiber& f = S.fibers[t];
+  if (_setjmp(S.sched)) return;
+  if (f.started) _longjmp(f.resume, 1);
+  f.started = true;
+  setcontext(&f.ctx);
 }
 
 }  // namespace emu
@@ -209,12 +250,21 @@ extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
     S.fibers = (emu::Fiber*)calloc(n, sizeof(emu::Fiber));
     S.stacks = (char*)malloc((size_t)n * emu::kStackBytes);
     S.capacity = n;
+    for (int t = 0; t < n; ++t) emu::init_fiber(t);
+  } else if (S.stale) {
+    for (int t = 0; t < S.capacity; ++t) emu::init_fiber(t);
   }
+  S.stale = false;
   S.nthreads = n;
   S.block_dim = {block[0], block[1], block[2]};
   S.grid_dim = {grid[0], grid[1], grid[2]};
   S.tramp = tramp;
   S.args = args;
+  for (int t = 0; t < n; ++t) {
+    emu::Fiber& f = S.fibers[t];
+    f.tid = {t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
+    f.linear = t;
+  }
   for (unsigned bz = 0; bz < grid[2]; ++bz)
     for (unsigned by = 0; by < grid[1]; ++by)
       for (unsigned bx = 0; bx < grid[0]; ++bx) {
@@ -222,15 +272,7 @@ extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
         S.bar_count = 0;
         for (int w = 0; w < emu::kMaxThreads / 32; ++w) S.warp_count[w] = 0;
         for (int t = 0; t < n; ++t) {
-          emu::Fiber& f = S.fibers[t];
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = S.stacks + (size_t)t * emu::kStackBytes;
-          f.ctx.uc_stack.ss_size = emu::kStackBytes;
-          f.ctx.uc_link = &S.sched;
-          makecontext(&f.ctx, emu::fiber_entry, 0);
-          f.tid = {t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
-          f.linear = t;
-          f.done = false;
+          S.fibers[t].done = false;
           S.mma_count[t] = 0;
         }
         int alive = n;
@@ -238,8 +280,7 @@ extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
           const unsigned long long before = S.progress;
           for (int t = 0; t < n; ++t) {
             if (S.fibers[t].done) continue;
-            S.cur = t;
-            swapcontext(&S.sched, &S.fibers[t].ctx);
+            emu::resume(t);
             if (S.fibers[t].done) {
               --alive;
               ++S.progress;
@@ -250,6 +291,7 @@ extern "C" int emu_launch(void (*tramp)(void**), const unsigned int* grid,
                      "block (%u, %u, %u): %d of %d threads wait at a barrier that the others "
                      "never reach",
                      bx, by, bz, alive, n);
+            S.stale = true;
             return 1;
           }
         }

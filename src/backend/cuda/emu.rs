@@ -26,6 +26,13 @@ pub(crate) struct Emulator {
     tramps: Vec<Vec<Tramp>>,
 }
 
+/// How the emulator library is compiled. -ffp-contract=off: GNU C++ fuses a*b+c into an FMA
+/// wherever the target has one (not plain x86-64, but aarch64), which would undo the kernels'
+/// __fmul_rn/__fadd_rn. -U_FORTIFY_SOURCE: where a toolchain fortifies by default (Ubuntu's),
+/// _longjmp becomes a checked jump that aborts when it lands on another stack, as every fiber
+/// switch does.
+const FLAGS: [&str; 7] = ["-std=c++17", "-O2", "-ffp-contract=off", "-U_FORTIFY_SOURCE", "-fPIC", "-shared", "-w"];
+
 /// The C++ compiler that builds the emulator: `$CXX`, default `c++`.
 fn compiler() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".into())
@@ -74,9 +81,6 @@ fn library() -> Result<PathBuf> {
 fn build() -> Result<PathBuf> {
     let files = files();
     let cxx = compiler();
-    // -ffp-contract=off: GNU C++ fuses a*b+c into an FMA wherever the target has one (not
-    // plain x86-64, but aarch64), which would undo the kernels' __fmul_rn/__fadd_rn.
-    let flags = ["-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-w"];
     let mut h = Sha256::new();
     for (name, text) in &files {
         h.update(name.as_bytes());
@@ -85,7 +89,7 @@ fn build() -> Result<PathBuf> {
         h.update([0]);
     }
     h.update(cxx.as_bytes());
-    h.update(flags.join(" ").as_bytes());
+    h.update(FLAGS.join(" ").as_bytes());
     let key: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
     let dir = build_dir();
     let lib = dir.join(format!("libdcgan-emu-{key}.so"));
@@ -99,7 +103,7 @@ fn build() -> Result<PathBuf> {
     }
     let tmp = dir.join(format!("libdcgan-emu-{key}.so.tmp.{}", std::process::id()));
     let out = Command::new(&cxx)
-        .args(flags)
+        .args(FLAGS)
         .arg("-I")
         .arg(&src)
         .arg(src.join("emu_main.cpp"))
@@ -216,3 +220,7 @@ impl Drop for HostAlloc {
         unsafe { libc::munmap(self.map, self.map_len) };
     }
 }
+
+#[cfg(test)]
+#[path = "emu_tests.rs"]
+mod tests;
