@@ -31,11 +31,40 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # CI builds once from a fresh clone, so incremental state is only disk (about 0.7 GB here).
 export CARGO_INCREMENTAL=0
 
+# Where the time goes, printed at the end (the suite's budget is about 15 minutes on 2 cores).
+phases=()
+phase_start=0
+phase() {
+    phases+=("$1 $((SECONDS - phase_start)) s")
+    phase_start=$SECONDS
+}
+report() {
+    printf 'test.sh:'
+    printf ' %s;' "${phases[@]}"
+    printf ' %s s in all\n' "$SECONDS"
+}
+trap report EXIT
+phase "setup"
+
 # The tests run the debug binary (the scripts they call are handed it), so nothing else is
 # built.
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+phase "fmt and clippy"
 # The API docs, private items included, build without warnings: a tensor's shape written
 # [B, C] in a doc comment is read as a link unless it is in backticks.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
-cargo test --quiet
+phase "docs"
+# nextest runs every test in a process of its own, as many at a time as there are cores,
+# across the test binaries (.config/nextest.toml); cargo test runs one binary at a time,
+# each ending on its longest test with a core idle. Where nextest is missing, cargo test.
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --no-run --cargo-quiet
+    phase "building the tests"
+    cargo nextest run --cargo-quiet --status-level fail --final-status-level slow
+    cargo test --doc --quiet
+else
+    echo "note: cargo-nextest is not installed (cargo install cargo-nextest --locked): running cargo test" >&2
+    cargo test --quiet
+fi
+phase "tests"

@@ -167,22 +167,38 @@ pub fn run_limited(mut cmd: std::process::Command, limit_s: u64) -> std::process
 pub const SYNTHETIC_EVAL_DATA: &str = "synthetic:2048";
 
 /// The feature network of `SYNTHETIC_EVAL_DATA`, trained by the program `bin` once for every
-/// test of the test binary.
+/// build of it: test processes (nextest runs each test in its own) find it under the target
+/// directory, keyed by the binary's size and modification time, one training it while the
+/// others wait on a lock.
 pub fn synthetic_feature_net(bin: &str) -> &'static std::path::Path {
-    static NET: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
-    let (_, p) = NET.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("net.safetensors");
-        let mut cmd = std::process::Command::new(bin);
-        cmd.args(["classifier", "--data", SYNTHETIC_EVAL_DATA, "--out", p.to_str().unwrap()]);
-        let o = run_limited(cmd, 600);
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "{err}");
-        let accuracy: f64 = err.split("test accuracy ").nth(1).unwrap()[..6].parse().unwrap();
-        assert!(accuracy > 0.9, "a feature network that cannot tell the shapes apart: {err}");
-        (dir, p)
-    });
-    p
+    static NET: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    NET.get_or_init(|| {
+        let meta = std::fs::metadata(bin).expect("the program under test");
+        let built = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap();
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("feature-nets");
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("synthetic-{}-{}.safetensors", meta.len(), built.as_nanos()));
+        let lock = std::fs::File::create(dir.join("lock")).unwrap();
+        lock.lock().unwrap();
+        if !p.exists() {
+            let tmp = dir.join(format!("training-{}.safetensors", std::process::id()));
+            let mut cmd = std::process::Command::new(bin);
+            cmd.args(["classifier", "--data", SYNTHETIC_EVAL_DATA, "--out", tmp.to_str().unwrap()]);
+            let o = run_limited(cmd, 600);
+            let err = String::from_utf8_lossy(&o.stderr).to_string();
+            assert!(o.status.success(), "{err}");
+            let accuracy: f64 = err.split("test accuracy ").nth(1).unwrap()[..6].parse().unwrap();
+            assert!(accuracy > 0.9, "a feature network that cannot tell the shapes apart: {err}");
+            // Those of earlier builds are of no more use.
+            for old in std::fs::read_dir(&dir).unwrap().flatten() {
+                if old.file_name().to_string_lossy().starts_with("synthetic-") {
+                    std::fs::remove_file(old.path()).ok();
+                }
+            }
+            std::fs::rename(&tmp, &p).unwrap();
+        }
+        p
+    })
 }
 
 /// The checkpoint directories (`step-...`) of the run in `run`, sorted by name.
