@@ -6,6 +6,7 @@
 use super::ConvGeom;
 use super::cpu_columns::Columns;
 use crate::ops::cpu_scratch::with_scratch;
+use gemm_common::Parallelism;
 use rayon::prelude::*;
 
 /// Floats of column matrix per chunk: 1 Mi floats (4 MiB) sits in this kind of machine's L3
@@ -75,7 +76,7 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
     let (len, threads) = (if split_rows { m } else { n }, rayon::current_num_threads());
     let tiles = (threads * TILES_PER_THREAD).min(len / MIN_TILE);
     if threads == 1 || tiles < 2 {
-        let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+        let parallelism = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
         return unsafe { sgemm_on_this_thread(m, n, k, a, b, c, c_rs, accumulate, parallelism) };
     }
     // Tile edges on multiples of 16 (a microkernel's width), so only the last tile has a
@@ -89,11 +90,11 @@ pub unsafe fn sgemm(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c
             if split_rows {
                 let a_tile = Mat { ptr: a.ptr.offset(start as isize * a.rs), ..a };
                 let c_tile = c.get().add(start * c_rs);
-                sgemm_on_this_thread(size, n, k, a_tile, b, c_tile, c_rs, accumulate, gemm::Parallelism::None)
+                sgemm_on_this_thread(size, n, k, a_tile, b, c_tile, c_rs, accumulate, Parallelism::None)
             } else {
                 let b_tile = Mat { ptr: b.ptr.offset(start as isize * b.cs), ..b };
                 let c_tile = c.get().add(start);
-                sgemm_on_this_thread(m, size, k, a, b_tile, c_tile, c_rs, accumulate, gemm::Parallelism::None)
+                sgemm_on_this_thread(m, size, k, a, b_tile, c_tile, c_rs, accumulate, Parallelism::None)
             }
         }
     });
@@ -112,7 +113,7 @@ impl SendPtr {
     }
 }
 
-/// One `gemm::gemm` call: `c[m,n]` (+)= `a[m,k]` * `b[k,n]`. Safety as `sgemm`.
+/// One call of the `gemm` family's f32 kernel: `c[m,n]` (+)= `a[m,k]` * `b[k,n]`. Safety as `sgemm`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn sgemm_on_this_thread(
     m: usize,
@@ -123,11 +124,11 @@ unsafe fn sgemm_on_this_thread(
     c: *mut f32,
     c_rs: usize,
     accumulate: bool,
-    parallelism: gemm::Parallelism,
+    parallelism: Parallelism,
 ) {
     // gemm computes dst = alpha*dst + beta*lhs*rhs, reading dst only when asked to.
     unsafe {
-        gemm::gemm(
+        gemm_f32::gemm::f32::get_gemm_fn()(
             m,
             n,
             k,
@@ -271,7 +272,7 @@ mod tests {
                 let mut tiled = c0.clone();
                 pool.install(|| unsafe { sgemm(m, n, k, am, bm, tiled.as_mut_ptr(), n, acc) });
                 let mut untiled = c0.clone();
-                unsafe { sgemm_on_this_thread(m, n, k, am, bm, untiled.as_mut_ptr(), n, acc, gemm::Parallelism::None) };
+                unsafe { sgemm_on_this_thread(m, n, k, am, bm, untiled.as_mut_ptr(), n, acc, Parallelism::None) };
                 let mut want = c0.clone();
                 let a_at = |i, p| if a_t { a[p * m + i] } else { a[i * k + p] };
                 let b_at = |p, j| if b_t { b[j * k + p] } else { b[p * n + j] };
