@@ -9,7 +9,7 @@
 //! network transports it would probe (and warn about) in containers. Skipped, with a printed
 //! reason, where mpiexec is missing or the binary is built without the `mpi` feature.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! rate too high for the GAN: it collapses) keeps the checkpoint of its best epoch, also
 //! across a resume.
 
-mod common;
+use crate::common;
 
 use dcgan_train::checkpoint::best::{self, Best};
 use dcgan_train::checkpoint::{self, Checkpoint, Keep, Moments, NetTensors, Progress};
@@ -16,8 +16,9 @@ use std::process::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 const DATA: &str = common::SYNTHETIC_EVAL_DATA;
+const SMALL: &str = common::SMALL_EVAL_DATA;
 
-use common::program as bin;
+use crate::common::program as bin;
 
 fn ok(o: Output) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -203,22 +204,22 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
 #[test]
 fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
     let tmp = tempfile::tempdir().unwrap();
-    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
-    let args = ["--data", DATA, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "16"];
+    let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
+    let args = ["--data", SMALL, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "4"];
     let more = ["--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
     ok(common::mpirun(2, &[&args[..], &more, &["--classifier", path(net), "--out", path(&run)]].concat(), 600));
-    // 32 steps an epoch: the first epoch, the best so far, is saved again at its end, and so
+    // 8 steps an epoch: the first epoch, the best so far, is saved again at its end, and so
     // is the second (the best, or the run's end).
     let names =
-        ["step-00000016", "step-00000032", "step-00000032.2", "step-00000048", "step-00000064", "step-00000064.2"];
+        ["step-00000004", "step-00000008", "step-00000008.2", "step-00000012", "step-00000016", "step-00000016.2"];
     assert_eq!(common::checkpoint_names(&run), names);
     let fids = recorded_fids(&run);
     let b = best::read(&run.join("checkpoints")).expect("a best checkpoint");
-    let want = if fids[1] < fids[0] { (1, "step-00000064.2") } else { (0, "step-00000032.2") };
+    let want = if fids[1] < fids[0] { (1, "step-00000016.2") } else { (0, "step-00000008.2") };
     assert_eq!((b.epoch, b.checkpoint.as_str()), want, "{fids:?}");
     let json = tmp.path().join("e.json");
     let best_path = run.join("checkpoints").join("best");
-    let args = ["evaluate", "--checkpoint", path(&best_path), "--data", DATA, "--classifier", path(net)];
+    let args = ["evaluate", "--checkpoint", path(&best_path), "--data", SMALL, "--classifier", path(net)];
     ok(bin(&[&args[..], &["--n", "500", "--json", path(&json)]].concat()));
     let e: Evaluation = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!((e.fid - b.fid).abs() <= 1e-3 * b.fid, "evaluate {} against the run's {}", e.fid, b.fid);
@@ -229,23 +230,23 @@ fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
 #[test]
 fn the_best_adds_no_second_save_and_no_keep_best_none_at_all() {
     let tmp = tempfile::tempdir().unwrap();
-    let net = common::synthetic_feature_net(BIN);
-    let args = ["--data", DATA, "--epochs", "2", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
+    let net = common::small_feature_net(BIN);
+    let args = ["--data", SMALL, "--epochs", "2", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
     let run = |name: &str, extra: &[&str]| {
         let out = tmp.path().join(name);
         ok(bin(&[&args[..], extra, &["--classifier", path(net), "--no-progress", "--out", path(&out)]].concat()));
         out
     };
-    // 32 steps an epoch: both epoch ends fall on a periodic checkpoint, and the first is
+    // 8 steps an epoch: both epoch ends fall on a periodic checkpoint, and the first is
     // the best so far (none before it). The run's end saves its last step again with the
     // position past the epoch (`step-N.2`), as it does without the best.
-    let every = run("every", &["--checkpoint-every", "16"]);
-    let names = ["step-00000016", "step-00000032", "step-00000048", "step-00000064", "step-00000064.2"];
+    let every = run("every", &["--checkpoint-every", "4"]);
+    let names = ["step-00000004", "step-00000008", "step-00000012", "step-00000016", "step-00000016.2"];
     assert_eq!(common::checkpoint_names(&every), names);
     let b = best::read(&every.join("checkpoints")).expect("a best checkpoint");
-    assert_eq!(b.checkpoint, if b.epoch == 0 { "step-00000032" } else { "step-00000064" });
+    assert_eq!(b.checkpoint, if b.epoch == 0 { "step-00000008" } else { "step-00000016" });
     let none = run("none", &["--checkpoint-every", "1000", "--no-keep-best"]);
-    assert_eq!(common::checkpoint_names(&none), ["step-00000064"]);
+    assert_eq!(common::checkpoint_names(&none), ["step-00000016"]);
     assert!(!none.join("checkpoints").join("best").exists());
 }
 

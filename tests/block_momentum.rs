@@ -2,9 +2,7 @@
 //! ranks' own models, the ranks are identical after every sync, 1/K of f32's bytes, and a
 //! resume inside a block continues exactly.
 
-mod common;
-
-use common::{final_weights, mpirun, read_safetensors, read_summary, step_records, train_small as train};
+use crate::common::{final_weights, mpirun, read_safetensors, read_summary, step_records, train_small as train};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
 use dcgan_train::model::net::param_layout;
 use std::path::Path;

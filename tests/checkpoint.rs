@@ -1,7 +1,7 @@
 //! Checkpoints: round trip, the safetensors header PyTorch will see, the errors for foreign,
 //! broken and mismatched files, and the digests that find a flipped byte in a tensor.
 
-mod common;
+use crate::common;
 
 use dcgan_train::checkpoint::block::BlockCheckpoint;
 use dcgan_train::checkpoint::{self, AveragedGenerator, Checkpoint, Keep, Moments, NetTensors, Progress};

@@ -3,7 +3,7 @@
 //! `--progress` modes, `info`, `--precision` and `--cuda-graphs` on the CPU, and the version
 //! the program gives.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,9 +5,7 @@
 //! container that forbids them), unless DCGAN_REQUIRE_CLUSTER=1 (set by scripts/test.sh where
 //! it could make a namespace), which turns the skip into a failure.
 
-mod common;
-
-use common::{final_weights, mpirun, run_limited};
+use crate::common::{final_weights, mpirun, run_limited};
 use dcgan_train::record::Summary;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,9 +2,7 @@
 //! as it would have on its own ranks (up to the order of float sums), without it the run goes
 //! on with a note; state that belongs to one rank is refused with one line, the run untouched.
 
-mod common;
-
-use common::{final_weights, mpirun, step_records};
+use crate::common::{final_weights, mpirun, step_records};
 use dcgan_train::record::Losses;
 use std::path::{Path, PathBuf};
 

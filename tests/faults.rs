@@ -2,9 +2,9 @@
 //! interrupted; SIGTERM stops with a checkpoint; a rank killed outright ends the whole job
 //! quickly and leaves a checkpoint that resumes.
 
-mod common;
+use crate::common;
 
-use common::{checkpoint_names, final_weights, mpirun, run_limited, step_records};
+use crate::common::{checkpoint_names, final_weights, mpirun, run_limited, step_records};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

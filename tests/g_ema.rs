@@ -4,10 +4,10 @@
 //! forward), it changes nothing the run trains, resumes bit for bit, and is what `sample` draws
 //! unless told otherwise. The sample-quality figures of both generators are in `quality.rs`.
 
-mod common;
+use crate::common;
 
-use common::reference as r;
-use common::{final_weights, read_safetensors, step_records, train_small};
+use crate::common::reference as r;
+use crate::common::{final_weights, read_safetensors, step_records, train_small};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::model::dcgan::{GENERATOR_28, NZ};
@@ -59,13 +59,13 @@ fn decay(images: f64, seen: f64, half_life: f64) -> f64 {
 }
 
 /// Every step's average from the step before's and G's weights after the step, in f64, for a
-/// run of `ranks` ranks of 8 images and a half-life of 10 images, whose update `t` holds
+/// run of `ranks` ranks of 8 images and a half-life of 5 images, whose update `t` holds
 /// `images(t)`.
 fn check_the_average_follows_the_formula(ranks: usize, steps: usize, extra: &[&str], images: impl Fn(u64) -> f64) {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let half_life = 10.0;
-    let every = ["--g-ema", "10", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
+    let half_life = 5.0;
+    let every = ["--g-ema", "5", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
     train_small(ranks, &run, &steps.to_string(), &[&every[..], extra].concat());
     let cks = checkpoints(&run);
     assert_eq!(cks.len(), steps);
@@ -103,7 +103,7 @@ fn check_the_average_follows_the_formula(ranks: usize, steps: usize, extra: &[&s
     // Without a checkpoint at every step G's updates land during the next step's forward,
     // not before a save: the average must come out the same.
     let plain = tmp.path().join("plain");
-    train_small(ranks, &plain, &steps.to_string(), &[&["--g-ema", "10"][..], extra].concat());
+    train_small(ranks, &plain, &steps.to_string(), &[&["--g-ema", "5"][..], extra].concat());
     assert_eq!(averaged(&latest(&plain)), averaged(&latest(&run)));
 }
 
@@ -166,24 +166,24 @@ fn check_standing_statistics(dir: &Path) {
     }
 }
 
-/// One rank: the ramp ends at update 25.
+/// One rank: the ramp ends at update 13 (100 images seen).
 #[test]
 fn the_average_follows_g_updates_on_one_rank() {
-    check_the_average_follows_the_formula(1, 32, &[], |_| 8.0);
+    check_the_average_follows_the_formula(1, 16, &[], |_| 8.0);
 }
 
-/// Two ranks: each update is of 16 images (the run's checkpoints are rank 0's; `quality.rs`
-/// scores what both ranks draw from their own copies).
+/// Two ranks: each update is of 16 images, and the ramp ends at update 7 (the run's
+/// checkpoints are rank 0's; `quality.rs` scores what both ranks draw from their own copies).
 #[test]
 fn the_average_follows_g_updates_on_two_ranks() {
-    check_the_average_follows_the_formula(2, 16, &[], |_| 16.0);
+    check_the_average_follows_the_formula(2, 10, &[], |_| 16.0);
 }
 
 /// `--distributed-after 6`: the first 6 updates are one worker's, of 8 images, the next of 16;
-/// the ramp counts each as it was.
+/// the ramp counts each as it was (and ends at update 10, 112 images seen).
 #[test]
 fn the_average_counts_a_solo_starts_images_as_one_workers() {
-    check_the_average_follows_the_formula(2, 20, &["--distributed-after", "6"], |t| if t <= 6 { 8.0 } else { 16.0 });
+    check_the_average_follows_the_formula(2, 13, &["--distributed-after", "6"], |t| if t <= 6 { 8.0 } else { 16.0 });
 }
 
 /// The average is kept beside training: the weights and every step's figures are those of a

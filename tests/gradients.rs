@@ -7,10 +7,8 @@
 //! largest reference value of the tensor (1e-3 for whole networks, whose gradients pass
 //! through several f32 layers), which a wrong index or a missing term exceeds by orders.
 
-mod common;
-
-use common::reference as r;
-use common::{dot, random, rel_err, to_f64};
+use crate::common::reference as r;
+use crate::common::{dot, random, rel_err, to_f64};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Discriminator, GENERATOR_28, NZ, architecture};

@@ -2,7 +2,7 @@
 //! a large batch is dropped between layers soon after SIGTERM, the run ends at its last
 //! checkpoint, and a directory is never taken from a run that still holds it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

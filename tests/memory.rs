@@ -2,7 +2,7 @@
 //! the kernel measured (VmHWM) for a few shapes, and a batch that cannot fit refused before
 //! anything is written.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

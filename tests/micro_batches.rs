@@ -3,9 +3,7 @@
 //! statistics; only the order of the gradient sums differs), and a count that does not
 //! divide the batch is refused.
 
-mod common;
-
-use common::{mpirun, read_safetensors, step_records, train_ranks};
+use crate::common::{mpirun, read_safetensors, step_records, train_ranks};
 use std::collections::BTreeMap;
 use std::path::Path;
 

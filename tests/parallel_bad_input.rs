@@ -2,9 +2,9 @@
 //! every rank with one line and no hang, and a diverging loss ends cleanly while buckets are
 //! in flight.
 
-mod common;
+use crate::common;
 
-use common::{mpiexec, mpiexec_ranks, mpirun};
+use crate::common::{mpiexec, mpiexec_ranks, mpirun};
 use std::path::Path;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");

@@ -2,7 +2,7 @@
 //! binary at the same time, and the oversubscribed allreduce tests beside it would
 //! deschedule the ranks it times.
 
-mod common;
+use crate::common;
 
 /// ping-pong between two ranks: rank 1 makes as many round trips as rank 0 decided from its
 /// probe (a mismatch would hang, caught by the time limit, or mix sizes), the largest

@@ -3,9 +3,9 @@
 //! a run directory or one of its checkpoints, and passes a broken `latest` for the newest
 //! intact checkpoint. One rank; the multi-rank and bitwise cases are in `faults.rs`.
 
-mod common;
+use crate::common;
 
-use common::{final_weights, step_records};
+use crate::common::{final_weights, step_records};
 use dcgan_train::record::Losses;
 use std::path::Path;
 use std::process::Command;

@@ -3,9 +3,7 @@
 //! judged on the medians of those ratios, not on the ratio of the medians; the step budget is
 //! split within each repeat, so that its parts add up; eq. (1) is read from the runs' summaries.
 
-mod common;
-
-use common::scaling_bench::*;
+use crate::common::scaling_bench::*;
 use serde_json::{Value, json};
 
 #[test]

@@ -2,9 +2,7 @@
 //! the cost model and the links' token bucket (also as `allreduce-vs-model` on its own), how
 //! steady the machine was, and simulate-scaling's predictions against the runs.
 
-mod common;
-
-use common::scaling_bench::*;
+use crate::common::scaling_bench::*;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;

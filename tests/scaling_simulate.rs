@@ -2,7 +2,7 @@
 //! lengths, free links give the ideal speedup, and slow links give the cost model's bucket
 //! times and a comm-bound step. Plus the error lines for bad input.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! once also after a resume from an earlier checkpoint, the epochs' sample grids byte for
 //! byte, one file for a run of two ranks, none with `--no-tensorboard`.
 
-mod common;
+use crate::common;
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -11,9 +11,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
-const DATA: &str = common::SYNTHETIC_EVAL_DATA;
+const DATA: &str = common::SMALL_EVAL_DATA;
 
-use common::program as bin;
+use crate::common::program as bin;
 
 fn ok(o: Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -76,17 +76,17 @@ fn lines(run: &Path, kind: &str) -> Vec<serde_json::Map<String, serde_json::Valu
 #[test]
 fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
     let tmp = tempfile::tempdir().unwrap();
-    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
+    let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
     let args = ["--data", DATA, "--epochs", "3", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
     ok(bin(&[&args[..], &["--classifier", path(net), "--no-progress", "--out", path(&run)]].concat()));
-    let second = run.join("checkpoints").join("step-00000064");
+    let second = run.join("checkpoints").join("step-00000016");
     ok(bin(&["--resume", path(&second), "--classifier", path(net), "--no-progress"]));
     assert_eq!(event_files(&run), 2, "one file for each invocation");
     let read = tensorboard_read(&run);
     let steps = lines(&run, "step");
-    assert_eq!(steps.len(), 96);
+    assert_eq!(steps.len(), 24);
     let mut compared = 0;
-    for (group, records, step_of) in [("train", &steps, None), ("epoch", &lines(&run, "epoch"), Some(32))] {
+    for (group, records, step_of) in [("train", &steps, None), ("epoch", &lines(&run, "epoch"), Some(8))] {
         for r in records.iter() {
             let step = match step_of {
                 Some(per_epoch) => (r["epoch"].as_u64().unwrap() + 1) * per_epoch,
@@ -101,13 +101,13 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
             }
         }
     }
-    assert!(read.scalars["train/loss_d"].len() == 96 && read.scalars["epoch/fid"].len() == 3, "{:?}", read.scalars);
-    assert!(compared > 96 * 8, "{compared} numbers compared");
+    assert!(read.scalars["train/loss_d"].len() == 24 && read.scalars["epoch/fid"].len() == 3, "{:?}", read.scalars);
+    assert!(compared > 24 * 8, "{compared} numbers compared");
     // Each epoch's grid, as the run wrote it to samples/.
     let grids: Vec<(u64, String)> = (1..=3)
         .map(|e| {
             let png = std::fs::read(run.join("samples").join(format!("epoch-{e:03}.png"))).unwrap();
-            (32 * e, format!("{:x}", Sha256::digest(&png)))
+            (8 * e, format!("{:x}", Sha256::digest(&png)))
         })
         .collect();
     let shown: Vec<(u64, String)> = read.images["samples"].iter().map(|i| (i.0, i.3.clone())).collect();
@@ -115,7 +115,7 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
     assert!(read.images["samples"].iter().all(|i| i.1 == 242 && i.2 == 242), "an 8x8 grid of 28x28 images");
     // The text tab: each invocation's command line and options where it started.
     let options = &read.texts["options"];
-    assert_eq!(options.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 64], "{options:?}");
+    assert_eq!(options.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 16], "{options:?}");
     assert!(options[0].1.contains("--out") && options[1].1.contains("--resume"), "{options:?}");
     assert!(options.iter().all(|t| t.1.contains("| eval-n | 500 |") && t.1.contains("| lr | 0.0002 |")), "{options:?}");
     assert!(!read.texts.contains_key("summary"), "one rank has no step or exchange lines");
@@ -128,11 +128,11 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
 #[test]
 fn a_resume_from_an_epochs_last_step_shows_that_epoch_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
-    let args = ["--data", DATA, "--epochs", "1", "--checkpoint-every", "16", "--keep-checkpoints", "0"];
+    let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
+    let args = ["--data", DATA, "--epochs", "1", "--checkpoint-every", "4", "--keep-checkpoints", "0"];
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
     ok(bin(&[&args[..], &quality, &["--out", path(&run)]].concat()));
-    let at_the_end_of_the_first = run.join("checkpoints").join("step-00000032");
+    let at_the_end_of_the_first = run.join("checkpoints").join("step-00000008");
     let resume = ["--resume", path(&at_the_end_of_the_first), "--epochs", "2", "--patience", "1"];
     ok(bin(&[&resume[..], &quality].concat()));
     let epochs = lines(&run, "epoch");
@@ -140,8 +140,8 @@ fn a_resume_from_an_epochs_last_step_shows_that_epoch_once() {
     let fids: Vec<f64> = epochs.iter().map(|e| e["fid"].as_f64().unwrap()).collect();
     let read = tensorboard_read(&run);
     let shown = &read.scalars["epoch/fid"];
-    assert_eq!(shown, &[(32, fids[0] as f32), (64, fids[1] as f32)], "each epoch once");
-    assert_eq!(read.images["samples"].iter().map(|i| i.0).collect::<Vec<_>>(), [32, 64]);
+    assert_eq!(shown, &[(8, fids[0] as f32), (16, fids[1] as f32)], "each epoch once");
+    assert_eq!(read.images["samples"].iter().map(|i| i.0).collect::<Vec<_>>(), [8, 16]);
 }
 
 /// Rank 0 alone writes events, the run's closing lines among them; `--no-tensorboard` writes

@@ -2,7 +2,7 @@
 //! and the exchange itself, and the hidden share of the allreduce time, on traces built by
 //! hand with known answers and on a real 2-rank trace; bad input fails with one line.
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 use std::path::Path;

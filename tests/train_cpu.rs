@@ -1,6 +1,6 @@
 //! The training command end to end on one rank: outputs, determinism, and bad input.
 
-mod common;
+use crate::common;
 
 use dcgan_train::record::Losses;
 use std::path::Path;

@@ -3,9 +3,9 @@
 //! reported and kept in checkpoints, the warm-up trains exactly as f32 does, and the frozen
 //! variance stays frozen.
 
-mod common;
+use crate::common;
 
-use common::{final_weights, mpirun, read_summary, timed_step_records};
+use crate::common::{final_weights, mpirun, read_summary, timed_step_records};
 use std::path::Path;
 
 fn path(p: &Path) -> &str {

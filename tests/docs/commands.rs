@@ -5,7 +5,7 @@
 //! in scripts/README.md. Records of past runs (docs/measurements) keep the commands of their
 //! day and are not read.
 
-use crate::markdown;
+use super::markdown;
 use clap::CommandFactory;
 use clap::error::ErrorKind;
 use dcgan_train::commands::Cli;
@@ -31,6 +31,7 @@ const OTHER_TOOLS: &[&str] = &[
     "bench",
     "no-run",
     "report-time",
+    "timings",
     // NVRTC's, in the kernels' compile options.
     "gpu-architecture",
     "std",

@@ -3,7 +3,7 @@
 //! parentheses) is run, and its error line must read as the page says: `...` stands for
 //! any text and a number for any number (some are the host's: its cores, its memory).
 
-use crate::markdown;
+use super::markdown;
 use std::path::Path;
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! Every relative link in the project's markdown leads somewhere: the file or image exists,
 //! and an anchor names a heading of its page as GitHub spells it.
 
-use crate::markdown;
+use super::markdown;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
