@@ -55,16 +55,18 @@ phase "fmt and clippy"
 # [B, C] in a doc comment is read as a link unless it is in backticks.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 phase "docs"
-# nextest runs every test in a process of its own, as many at a time as there are cores,
-# across the test binaries (.config/nextest.toml); cargo test runs one binary at a time,
-# each ending on its longest test with a core idle. Where nextest is missing, cargo test.
+# nextest runs every test in a process of its own (a crash or a stray thread touches no
+# other test), as many at a time as there are cores, with every test's time in
+# target/nextest/default/junit.xml (.config/nextest.toml). Where nextest is missing, cargo test.
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-run --cargo-quiet
     phase "building the tests"
     cargo nextest run --cargo-quiet --status-level fail --final-status-level slow
+    phase "tests"
     cargo test --doc --quiet
+    phase "doc tests"
 else
     echo "note: cargo-nextest is not installed (cargo install cargo-nextest --locked): running cargo test" >&2
     cargo test --quiet
+    phase "tests"
 fi
-phase "tests"
