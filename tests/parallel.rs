@@ -157,6 +157,10 @@ fn wgan_gp_three_ranks_against_one(norm: &str, key: &str, jumps: usize) {
     }
 }
 
+/// Four steps of a small run, the replicas compared after the second and the fourth.
+const CHECKED_RUN: [&str; 8] =
+    ["--data", "synthetic:256", "--batch-size", "4", "--max-steps", "4", "--check-consistency", "2"];
+
 /// After 2 and 4 steps every rank holds the same weights, for every algorithm at 3 ranks and,
 /// at 4, for those with a power-of-two path, auto and the two-level one (the check compares
 /// hashes of every tensor with rank 0's and fails naming the first that differs). With the
@@ -176,43 +180,13 @@ fn replicas_stay_identical_for_every_allreduce() {
     let at_four = cases.clone().filter(|(algo, _)| ["auto", "rd", "vhd", "hier"].contains(algo));
     for (ranks, (algo, wire)) in cases.map(|c| (3, c)).chain(at_four.map(|c| (4, c))) {
         let out = tmp.path().join(format!("{ranks}-{algo}-{wire}"));
-        let args = [
-            "--data",
-            "synthetic:256",
-            "--batch-size",
-            "4",
-            "--max-steps",
-            "4",
-            "--check-consistency",
-            "2",
-            "--allreduce",
-            algo,
-            "--fragment-bytes",
-            "64KiB",
-            "--wire",
-            wire,
-            "--no-progress",
-            "--out",
-            path(&out),
-        ];
+        let exchange = ["--allreduce", algo, "--fragment-bytes", "64KiB", "--wire", wire];
+        let args = [&CHECKED_RUN[..], &exchange, &["--no-progress", "--out", path(&out)]].concat();
         let o = mpirun(ranks, &args, 300);
         assert!(o.status.success(), "{ranks} ranks, --allreduce {algo} --wire {wire}:\n{}", stderr(&o));
     }
     let out = tmp.path().join("drift");
-    let args = [
-        "--data",
-        "synthetic:256",
-        "--batch-size",
-        "4",
-        "--max-steps",
-        "4",
-        "--check-consistency",
-        "2",
-        "--no-exchange",
-        "--no-progress",
-        "--out",
-        path(&out),
-    ];
+    let args = [&CHECKED_RUN[..], &["--no-exchange", "--no-progress", "--out", path(&out)]].concat();
     let o = mpirun(3, &args, 300);
     assert!(!o.status.success(), "ranks training on their own data must drift apart");
     let err = stderr(&o);

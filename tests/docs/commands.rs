@@ -32,6 +32,8 @@ const OTHER_TOOLS: &[&str] = &[
     "no-run",
     "report-time",
     "timings",
+    // git's.
+    "no-optional-locks",
     // NVRTC's, in the kernels' compile options.
     "gpu-architecture",
     "std",
