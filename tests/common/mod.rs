@@ -173,25 +173,25 @@ pub const SMALL_EVAL_DATA: &str = "synthetic:512";
 
 /// The feature network of `SYNTHETIC_EVAL_DATA` (see `feature_net`).
 pub fn synthetic_feature_net(bin: &str) -> &'static std::path::Path {
-    feature_net(bin, SYNTHETIC_EVAL_DATA)
+    feature_net(bin, SYNTHETIC_EVAL_DATA, 5)
 }
 
 /// The feature network of `SMALL_EVAL_DATA` (see `feature_net`).
 pub fn small_feature_net(bin: &str) -> &'static std::path::Path {
-    feature_net(bin, SMALL_EVAL_DATA)
+    // A quarter of the images takes more passes to tell the shapes apart.
+    feature_net(bin, SMALL_EVAL_DATA, 16)
 }
 
 /// The feature network of the synthetic `data`, trained by the program `bin` once for every
 /// build of it: test processes (nextest runs each test in its own) find it under the target
 /// directory, keyed by the binary's size and modification time, one training it while the
-/// others wait on a lock. Fewer images take more passes to tell the shapes apart.
-fn feature_net(bin: &str, data: &'static str) -> &'static std::path::Path {
+/// others wait on a lock. `epochs`: the classifier's passes over the data.
+fn feature_net(bin: &str, data: &'static str, epochs: u32) -> &'static std::path::Path {
     static NETS: std::sync::Mutex<Vec<(&str, &std::path::Path)>> = std::sync::Mutex::new(Vec::new());
     let mut nets = NETS.lock().unwrap();
     if let Some(&(_, p)) = nets.iter().find(|(d, _)| *d == data) {
         return p;
     }
-    let epochs = if data == SMALL_EVAL_DATA { "16" } else { "5" };
     let meta = std::fs::metadata(bin).expect("the program under test");
     let built = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap();
     let build = format!("build-{}-{}-", meta.len(), built.as_nanos());
@@ -203,7 +203,7 @@ fn feature_net(bin: &str, data: &'static str) -> &'static std::path::Path {
     if !p.exists() {
         let tmp = dir.join(format!("training-{}.safetensors", std::process::id()));
         let mut cmd = std::process::Command::new(bin);
-        cmd.args(["classifier", "--data", data, "--epochs", epochs, "--out", tmp.to_str().unwrap()]);
+        cmd.args(["classifier", "--data", data, "--epochs", &epochs.to_string(), "--out", tmp.to_str().unwrap()]);
         let o = run_limited(cmd, 600);
         let err = String::from_utf8_lossy(&o.stderr).to_string();
         assert!(o.status.success(), "{err}");
