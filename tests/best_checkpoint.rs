@@ -52,6 +52,7 @@ fn zeros(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
         ranks: 1,
         batch_per_rank: 64,
         image_size: 28,
+        ngf: 64,
         rng: "counter".into(),
         config: serde_json::json!({}),
     };
@@ -130,9 +131,9 @@ fn recorded_fids(run: &Path) -> Vec<f64> {
     epochs.iter().map(|e| e["fid"].as_f64().unwrap()).collect()
 }
 
-/// A learning rate fifty times the default collapses the GAN within four epochs (at which
-/// epoch depends on the CPU's arithmetic: where its SIMD kernels fuse multiply and add, the
-/// trajectory differs). Four epochs, then a resume with a `--patience` one past the
+/// A learning rate a thousand times the default collapses the narrow GAN within four epochs
+/// (at which epoch depends on the CPU's arithmetic: where its SIMD kernels fuse multiply and
+/// add, the trajectory differs). Four epochs, then a resume with a `--patience` one past the
 /// evaluations since the best, which ends it after the fifth: `checkpoints/best` names the
 /// epoch of the lowest FID the run recorded (the resumed run compares against the marker, not
 /// afresh), that checkpoint is kept beside the newest two, and `evaluate` of it gives that
@@ -142,8 +143,8 @@ fn a_run_that_collapses_keeps_the_checkpoint_of_its_best_epoch() {
     let tmp = tempfile::tempdir().unwrap();
     let (net, run) = (common::synthetic_feature_net(BIN), tmp.path().join("run"));
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
-    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.01", "--epochs", "4", "--keep-checkpoints", "2"];
-    let first = [&first[..], &["--out", path(&run)]].concat();
+    let first = ["--data", DATA, "--batch-size", "64", "--lr", "0.2", "--epochs", "4", "--keep-checkpoints", "2"];
+    let first = [&first[..], &common::NARROW, &["--out", path(&run)]].concat();
     ok(bin(&[&first[..], &quality].concat()));
     let fids = recorded_fids(&run);
     let lowest = (0..4).min_by(|&a, &b| fids[a].total_cmp(&fids[b])).unwrap();
@@ -207,7 +208,8 @@ fn a_better_epoch_writes_its_checkpoint_on_every_rank() {
     let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
     let args = ["--data", SMALL, "--epochs", "2", "--batch-size", "32", "--checkpoint-every", "4"];
     let more = ["--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1", "--no-progress"];
-    ok(common::mpirun(2, &[&args[..], &more, &["--classifier", path(net), "--out", path(&run)]].concat(), 600));
+    let out = ["--classifier", path(net), "--out", path(&run)];
+    ok(common::mpirun(2, &[&args[..], &more, &common::NARROW, &out].concat(), 600));
     // 8 steps an epoch: the first epoch, the best so far, is saved again at its end, and so
     // is the second (the best, or the run's end).
     let names =
@@ -234,7 +236,8 @@ fn the_best_adds_no_second_save_and_no_keep_best_none_at_all() {
     let args = ["--data", SMALL, "--epochs", "2", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
     let run = |name: &str, extra: &[&str]| {
         let out = tmp.path().join(name);
-        ok(bin(&[&args[..], extra, &["--classifier", path(net), "--no-progress", "--out", path(&out)]].concat()));
+        let rest = ["--classifier", path(net), "--no-progress", "--out", path(&out)];
+        ok(bin(&[&args[..], &common::NARROW, extra, &rest].concat()));
         out
     };
     // 8 steps an epoch: both epoch ends fall on a periodic checkpoint, and the first is

@@ -5,7 +5,9 @@ use crate::common;
 
 use dcgan_train::checkpoint::block::BlockCheckpoint;
 use dcgan_train::checkpoint::{self, AveragedGenerator, Checkpoint, Keep, Moments, NetTensors, Progress};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, DISCRIMINATOR_64, Discriminator, GENERATOR_28, architecture};
+use dcgan_train::model::dcgan::{
+    DISCRIMINATOR_28, DISCRIMINATOR_64, Discriminator, GENERATOR_28, Widths, architecture,
+};
 use dcgan_train::model::net::param_layout;
 use dcgan_train::nn::params::ParamLayout;
 
@@ -34,6 +36,7 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
             ranks: 3,
             batch_per_rank: 64,
             image_size: 28,
+            ngf: 64,
             rng: "counter".into(),
             config: serde_json::json!({"lr": 0.0002}),
         },
@@ -226,7 +229,7 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
 #[test]
 fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: false }).unwrap();
+    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm: false }).unwrap();
     let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
     let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     let want = expected(&[
@@ -242,7 +245,7 @@ fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
 #[test]
 fn the_layer_norm_critic_header_matches_a_pytorch_sequential_with_group_norm() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: true }).unwrap();
+    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm: true }).unwrap();
     let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
     let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     let want = expected(&[

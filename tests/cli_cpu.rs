@@ -1,7 +1,7 @@
 //! The command line around training, on one rank: what `sample --out` may replace and its
 //! walks between noise vectors, where runs without `--out` go, how long `--max-steps` runs, the
-//! `--progress` modes, `info`, `--precision` and `--cuda-graphs` on the CPU, and the version
-//! the program gives.
+//! `--progress` modes, `info`, `--precision` and `--cuda-graphs` on the CPU, the networks'
+//! widths, and the version the program gives.
 
 use crate::common;
 
@@ -208,6 +208,49 @@ fn max_steps_alone_runs_past_the_default_epochs() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(common::step_records(&both).len(), 8, "two epochs of 4 steps come first");
     assert!(stderr(&o).contains("epoch 2/2 done: 4 steps"), "{}", stderr(&o));
+}
+
+/// The tensor shapes of a safetensors file, read from its header independently of the
+/// program's own reader.
+fn shapes(path: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let tensors = header.as_object().unwrap().iter().filter(|(k, _)| *k != "__metadata__");
+    tensors.map(|(k, v)| (k.clone(), serde_json::from_value(v["shape"].clone()).unwrap())).collect()
+}
+
+/// `--ngf` and `--ndf` give the networks' widths: G's hidden layers hold 4 ngf and 2 ngf
+/// feature maps, D's ndf and 2 ndf, and `sample` builds the generator at the width its
+/// checkpoint records. A width of 0 or past 4096 is one line, and nothing is written.
+#[test]
+fn the_widths_shape_the_networks_and_go_with_the_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("narrow");
+    let o = train(&out, "2", &["--ngf", "8", "--ndf", "12"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ck = out.join("checkpoints").join("step-00000002");
+    let (g, d) = (shapes(&ck.join("G.safetensors")), shapes(&ck.join("D.safetensors")));
+    assert_eq!(
+        (&g["main.0.weight"], &g["main.3.weight"], &g["main.6.weight"]),
+        (&vec![100, 32, 7, 7], &vec![32, 16, 4, 4], &vec![16, 1, 4, 4])
+    );
+    assert_eq!(
+        (&d["main.0.weight"], &d["main.2.weight"], &d["main.5.weight"]),
+        (&vec![12, 1, 4, 4], &vec![24, 12, 4, 4], &vec![1, 24, 7, 7])
+    );
+    let png = tmp.path().join("narrow.png");
+    let o = run(&["sample", "--checkpoint", out.to_str().unwrap(), "--out", png.to_str().unwrap()]);
+    assert!(o.status.success() && marked(&png), "{}", stderr(&o));
+    for (flag, value) in [("--ngf", "0"), ("--ndf", "4097")] {
+        let never = tmp.path().join(format!("never{flag}"));
+        let o = train(&never, "2", &[flag, value]);
+        let err = stderr(&o);
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(!o.status.success() && errors.len() == 1, "{flag} {value}: {err}");
+        assert!(errors[0].contains(flag) && errors[0].contains("give 1 to 4096"), "{err}");
+        assert!(!never.exists(), "{flag} {value} made the run directory");
+    }
 }
 
 /// `--progress lines` writes the progress lines, `none` nothing, and `bar` draws the bar also

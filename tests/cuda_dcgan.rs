@@ -11,7 +11,7 @@ use cuda_common::*;
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View};
 use dcgan_train::data::{DataSource, Dataset};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28, critic_specs};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Dcgan, Discriminator, GENERATOR_28, Widths, critic_specs};
 use dcgan_train::model::net::StageSpec;
 use dcgan_train::record::StepMetrics;
 use dcgan_train::train::ddp::exchange::{SoloExchange, plan_buckets};
@@ -218,7 +218,7 @@ fn wgan_trainer<B: Backend>(be: B, small: bool, seed: u64, layer_norm: bool) -> 
 fn step_flops_match_bench_torch() {
     // bench-torch.py --flops-only: 17.078 GFLOP at batch 64, 68.31 at 256 (28x28 model).
     for (batch, gflop) in [(64, 17.078), (256, 68.31)] {
-        let model = Dcgan::new(&Cpu, 28, batch, 1, Discriminator::Dcgan).unwrap();
+        let model = Dcgan::new(&Cpu, 28, Widths::DCGAN, batch, 1, Discriminator::Dcgan).unwrap();
         let got = 2.0 * dcgan_train::train::bench::step_macs(&model) as f64 / 1e9;
         assert!((got - gflop).abs() < 1e-3, "batch {batch}: {got} GFLOP, bench-torch.py says {gflop}");
     }

@@ -89,6 +89,9 @@ fn assert_clean_log(what: &str, log: &str) {
     assert!(meaningful.is_empty(), "NVRTC reported for {what}:\n{}", meaningful.join("\n"));
 }
 
+/// Every family's PTX: each kernel a launcher names is an `.entry` with the parameter types the
+/// launcher passes, and no `.entry` is left that no launcher reaches. In the convolutions' PTX
+/// the TF32 kernels are MMAs on rounded operands and the fp32 ones have neither.
 #[test]
 fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
     if !nvrtc_or_skip("every_kernel_compiles_to_ptx") {
@@ -128,23 +131,58 @@ fn every_kernel_compiles_to_ptx_without_warnings_and_matches_its_launcher() {
                 file.file
             );
         }
+        if family == Family::Conv {
+            assert_eq!(tensor_core_entries(&ptx), 16);
+        }
     }
     assert!(checked >= 20, "only {checked} kernels checked");
 }
 
+/// The number of TF32 entries (named `..._tf32`) in a PTX text, after checking that exactly
+/// those use `mma.sync` on operands rounded by `cvt.rna`.
+fn tensor_core_entries(ptx: &str) -> usize {
+    let mut tensor_core_entries = 0;
+    for body in ptx.split(".entry ").skip(1) {
+        let name = body.split('(').next().unwrap().trim();
+        let tensor_cores = name.ends_with("tf32");
+        tensor_core_entries += tensor_cores as usize;
+        assert_eq!(body.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), tensor_cores, "{name}");
+        assert_eq!(body.contains("cvt.rna.tf32.f32"), tensor_cores, "{name}");
+    }
+    tensor_core_entries
+}
+
+/// Every family compiles to machine code for the CI architecture, with ptxas's report of
+/// each kernel: no convolution spills registers to local memory (the small kernels of the
+/// other families may, at no cost that matters).
 #[test]
-fn every_family_compiles_to_cubin_for_the_ci_architecture() {
+fn every_family_compiles_to_cubin_without_spills_for_the_ci_architecture() {
     if !nvrtc_or_skip("every_family_compiles_to_cubin") {
         return;
     }
-    let target = Target { arch: CI_ARCH, output: Output::Cubin };
+    let mut options = nvrtc::options(&Target { arch: CI_ARCH, output: Output::Cubin });
+    options.push("--ptxas-options=-v".into());
+    let mut entries = 0;
     for family in Family::ALL {
-        let c = nvrtc::compile_family(family, &target)
-            .unwrap_or_else(|e| panic!("kernels/{}: {e:#}", family.kernels().file));
-        assert_clean_log(family.kernels().file, &c.log);
+        let file = family.kernels();
+        let name = format!("kernels/{}", file.file);
+        let c = nvrtc::compile(&name, file.source, &nvrtc::headers(), &options, Output::Cubin)
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         // An ELF image.
         assert_eq!(&c.image[..4], b"\x7fELF", "{:?} did not produce a CUBIN", family);
+        // ptxas reports every kernel on lines of its own; anything else is a warning.
+        let (report, rest): (Vec<&str>, Vec<&str>) = c.log.lines().partition(|l| l.starts_with("ptxas"));
+        assert_clean_log(file.file, &rest.join("\n"));
+        let report = report.join("\n");
+        let kernels = report.matches("Compiling entry function").count();
+        assert_eq!(kernels, file.kernels.len(), "{name}:\n{report}");
+        if family == Family::Conv {
+            assert_eq!(report.matches(" 0 bytes spill stores").count(), kernels, "a kernel spills:\n{report}");
+            assert!(kernels >= 30, "{kernels} convolutions");
+        }
+        entries += kernels;
     }
+    assert!(entries >= 50, "{entries} entries");
     assert!(nvrtc::supported_archs().unwrap().contains(&CI_ARCH));
 }
 
@@ -207,35 +245,16 @@ fn the_kernel_cache_stores_reuses_and_refreshes_images() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Before compute capability 8.0 the tensor-core kernels still compile (and trap if run; the
+/// backend refuses them there first).
 #[test]
-fn the_convolutions_keep_their_registers_and_use_tensor_cores_where_asked() {
-    if !nvrtc_or_skip("the_convolutions_keep_their_registers") {
+fn the_convolutions_compile_for_turing() {
+    if !nvrtc_or_skip("the_convolutions_compile_for_turing") {
         return;
     }
     let conv = Family::Conv.kernels();
-    let compile = |arch: u32, output: Output, extra: &[&str]| {
-        let mut options = nvrtc::options(&Target { arch, output });
-        options.extend(extra.iter().map(|o| o.to_string()));
-        nvrtc::compile("kernels/conv.cu", conv.source, &nvrtc::headers(), &options, output)
-            .unwrap_or_else(|e| panic!("compute_{arch}: {e:#}"))
-    };
-    // No kernel spills registers to local memory on the CI architecture.
-    let log = compile(CI_ARCH, Output::Cubin, &["--ptxas-options=-v"]).log;
-    let entries = log.matches("Compiling entry function").count();
-    assert!(entries >= 30, "{entries} entries in:\n{log}");
-    assert_eq!(log.matches(" 0 bytes spill stores").count(), entries, "a kernel spills:\n{log}");
-    // The TF32 kernels are MMAs on rounded operands; the fp32 ones have neither.
-    let ptx = String::from_utf8(compile(CI_ARCH, Output::Ptx, &[]).image).unwrap();
-    let mut tensor_core_entries = 0;
-    for body in ptx.split(".entry ").skip(1) {
-        let name = body.split('(').next().unwrap().trim();
-        let tensor_cores = name.ends_with("tf32");
-        tensor_core_entries += tensor_cores as usize;
-        assert_eq!(body.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), tensor_cores, "{name}");
-        assert_eq!(body.contains("cvt.rna.tf32.f32"), tensor_cores, "{name}");
-    }
-    assert_eq!(tensor_core_entries, 16);
-    // Before compute capability 8.0 the tensor-core kernels still compile (and trap if run;
-    // the backend refuses them there first).
-    compile(75, Output::Ptx, &[]);
+    let options = nvrtc::options(&Target { arch: 75, output: Output::Ptx });
+    let c = nvrtc::compile("kernels/conv.cu", conv.source, &nvrtc::headers(), &options, Output::Ptx)
+        .unwrap_or_else(|e| panic!("compute_75: {e:#}"));
+    assert_clean_log(conv.file, &c.log);
 }

@@ -7,16 +7,25 @@
 use crate::common;
 
 use crate::common::reference as r;
-use crate::common::{final_weights, read_safetensors, step_records, train_small};
+use crate::common::{final_weights, read_safetensors, step_records};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
-use dcgan_train::model::dcgan::{GENERATOR_28, NZ};
-use dcgan_train::model::net::{BackwardOrder, Net};
+use dcgan_train::model::dcgan::{GENERATOR_28, NZ, generator_28};
+use dcgan_train::model::net::{BackwardOrder, Net, StageSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
+
+/// The runs' G: `common::NARROW`'s width. The average's arithmetic is the same at any width,
+/// and a narrow G's checkpoints (one a step here) are a fifth of the size.
+const G_NARROW: [StageSpec; 3] = generator_28(16);
+
+/// `common::train_small` with G and D narrow.
+fn train_small(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
+    common::train_small(ranks, out, steps, &[&common::NARROW[..], extra].concat());
+}
 
 fn dcgan(args: &[&str]) -> (bool, String) {
     let o = Command::new(BIN).args(args).output().unwrap();
@@ -150,7 +159,7 @@ fn standing_statistics_are_the_mean_of_the_passes_batch_statistics() {
 /// The checkpoint's averaged generator carries the standing statistics of its own weights
 /// (not G's statistics, nor those of an earlier average): computed again here from its file.
 fn check_standing_statistics(dir: &Path) {
-    let mut g = Net::new(&Cpu, "G", &GENERATOR_28, 8, (NZ, 1, 1), BackwardOrder::DataFirst, 0).unwrap();
+    let mut g = Net::new(&Cpu, "G", &G_NARROW, 8, (NZ, 1, 1), BackwardOrder::DataFirst, 0).unwrap();
     let t = dcgan_train::checkpoint::load_generator(dir, &g.store.layout, true).unwrap();
     Cpu.upload(&t.values, ViewMut::whole(&mut g.store.value));
     // The runs here are seeded 1 (train_small's default).
@@ -195,6 +204,7 @@ fn keeping_the_average_changes_nothing_trained() {
     let (with, without) = (tmp.path().join("with"), tmp.path().join("without"));
     // 4 steps an epoch.
     let base = ["--data", "synthetic:32", "--batch-size", "8", "--threads", "1", "--max-steps", "10"];
+    let base = [&base[..], &common::NARROW].concat();
     // Micro-batches with deferred statistics: the standing statistics' passes must leave what
     // is deferred as it was.
     for micro in [&[][..], &["--micro-batches", "2", "--deferred-bn"][..]] {

@@ -11,7 +11,7 @@ use crate::common::reference as r;
 use crate::common::{dot, random, rel_err, to_f64};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
-use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Discriminator, GENERATOR_28, NZ, architecture};
+use dcgan_train::model::dcgan::{DISCRIMINATOR_28, Discriminator, GENERATOR_28, NZ, Widths, architecture};
 use dcgan_train::model::net::{BackwardOrder, Net, NoObserver, Norm, StageSpec, param_layout};
 use dcgan_train::ops::activation::Activation;
 use dcgan_train::ops::adam::AdamStep;
@@ -381,7 +381,7 @@ fn discriminator_gradients_match_finite_differences() {
 #[test]
 fn layer_norm_critic_gradients_match_finite_differences() {
     // `--critic-norm layer`: layer norm in place of the discriminator's batch norm.
-    let (_, critic) = architecture(28, Discriminator::Critic { layer_norm: true }).unwrap();
+    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm: true }).unwrap();
     assert!(critic.iter().any(|s| s.norm == Norm::Layer));
     check_network(&critic, (1, 28, 28), 3, BackwardOrder::LayerByLayer, 1.0, usize::MAX);
 }

@@ -79,7 +79,7 @@ fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
     let run = |name: &str, every: &str| {
         let out = tmp.path().join(name);
         let args = ["--data", SMALL, "--epochs", "3", "--batch-size", "64", "--no-progress", "--eval-n", "500"];
-        let mut args = args.to_vec();
+        let mut args = [&args[..], &common::NARROW].concat();
         args.extend(["--eval-every", every, "--classifier", path(small), "--out", path(&out)]);
         ok(bin(&args));
         out
@@ -104,7 +104,7 @@ fn two_ranks_record_what_evaluate_gives() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, small) = (tmp.path().join("two"), common::small_feature_net(BIN));
     let args = ["--data", SMALL, "--epochs", "1", "--batch-size", "32", "--no-progress", "--eval-every", "1"];
-    let mut args = args.to_vec();
+    let mut args = [&args[..], &common::NARROW].concat();
     args.extend(["--g-ema", "200", "--eval-n", "500", "--classifier", path(small), "--out", path(&out)]);
     ok(common::mpirun(2, &args, 600));
     let q = common::read_summary(&out).quality;

@@ -115,8 +115,21 @@ fn training_options_that_differ_are_refused_naming_each() {
     let run = tmp.path().join("run");
     train(&run, &["--max-steps", "2"]);
     let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
-    let line =
-        ["--resume", p(&run), "--max-steps", "4", "--batch-size", "16", "--seed", "3", "--lr", "0.001", "--sync-bn"];
+    let line = [
+        "--resume",
+        p(&run),
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "16",
+        "--seed",
+        "3",
+        "--lr",
+        "0.001",
+        "--ngf",
+        "32",
+        "--sync-bn",
+    ];
     let (ok, err) = dcgan(&line);
     assert!(!ok);
     let errors = lines(&err, "error:");
@@ -124,7 +137,7 @@ fn training_options_that_differ_are_refused_naming_each() {
     assert_eq!(
         errors[0],
         format!(
-            "error: --resume {}: --batch-size 16 (the run has 8), --lr 0.001 (the run has 0.0005), --sync-bn (the run has it off) \
+            "error: --resume {}: --batch-size 16 (the run has 8), --lr 0.001 (the run has 0.0005), --ngf 32 (the run has 64), --sync-bn (the run has it off) \
              cannot change on resume (they change what training computes): leave them out to go on with the run's own, or start a \
              new run with --out",
             run.display()

@@ -78,7 +78,7 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
     let args = ["--data", DATA, "--epochs", "3", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
-    ok(bin(&[&args[..], &["--classifier", path(net), "--no-progress", "--out", path(&run)]].concat()));
+    ok(bin(&[&args[..], &common::NARROW, &["--classifier", path(net), "--no-progress", "--out", path(&run)]].concat()));
     let second = run.join("checkpoints").join("step-00000016");
     ok(bin(&["--resume", path(&second), "--classifier", path(net), "--no-progress"]));
     assert_eq!(event_files(&run), 2, "one file for each invocation");
@@ -131,7 +131,7 @@ fn a_resume_from_an_epochs_last_step_shows_that_epoch_once() {
     let (net, run) = (common::small_feature_net(BIN), tmp.path().join("run"));
     let args = ["--data", DATA, "--epochs", "1", "--checkpoint-every", "4", "--keep-checkpoints", "0"];
     let quality = ["--eval-n", "500", "--eval-every", "1", "--classifier", path(net), "--no-progress"];
-    ok(bin(&[&args[..], &quality, &["--out", path(&run)]].concat()));
+    ok(bin(&[&args[..], &common::NARROW, &quality, &["--out", path(&run)]].concat()));
     let at_the_end_of_the_first = run.join("checkpoints").join("step-00000008");
     let resume = ["--resume", path(&at_the_end_of_the_first), "--epochs", "2", "--patience", "1"];
     ok(bin(&[&resume[..], &quality].concat()));

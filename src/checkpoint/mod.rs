@@ -38,12 +38,20 @@ pub struct Progress {
     pub ranks: usize,
     pub batch_per_rank: usize,
     pub image_size: usize,
+    /// G's width (`--ngf`), which `sample` and `evaluate` build it with; the paper's 64 in
+    /// checkpoints that predate it.
+    #[serde(default = "paper_ngf")]
+    pub ngf: usize,
     /// The data order: epoch e's permutation is a ChaCha8 shuffle keyed by (seed, e), so the
     /// epoch and position above restore it. The noise of step s is keyed by (seed, s) and
     /// the global sample index, so `step` restores the random state too.
     pub rng: String,
     /// The options of the run (a resume must not change what training computes).
     pub config: serde_json::Value,
+}
+
+fn paper_ngf() -> usize {
+    64
 }
 
 /// Adam's moments of one network, in its layout's flat order (`[param_len]` each).
@@ -167,21 +175,26 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     let tmp = root.join(format!(".tmp-{name}"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let size = ck.progress.image_size.to_string();
+    let (size, ngf) = (ck.progress.image_size.to_string(), ck.progress.ngf.to_string());
     // G's first weight is ConvTranspose2d [nz, C, k, k].
     let nz = layouts.0.params.first().map_or(0, |p| p.shape[0]).to_string();
     for (net, layout, t) in [("G", layouts.0, &ck.g), ("D", layouts.1, &ck.d)] {
         let bytes = tensors::encode_net(
             layout,
             t,
-            meta(&[("net", net.into()), ("image_size", size.clone()), ("nz", nz.clone())]),
+            meta(&[("net", net.into()), ("image_size", size.clone()), ("ngf", ngf.clone()), ("nz", nz.clone())]),
         )?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
     if let Some(a) = &ck.g_ema {
         let seen = a.images_seen.to_string();
-        let m =
-            meta(&[("net", "G_ema".into()), ("image_size", size.clone()), ("nz", nz.clone()), ("images_seen", seen)]);
+        let m = meta(&[
+            ("net", "G_ema".into()),
+            ("image_size", size.clone()),
+            ("ngf", ngf.clone()),
+            ("nz", nz.clone()),
+            ("images_seen", seen),
+        ]);
         write_synced(&tmp.join(find::AVERAGED_G), &tensors::encode_net(layouts.0, &a.net, m)?)?;
     }
     let opt = encode_optimizer(layouts, ck)?;
@@ -267,12 +280,24 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 
 /// The image size a checkpoint's generator was trained for.
 pub fn image_size_of(dir: &Path) -> Result<usize> {
+    Ok(generator_shape_of(dir)?.0)
+}
+
+/// The image size and width (`--ngf`) of a checkpoint's generator; a checkpoint that predates
+/// the width's record holds the paper's 64.
+pub fn generator_shape_of(dir: &Path) -> Result<(usize, usize)> {
     let path = dir.join("G.safetensors");
     let bytes = read(&path)?;
     let (_, m) = tensors::parse(&bytes, &path.display().to_string())?;
-    m.get("image_size")
+    let size = m
+        .get("image_size")
         .and_then(|s| s.parse().ok())
-        .with_context(|| format!("{} has no image_size in its metadata", path.display()))
+        .with_context(|| format!("{} has no image_size in its metadata", path.display()))?;
+    let ngf = match m.get("ngf") {
+        None => paper_ngf(),
+        Some(s) => s.parse().ok().with_context(|| format!("{} holds a width (ngf) of '{s}'", path.display()))?,
+    };
+    Ok((size, ngf))
 }
 
 /// Only the generator (for `sample`): `averaged`, the one `--g-ema` kept (G_ema.safetensors).

@@ -12,6 +12,19 @@ pub fn at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
+/// The most feature maps a layer of G or D may be given: 64 times the DCGAN paper's widest,
+/// far past what fits in memory at any batch.
+const MAX_FEATURE_MAPS: usize = 4096;
+
+/// `--ngf` and `--ndf`: 1 to 4096 feature maps.
+pub fn feature_maps(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_FEATURE_MAPS).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} feature maps: give 1 to {MAX_FEATURE_MAPS} (the DCGAN paper's are 64)")),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
+}
+
 /// The most images per rank: far past what fits in memory (a larger one overflowed the size
 /// arithmetic instead of saying so).
 const MAX_BATCH: u64 = 1 << 20;

@@ -3,7 +3,8 @@
 
 use super::comm_args::CommArgs;
 use super::parse::{
-    adam_beta, at_least_one, batch_size, image_size, non_negative_f32, parse_bytes, positive_f32, positive_f64,
+    adam_beta, at_least_one, batch_size, feature_maps, image_size, non_negative_f32, parse_bytes, positive_f32,
+    positive_f64,
 };
 use crate::device::{DeviceChoice, Precision};
 use crate::record::{
@@ -20,6 +21,14 @@ pub struct ModelArgs {
     /// Image side: 28 (the default model) or 64 (the DCGAN paper's; 28x28 data is resized).
     #[arg(long, default_value_t = 28, value_parser = image_size)]
     pub image_size: usize,
+    /// G's width: its last hidden layer's feature maps (the layers before hold 2, 4 and 8
+    /// times as many), as in the PyTorch DCGAN example. A step's work grows with its square.
+    #[arg(long, default_value_t = 64, value_parser = feature_maps)]
+    pub ngf: usize,
+    /// D's width: its first layer's feature maps (the layers after hold 2, 4 and 8 times as
+    /// many).
+    #[arg(long, default_value_t = 64, value_parser = feature_maps)]
+    pub ndf: usize,
     /// Images per rank per step (at most 2^20).
     #[arg(long, default_value_t = 64, value_parser = batch_size)]
     pub batch_size: u64,
@@ -270,6 +279,8 @@ impl From<ModelArgs> for ModelOptions {
         let (lr, beta1, beta2) = a.loss.optimizer_defaults();
         ModelOptions {
             image_size: a.image_size,
+            ngf: a.ngf,
+            ndf: a.ndf,
             batch_size: a.batch_size,
             loss: a.loss,
             // A WGAN-GP run records its critic's norm, given or not, so that a resume naming

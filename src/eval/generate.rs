@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, ViewMut};
 use crate::checkpoint;
-use crate::model::dcgan::{Discriminator, NZ, architecture, draw};
+use crate::model::dcgan::{Discriminator, NZ, Widths, architecture, draw};
 use crate::model::net::{BackwardOrder, Net};
 use anyhow::Result;
 use std::path::Path;
@@ -53,14 +53,16 @@ impl<B: Backend> Generator<B> {
     /// `batch` images at a time.
     pub fn load(be: &B, dir: &Path, batch: usize, which: WhichGenerator) -> Result<Self> {
         let averaged = which.averaged_in(dir)?;
-        let image_size = checkpoint::image_size_of(dir)?;
-        let (specs, _) = architecture(image_size, Discriminator::Dcgan).map_err(|_| {
+        let (image_size, ngf) = checkpoint::generator_shape_of(dir)?;
+        // D's width is not G's to know; only G is built.
+        let widths = Widths { ngf, ndf: ngf };
+        let (specs, _) = architecture(image_size, widths, Discriminator::Dcgan).map_err(|_| {
             anyhow::anyhow!(
                 "{} holds a generator for {image_size}x{image_size} images, which this program does not build",
                 dir.display()
             )
         })?;
-        let mut net = Net::new(be, "G", specs, batch, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
+        let mut net = Net::new(be, "G", &specs, batch, (NZ, 1, 1), BackwardOrder::DataFirst, 0)?;
         let t = checkpoint::load_generator(dir, &net.store.layout, averaged)?;
         be.upload(&t.values, ViewMut::whole(&mut net.store.value));
         be.upload(&t.state, ViewMut::whole(&mut net.store.state));

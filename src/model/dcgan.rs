@@ -1,5 +1,6 @@
 //! The two DCGAN architectures: 28x28 (the default, for MNIST-sized data) and 64x64 (the
-//! DCGAN paper's, as in the PyTorch example), with nz = 100, ngf = ndf = 64, one channel.
+//! DCGAN paper's, as in the PyTorch example), with nz = 100 and one channel, their widths
+//! (ngf, ndf: the feature maps of G's last hidden layer and D's first) 64 unless asked.
 
 use super::net::Norm::{self, Batch, None as NoNorm};
 use super::net::{BackwardOrder, Net, NetPlan, NoObserver, StageSpec, plan_net};
@@ -12,38 +13,80 @@ use anyhow::{Result, bail};
 /// Length of the generator's noise vector.
 pub const NZ: usize = 100;
 
+/// The networks' widths, as the PyTorch DCGAN example names them: G's hidden layers hold
+/// ngf x 4 and ngf x 2 feature maps at 28x28 (ngf x 8 .. ngf at 64x64), D's ndf and ndf x 2
+/// (ndf .. ndf x 8). The work of a step grows with their squares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Widths {
+    pub ngf: usize,
+    pub ndf: usize,
+}
+
+impl Widths {
+    /// The DCGAN paper's: 64 and 64.
+    pub const DCGAN: Widths = Widths { ngf: 64, ndf: 64 };
+}
+
+impl Default for Widths {
+    fn default() -> Self {
+        Widths::DCGAN
+    }
+}
+
+/// G at 28x28: z `[B,100,1,1]` -> `[4ngf,7,7]` -> `[2ngf,14,14]` -> `[1,28,28]`.
+pub const fn generator_28(ngf: usize) -> [StageSpec; 3] {
+    [
+        StageSpec::transposed(NZ, 4 * ngf, 7, 1, 0, Batch, Relu),
+        StageSpec::transposed(4 * ngf, 2 * ngf, 4, 2, 1, Batch, Relu),
+        StageSpec::transposed(2 * ngf, 1, 4, 2, 1, NoNorm, Tanh),
+    ]
+}
+
+/// D at 28x28: `[1,28,28]` -> `[ndf,14,14]` -> `[2ndf,7,7]` -> logits `[1,1,1]`.
+pub const fn discriminator_28(ndf: usize) -> [StageSpec; 3] {
+    [
+        StageSpec::conv(1, ndf, 4, 2, 1, NoNorm, LeakyRelu),
+        StageSpec::conv(ndf, 2 * ndf, 4, 2, 1, Batch, LeakyRelu),
+        StageSpec::conv(2 * ndf, 1, 7, 1, 0, NoNorm, Activation::None),
+    ]
+}
+
+/// G at 64x64: z -> `[8ngf,4,4]` -> `[4ngf,8,8]` -> `[2ngf,16,16]` -> `[ngf,32,32]` ->
+/// `[1,64,64]`.
+pub const fn generator_64(ngf: usize) -> [StageSpec; 5] {
+    [
+        StageSpec::transposed(NZ, 8 * ngf, 4, 1, 0, Batch, Relu),
+        StageSpec::transposed(8 * ngf, 4 * ngf, 4, 2, 1, Batch, Relu),
+        StageSpec::transposed(4 * ngf, 2 * ngf, 4, 2, 1, Batch, Relu),
+        StageSpec::transposed(2 * ngf, ngf, 4, 2, 1, Batch, Relu),
+        StageSpec::transposed(ngf, 1, 4, 2, 1, NoNorm, Tanh),
+    ]
+}
+
+/// D at 64x64: `[1,64,64]` -> `[ndf,32,32]` -> `[2ndf,16,16]` -> `[4ndf,8,8]` ->
+/// `[8ndf,4,4]` -> logits `[1,1,1]`.
+pub const fn discriminator_64(ndf: usize) -> [StageSpec; 5] {
+    [
+        StageSpec::conv(1, ndf, 4, 2, 1, NoNorm, LeakyRelu),
+        StageSpec::conv(ndf, 2 * ndf, 4, 2, 1, Batch, LeakyRelu),
+        StageSpec::conv(2 * ndf, 4 * ndf, 4, 2, 1, Batch, LeakyRelu),
+        StageSpec::conv(4 * ndf, 8 * ndf, 4, 2, 1, Batch, LeakyRelu),
+        StageSpec::conv(8 * ndf, 1, 4, 1, 0, NoNorm, Activation::None),
+    ]
+}
+
 /// G: z `[B,100,1,1]` -> `[256,7,7]` -> `[128,14,14]` -> `[1,28,28]`.
-pub const GENERATOR_28: [StageSpec; 3] = [
-    StageSpec::transposed(NZ, 256, 7, 1, 0, Batch, Relu),
-    StageSpec::transposed(256, 128, 4, 2, 1, Batch, Relu),
-    StageSpec::transposed(128, 1, 4, 2, 1, NoNorm, Tanh),
-];
+pub const GENERATOR_28: [StageSpec; 3] = generator_28(64);
 
 /// D: `[1,28,28]` -> `[64,14,14]` -> `[128,7,7]` -> logits `[1,1,1]`.
-pub const DISCRIMINATOR_28: [StageSpec; 3] = [
-    StageSpec::conv(1, 64, 4, 2, 1, NoNorm, LeakyRelu),
-    StageSpec::conv(64, 128, 4, 2, 1, Batch, LeakyRelu),
-    StageSpec::conv(128, 1, 7, 1, 0, NoNorm, Activation::None),
-];
+pub const DISCRIMINATOR_28: [StageSpec; 3] = discriminator_28(64);
 
 /// G: z -> `[512,4,4]` -> `[256,8,8]` -> `[128,16,16]` -> `[64,32,32]` -> `[1,64,64]`.
-pub const GENERATOR_64: [StageSpec; 5] = [
-    StageSpec::transposed(NZ, 512, 4, 1, 0, Batch, Relu),
-    StageSpec::transposed(512, 256, 4, 2, 1, Batch, Relu),
-    StageSpec::transposed(256, 128, 4, 2, 1, Batch, Relu),
-    StageSpec::transposed(128, 64, 4, 2, 1, Batch, Relu),
-    StageSpec::transposed(64, 1, 4, 2, 1, NoNorm, Tanh),
-];
+pub const GENERATOR_64: [StageSpec; 5] = generator_64(64);
 
 /// D: `[1,64,64]` -> `[64,32,32]` -> `[128,16,16]` -> `[256,8,8]` -> `[512,4,4]` ->
 /// logits `[1,1,1]`.
-pub const DISCRIMINATOR_64: [StageSpec; 5] = [
-    StageSpec::conv(1, 64, 4, 2, 1, NoNorm, LeakyRelu),
-    StageSpec::conv(64, 128, 4, 2, 1, Batch, LeakyRelu),
-    StageSpec::conv(128, 256, 4, 2, 1, Batch, LeakyRelu),
-    StageSpec::conv(256, 512, 4, 2, 1, Batch, LeakyRelu),
-    StageSpec::conv(512, 1, 4, 1, 0, NoNorm, Activation::None),
-];
+pub const DISCRIMINATOR_64: [StageSpec; 5] = discriminator_64(64);
 
 /// What D is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,16 +100,24 @@ pub enum Discriminator {
     Critic { layer_norm: bool },
 }
 
-/// The architecture for an image size: G's stages and D's.
-pub fn architecture(image_size: usize, kind: Discriminator) -> Result<(&'static [StageSpec], Vec<StageSpec>)> {
-    let (g, d): (&'static [StageSpec], &'static [StageSpec]) = match image_size {
-        28 => (&GENERATOR_28, &DISCRIMINATOR_28),
-        64 => (&GENERATOR_64, &DISCRIMINATOR_64),
+/// The architecture for an image size and widths: G's stages and D's.
+pub fn architecture(
+    image_size: usize,
+    widths: Widths,
+    kind: Discriminator,
+) -> Result<(Vec<StageSpec>, Vec<StageSpec>)> {
+    let Widths { ngf, ndf } = widths;
+    if ngf == 0 || ndf == 0 {
+        bail!("--ngf {ngf} --ndf {ndf}: a network needs at least one feature map a layer");
+    }
+    let (g, d) = match image_size {
+        28 => (generator_28(ngf).to_vec(), discriminator_28(ndf).to_vec()),
+        64 => (generator_64(ngf).to_vec(), discriminator_64(ndf).to_vec()),
         _ => bail!("unknown image size {image_size}: --image-size takes 28 or 64"),
     };
     let d = match kind {
-        Discriminator::Dcgan => d.to_vec(),
-        Discriminator::Critic { layer_norm } => critic_specs(d, layer_norm),
+        Discriminator::Dcgan => d,
+        Discriminator::Critic { layer_norm } => critic_specs(&d, layer_norm),
     };
     Ok((g, d))
 }
@@ -78,11 +129,12 @@ pub fn critic_specs(d: &[StageSpec], layer_norm: bool) -> Vec<StageSpec> {
     d.iter().map(|s| StageSpec { norm: if s.norm == Norm::Batch { norm } else { s.norm }, ..*s }).collect()
 }
 
-/// What G and D of `image_size` take at `batch` images per rank, before they are built.
-pub fn plan(image_size: usize, batch: usize, kind: Discriminator) -> Result<[NetPlan; 2]> {
-    let (g, d) = architecture(image_size, kind)?;
+/// What G and D of `image_size` and `widths` take at `batch` images per rank, before they
+/// are built.
+pub fn plan(image_size: usize, widths: Widths, batch: usize, kind: Discriminator) -> Result<[NetPlan; 2]> {
+    let (g, d) = architecture(image_size, widths, kind)?;
     let nz = g.first().map_or(NZ, |s| s.c_in);
-    Ok([plan_net(g, batch, (nz, 1, 1))?, plan_net(&d, batch, (1, image_size, image_size))?])
+    Ok([plan_net(&g, batch, (nz, 1, 1))?, plan_net(&d, batch, (1, image_size, image_size))?])
 }
 
 /// Generator and discriminator for `batch` images per rank.
@@ -96,9 +148,16 @@ pub struct Dcgan<B: Backend> {
 
 impl<B: Backend> Dcgan<B> {
     /// Weights from `seed` (G and D from distinct streams of it).
-    pub fn new(be: &B, image_size: usize, batch: usize, seed: u64, kind: Discriminator) -> Result<Self> {
-        let (g_spec, d_spec) = architecture(image_size, kind)?;
-        Self::from_specs(be, g_spec, &d_spec, image_size, batch, seed)
+    pub fn new(
+        be: &B,
+        image_size: usize,
+        widths: Widths,
+        batch: usize,
+        seed: u64,
+        kind: Discriminator,
+    ) -> Result<Self> {
+        let (g_spec, d_spec) = architecture(image_size, widths, kind)?;
+        Self::from_specs(be, &g_spec, &d_spec, image_size, batch, seed)
     }
 
     /// Any generator/discriminator pair (tests use narrow ones).
@@ -160,19 +219,40 @@ mod tests {
 
     #[test]
     fn the_plan_is_what_building_allocates() {
-        for (side, batch, kind) in [
-            (28, 3, Discriminator::Dcgan),
-            (64, 2, Discriminator::Dcgan),
-            (28, 2, Discriminator::Critic { layer_norm: false }),
-            (28, 2, Discriminator::Critic { layer_norm: true }),
+        let narrow = Widths { ngf: 8, ndf: 12 };
+        for (side, widths, batch, kind) in [
+            (28, Widths::DCGAN, 3, Discriminator::Dcgan),
+            (64, Widths::DCGAN, 2, Discriminator::Dcgan),
+            (28, narrow, 3, Discriminator::Dcgan),
+            (64, narrow, 2, Discriminator::Dcgan),
+            (28, Widths::DCGAN, 2, Discriminator::Critic { layer_norm: false }),
+            (28, narrow, 2, Discriminator::Critic { layer_norm: true }),
         ] {
             let before = allocated::floats();
-            let model = Dcgan::new(&Cpu, side, batch, 1, kind).unwrap();
+            let model = Dcgan::new(&Cpu, side, widths, batch, 1, kind).unwrap();
             let built = allocated::floats() - before;
-            let [g, d] = plan(side, batch, kind).unwrap();
+            let [g, d] = plan(side, widths, batch, kind).unwrap();
             assert_eq!(g.floats + d.floats, built, "{side}x{side}, batch {batch}");
             assert_eq!(g.params, model.g.store.layout.param_len());
             assert_eq!((g.convs.len(), d.convs.len()), (model.g.stages.len(), model.d.stages.len()));
         }
+    }
+
+    /// The widths scale the channels between the layers and nothing else: the image, the
+    /// noise and the logit keep theirs, and the default is the paper's.
+    #[test]
+    fn widths_scale_the_hidden_channels() {
+        let kind = Discriminator::Dcgan;
+        let (g, d) = architecture(28, Widths { ngf: 16, ndf: 8 }, kind).unwrap();
+        let channels = |s: &[StageSpec]| s.iter().map(|s| (s.c_in, s.c_out)).collect::<Vec<_>>();
+        assert_eq!(channels(&g), [(NZ, 64), (64, 32), (32, 1)]);
+        assert_eq!(channels(&d), [(1, 8), (8, 16), (16, 1)]);
+        let (g, d) = architecture(64, Widths { ngf: 2, ndf: 3 }, kind).unwrap();
+        assert_eq!(channels(&g), [(NZ, 16), (16, 8), (8, 4), (4, 2), (2, 1)]);
+        assert_eq!(channels(&d), [(1, 3), (3, 6), (6, 12), (12, 24), (24, 1)]);
+        let (g, d) = architecture(28, Widths::default(), kind).unwrap();
+        assert_eq!((g, d), (GENERATOR_28.to_vec(), DISCRIMINATOR_28.to_vec()));
+        let e = architecture(28, Widths { ngf: 0, ndf: 8 }, kind).unwrap_err().to_string();
+        assert!(e.contains("--ngf 0"), "{e}");
     }
 }

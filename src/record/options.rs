@@ -67,6 +67,10 @@ impl Default for EvalOptions {
 pub struct ModelOptions {
     /// 28 or 64.
     pub image_size: usize,
+    /// G's width: the feature maps of its last hidden layer (`model::dcgan::Widths`).
+    pub ngf: usize,
+    /// D's width: the feature maps of its first layer.
+    pub ndf: usize,
     /// Images per rank per step.
     pub batch_size: u64,
     pub loss: GanLoss,
@@ -259,6 +263,8 @@ impl Default for ModelOptions {
     fn default() -> Self {
         ModelOptions {
             image_size: 28,
+            ngf: 64,
+            ndf: 64,
             batch_size: 64,
             loss: GanLoss::Dcgan,
             critic_norm: None,

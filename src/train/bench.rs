@@ -63,7 +63,8 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
     args.model.check_micro_batches(batch)?;
     let micro = args.model.micro_batches as usize;
     // With micro-batches the networks are built for one of them (train/micro_step.rs).
-    let mut model = Dcgan::new(&be, size, batch / micro, args.model.seed, super::config::discriminator(&args.model))
+    let (widths, kind) = (super::config::widths(&args.model), super::config::discriminator(&args.model));
+    let mut model = Dcgan::new(&be, size, widths, batch / micro, args.model.seed, kind)
         .with_context(|| format!("building the model for batch {batch} on {}", be.describe()))?;
     model.set_adam(args.model.adam_beta1, args.model.adam_beta2, args.model.adam_eps);
     let macs = step_macs(&model) * micro as u64;

@@ -1,7 +1,7 @@
 //! What the options mean once the number of ranks is known: batch sizes, the learning-rate
 //! schedule, and the options every rank (and a resumed run) must agree on.
 
-use crate::model::dcgan::Discriminator;
+use crate::model::dcgan::{Discriminator, Widths};
 use crate::record::{CriticNorm, GanLoss, LrScaling, ModelOptions, TrainOptions};
 use crate::train::ddp::block_momentum::BlockSettings;
 use anyhow::{Result, bail};
@@ -190,6 +190,11 @@ pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
         None => args.max_steps.unwrap_or(0),
     };
     args.comm.wire_warmup_steps.unwrap_or(planned / WIRE_WARMUP_FRACTION)
+}
+
+/// The widths of G and D the options train (`--ngf`, `--ndf`).
+pub fn widths(model: &ModelOptions) -> Widths {
+    Widths { ngf: model.ngf, ndf: model.ndf }
 }
 
 /// The discriminator the options train: WGAN-GP's critic has no batch norm, and layer norm in

@@ -34,11 +34,11 @@ struct Parts {
 /// The parts at `batch` images per rank.
 fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -> Result<Parts> {
     let (image_size, loss) = (model.image_size, model.loss);
-    let kind = super::config::discriminator(model);
+    let (widths, kind) = (super::config::widths(model), super::config::discriminator(model));
     // The networks are built for one micro-batch; G keeps each micro-batch's forward for its
     // backward unless it recomputes them (train/micro_step.rs).
     let micro = (model.micro_batches as usize).max(1);
-    let [g, d] = dcgan::plan(image_size, batch.div_ceil(micro), kind)?;
+    let [g, d] = dcgan::plan(image_size, widths, batch.div_ceil(micro), kind)?;
     let params = (g.params + d.params) as u64;
     // The step's own buffers: the logits' gradient and three pairs of outputs (train/step.rs).
     let mut trainer = batch.div_ceil(micro) as u64 + 6;
@@ -51,7 +51,7 @@ fn parts<B: Backend>(be: &B, model: &ModelOptions, batch: usize, ranks: usize) -
     }
     if loss == GanLoss::WganGp {
         // The penalty's streams and seed, the real images and the interpolation weights.
-        let (_, d_spec) = dcgan::architecture(image_size, kind)?;
+        let (_, d_spec) = dcgan::architecture(image_size, widths, kind)?;
         let images = batch * image_size * image_size;
         trainer += (penalty::plan_floats(&d_spec, batch, (1, image_size, image_size))? + images + batch) as u64;
     }

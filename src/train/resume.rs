@@ -265,6 +265,7 @@ mod tests {
                 ranks: 3,
                 batch_per_rank: 4,
                 image_size: 28,
+                ngf: 64,
                 rng: String::new(),
                 config: serde_json::json!({}),
             },

@@ -207,18 +207,18 @@ fn wgan_losses(loss_g: Option<f32>) -> Losses {
 mod tests {
     use super::*;
     use crate::backend::cpu::{Cpu, allocated};
-    use crate::model::dcgan::{Discriminator, architecture};
+    use crate::model::dcgan::{Discriminator, Widths, architecture};
     use crate::model::penalty::plan_floats;
 
     #[test]
     fn the_memory_plan_counts_what_the_step_allocates() {
         for (side, batch, layer_norm) in [(28, 3, false), (28, 3, true), (64, 2, true)] {
             let kind = Discriminator::Critic { layer_norm };
-            let model = Dcgan::new(&Cpu, side, batch, 1, kind).unwrap();
+            let model = Dcgan::new(&Cpu, side, Widths::DCGAN, batch, 1, kind).unwrap();
             let before = allocated::floats();
             let parts = WganParts::new(&Cpu, &model, 5, 10.0).unwrap();
             let built = allocated::floats() - before;
-            let (_, d) = architecture(side, kind).unwrap();
+            let (_, d) = architecture(side, Widths::DCGAN, kind).unwrap();
             // train/memory_plan.rs: the penalty's floats, the real images and the weights e.
             let planned = plan_floats(&d, batch, (1, side, side)).unwrap() + batch * side * side + batch;
             assert_eq!(built, planned, "{side}x{side}, layer norm {layer_norm}");
@@ -226,7 +226,7 @@ mod tests {
         }
         let (side, batch) = (28, 3);
         // A discriminator with batch norm is refused.
-        let dcgan = Dcgan::new(&Cpu, side, batch, 1, Discriminator::Dcgan).unwrap();
+        let dcgan = Dcgan::new(&Cpu, side, Widths::DCGAN, batch, 1, Discriminator::Dcgan).unwrap();
         assert!(WganParts::new(&Cpu, &dcgan, 5, 10.0).is_err());
     }
 }

@@ -171,6 +171,11 @@ pub const SYNTHETIC_EVAL_DATA: &str = "synthetic:2048";
 /// epochs, checkpoints and records rather than following the FID.
 pub const SMALL_EVAL_DATA: &str = "synthetic:512";
 
+/// G and D at a quarter of the DCGAN paper's widths (`--ngf 16 --ndf 16`): a step is a tenth
+/// of the work at the same batch, for tests of what a run does and keeps rather than of the
+/// paper's networks.
+pub const NARROW: [&str; 4] = ["--ngf", "16", "--ndf", "16"];
+
 /// The feature network of `SYNTHETIC_EVAL_DATA` (see `feature_net`).
 pub fn synthetic_feature_net(bin: &str) -> &'static std::path::Path {
     feature_net(bin, SYNTHETIC_EVAL_DATA, 5)

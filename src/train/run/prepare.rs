@@ -14,7 +14,7 @@ use crate::model::noise::fixed_noise;
 use crate::nn::BnSync;
 use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
-use crate::train::config::{Settings, block_settings, data_place, training_config};
+use crate::train::config::{self, Settings, block_settings, data_place, training_config};
 use crate::train::ddp::block_momentum::BlockMomentum;
 use crate::train::ddp::comm_exchange::CommExchange;
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
@@ -260,7 +260,7 @@ fn build<B: Backend>(
     // Building can fail on one rank alone (its GPU's memory): agreed, like every step above.
     let built = match fault_hooks::fail_build_on(world.rank) {
         true => Err(anyhow!("building the model failed on rank {} (DCGAN_TEST_FAIL_BUILD_ON_RANK)", world.rank)),
-        false => Dcgan::new(&be, m.image_size, batch, m.seed, crate::train::config::discriminator(m))
+        false => Dcgan::new(&be, m.image_size, config::widths(m), batch, m.seed, config::discriminator(m))
             .with_context(|| format!("building the model for batch {batch} per rank on {}", be.describe())),
     };
     let mut model = job.agree(built)?;
@@ -372,6 +372,7 @@ fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize) -> P
         ranks,
         batch_per_rank,
         image_size: args.model.image_size,
+        ngf: args.model.ngf,
         rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
         config: training_config(args),
     }
