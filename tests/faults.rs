@@ -28,11 +28,13 @@ enum GoOn {
 }
 
 /// Interrupt after 7 of 16 steps (mid-epoch, between periodic checkpoints), resume, and
-/// compare with an uninterrupted run: every tensor bitwise, every step's metrics.
+/// compare with an uninterrupted run: every tensor bitwise, every step's metrics. The networks
+/// are narrow, which the pasted resume (no widths on its command line) must keep.
 fn resume_matches_uninterrupted(ranks: usize, extra: &[&str], go_on: GoOn) {
     let tmp = tempfile::tempdir().unwrap();
     let base =
         ["--data", "synthetic:256", "--batch-size", "8", "--epochs", "2", "--checkpoint-every", "5", "--no-progress"];
+    let base = [&base[..], &common::NARROW].concat();
     let per_epoch = 256 / (8 * ranks);
     let whole = tmp.path().join("whole");
     let mut args = base.to_vec();
