@@ -161,25 +161,6 @@ fn saves_keep_the_newest_n_or_all() {
     }
 }
 
-/// The header as PyTorch reads it: (name, dtype, shape), parsed by hand from the file.
-fn header(path: &std::path::Path) -> Vec<(String, String, Vec<usize>)> {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let json: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let mut out: Vec<_> = json
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(k, _)| k.as_str() != "__metadata__")
-        .map(|(k, v)| {
-            let shape = v["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-            (k.clone(), v["dtype"].as_str().unwrap().to_string(), shape)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 fn expected(list: &[(&str, &str, &[usize])]) -> Vec<(String, String, Vec<usize>)> {
     let mut v: Vec<_> = list.iter().map(|(n, d, s)| (n.to_string(), d.to_string(), s.to_vec())).collect();
     v.sort();
@@ -208,9 +189,9 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
         ("main.4.num_batches_tracked", "I64", &[]),
         ("main.6.weight", "F32", &[128, 1, 4, 4]),
     ]);
-    assert_eq!(header(&saved.join("G.safetensors")), want_g);
+    assert_eq!(common::safetensors_tensors(&saved.join("G.safetensors")), want_g);
     // `--g-ema`'s averaged generator loads into the same Sequential.
-    assert_eq!(header(&saved.join("G_ema.safetensors")), want_g);
+    assert_eq!(common::safetensors_tensors(&saved.join("G_ema.safetensors")), want_g);
     // nn.Sequential(Conv(1,64,4,2,1), LeakyReLU, Conv(64,128,4,2,1), BN(128), LeakyReLU,
     //               Conv(128,1,7,1,0)) — logits; the loss applies the sigmoid.
     let want_d = expected(&[
@@ -223,7 +204,7 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
         ("main.3.num_batches_tracked", "I64", &[]),
         ("main.5.weight", "F32", &[1, 128, 7, 7]),
     ]);
-    assert_eq!(header(&saved.join("D.safetensors")), want_d);
+    assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want_d);
 }
 
 /// WGAN-GP's critic: D without its batch norm, named as PyTorch numbers
@@ -239,7 +220,7 @@ fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
         ("main.2.weight", "F32", &[128, 64, 4, 4]),
         ("main.4.weight", "F32", &[1, 128, 7, 7]),
     ]);
-    assert_eq!(header(&saved.join("D.safetensors")), want);
+    assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want);
 }
 
 /// `--critic-norm layer`: layer norm where D has batch norm, named and shaped as PyTorch's
@@ -257,7 +238,7 @@ fn the_layer_norm_critic_header_matches_a_pytorch_sequential_with_group_norm() {
         ("main.3.bias", "F32", &[128]),
         ("main.5.weight", "F32", &[1, 128, 7, 7]),
     ]);
-    assert_eq!(header(&saved.join("D.safetensors")), want);
+    assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want);
 }
 
 #[test]

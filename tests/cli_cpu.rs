@@ -210,14 +210,9 @@ fn max_steps_alone_runs_past_the_default_epochs() {
     assert!(stderr(&o).contains("epoch 2/2 done: 4 steps"), "{}", stderr(&o));
 }
 
-/// The tensor shapes of a safetensors file, read from its header independently of the
-/// program's own reader.
-fn shapes(path: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let tensors = header.as_object().unwrap().iter().filter(|(k, _)| *k != "__metadata__");
-    tensors.map(|(k, v)| (k.clone(), serde_json::from_value(v["shape"].clone()).unwrap())).collect()
+/// The tensor shapes of a safetensors file, by name.
+fn shapes(path: &Path) -> std::collections::BTreeMap<String, Vec<usize>> {
+    common::safetensors_tensors(path).into_iter().map(|(name, _, shape)| (name, shape)).collect()
 }
 
 /// `--ngf` and `--ndf` give the networks' widths: G's hidden layers hold 4 ngf and 2 ngf

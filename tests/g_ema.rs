@@ -18,9 +18,11 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 
-/// The runs' G: `common::NARROW`'s width. The average's arithmetic is the same at any width,
-/// and a narrow G's checkpoints (one a step here) are a fifth of the size.
-const G_NARROW: [StageSpec; 3] = generator_28(16);
+/// The runs' G, at `common::NARROW`'s width. The average's arithmetic is the same at any
+/// width, and a narrow G's checkpoints (one a step here) are a fifth of the size.
+fn g_narrow() -> [StageSpec; 3] {
+    generator_28(common::NARROW[1].parse().unwrap())
+}
 
 /// `common::train_small` with G and D narrow.
 fn train_small(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
@@ -159,7 +161,7 @@ fn standing_statistics_are_the_mean_of_the_passes_batch_statistics() {
 /// The checkpoint's averaged generator carries the standing statistics of its own weights
 /// (not G's statistics, nor those of an earlier average): computed again here from its file.
 fn check_standing_statistics(dir: &Path) {
-    let mut g = Net::new(&Cpu, "G", &G_NARROW, 8, (NZ, 1, 1), BackwardOrder::DataFirst, 0).unwrap();
+    let mut g = Net::new(&Cpu, "G", &g_narrow(), 8, (NZ, 1, 1), BackwardOrder::DataFirst, 0).unwrap();
     let t = dcgan_train::checkpoint::load_generator(dir, &g.store.layout, true).unwrap();
     Cpu.upload(&t.values, ViewMut::whole(&mut g.store.value));
     // The runs here are seeded 1 (train_small's default).

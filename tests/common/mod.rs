@@ -290,6 +290,22 @@ pub fn safetensors_metadata(path: &std::path::Path) -> serde_json::Map<String, s
     header["__metadata__"].as_object().unwrap().clone()
 }
 
+/// The tensors of a safetensors file as PyTorch reads its header: (name, dtype, shape),
+/// sorted by name.
+pub fn safetensors_tensors(path: &std::path::Path) -> Vec<(String, String, Vec<usize>)> {
+    let (header, _) = safetensors_header(&std::fs::read(path).unwrap());
+    let mut out: Vec<_> = header
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__metadata__")
+        .map(|(k, v)| {
+            let shape = v["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            (k.clone(), v["dtype"].as_str().unwrap().to_string(), shape)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The tensor names of a safetensors file.
 pub fn safetensors_names(path: &std::path::Path) -> Vec<String> {
     let (header, _) = safetensors_header(&std::fs::read(path).unwrap());
