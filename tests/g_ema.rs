@@ -7,7 +7,7 @@
 use crate::common;
 
 use crate::common::reference as r;
-use crate::common::{final_weights, read_safetensors, step_records};
+use crate::common::{final_weights, read_safetensors, step_records, train_narrow};
 use dcgan_train::backend::cpu::Cpu;
 use dcgan_train::backend::{Backend, View, ViewMut};
 use dcgan_train::model::dcgan::{GENERATOR_28, NZ, generator_28};
@@ -22,11 +22,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_dcgan-train");
 /// width, and a narrow G's checkpoints (one a step here) are a fifth of the size.
 fn g_narrow() -> [StageSpec; 3] {
     generator_28(common::NARROW[1].parse().unwrap())
-}
-
-/// `common::train_small` with G and D narrow.
-fn train_small(ranks: usize, out: &Path, steps: &str, extra: &[&str]) {
-    common::train_small(ranks, out, steps, &[&common::NARROW[..], extra].concat());
 }
 
 fn dcgan(args: &[&str]) -> (bool, String) {
@@ -77,7 +72,7 @@ fn check_the_average_follows_the_formula(ranks: usize, steps: usize, extra: &[&s
     let run = tmp.path().join("run");
     let half_life = 5.0;
     let every = ["--g-ema", "5", "--checkpoint-every", "1", "--keep-checkpoints", "0"];
-    train_small(ranks, &run, &steps.to_string(), &[&every[..], extra].concat());
+    train_narrow(ranks, &run, &steps.to_string(), &[&every[..], extra].concat());
     let cks = checkpoints(&run);
     assert_eq!(cks.len(), steps);
     let (mut seen, mut past_ramp) = (images(1), 0);
@@ -114,7 +109,7 @@ fn check_the_average_follows_the_formula(ranks: usize, steps: usize, extra: &[&s
     // Without a checkpoint at every step G's updates land during the next step's forward,
     // not before a save: the average must come out the same.
     let plain = tmp.path().join("plain");
-    train_small(ranks, &plain, &steps.to_string(), &[&["--g-ema", "5"][..], extra].concat());
+    train_narrow(ranks, &plain, &steps.to_string(), &[&["--g-ema", "5"][..], extra].concat());
     assert_eq!(averaged(&latest(&plain)), averaged(&latest(&run)));
 }
 
@@ -164,7 +159,7 @@ fn check_standing_statistics(dir: &Path) {
     let mut g = Net::new(&Cpu, "G", &g_narrow(), 8, (NZ, 1, 1), BackwardOrder::DataFirst, 0).unwrap();
     let t = dcgan_train::checkpoint::load_generator(dir, &g.store.layout, true).unwrap();
     Cpu.upload(&t.values, ViewMut::whole(&mut g.store.value));
-    // The runs here are seeded 1 (train_small's default).
+    // The runs here are seeded 1 (train_small's default, which train_narrow keeps).
     dcgan_train::train::ema::standing_statistics(&Cpu, &mut g, NZ, 1);
     let mut state = vec![0.0f32; g.store.layout.state_len()];
     Cpu.download(View::whole(&g.store.state), &mut state);
@@ -229,8 +224,8 @@ fn keeping_the_average_changes_nothing_trained() {
 fn a_resume_continues_the_average_bitwise() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
-    train_small(1, &whole, "16", &["--g-ema", "4"]);
-    train_small(1, &run, "12", &["--g-ema", "4"]);
+    train_narrow(1, &whole, "16", &["--g-ema", "4"]);
+    train_narrow(1, &run, "12", &["--g-ema", "4"]);
     let (ok, err) = dcgan(&["--resume", p(&run), "--g-ema", "80", "--max-steps", "16"]);
     assert!(!ok && err.contains("--g-ema 80 (the run has 4)"), "{err}");
     let last = latest(&run);
@@ -256,8 +251,8 @@ fn a_resume_continues_the_average_bitwise() {
 fn sample_draws_the_averaged_generator_unless_told() {
     let tmp = tempfile::tempdir().unwrap();
     let (with, without) = (tmp.path().join("with"), tmp.path().join("without"));
-    train_small(1, &with, "5", &["--g-ema", "100"]);
-    train_small(1, &without, "5", &[]);
+    train_narrow(1, &with, "5", &["--g-ema", "100"]);
+    train_narrow(1, &without, "5", &[]);
     let draw = |run: &Path, which: &[&str]| {
         let out = tmp.path().join(format!("{}-{}.png", run.file_name().unwrap().to_string_lossy(), which.join("-")));
         let (ok, err) = dcgan(&[&["sample", "--checkpoint", p(run), "--out", p(&out)], which].concat());

@@ -2,7 +2,7 @@
 //! micro-batches trains, to the bit (the same kernels on the same micro-batches in the same
 //! order on each network); and what it cannot run is refused.
 
-use crate::common::{final_weights, mpirun, read_safetensors, read_summary, step_records, train_small as train};
+use crate::common::{final_weights, mpirun, read_safetensors, read_summary, step_records, train_narrow as train};
 use std::path::Path;
 
 /// Adam's state in a run's checkpoint (without what it keeps of ranks 1..: a pipeline's D

@@ -1,7 +1,7 @@
 //! `--distributed-after`: the first steps are a 1-rank run's, computed by every rank; then
 //! data parallelism starts from rank 0's state, and a resume on either side continues exactly.
 
-use crate::common::{final_weights, mpirun, step_records, train_small as train};
+use crate::common::{final_weights, mpirun, step_records, train_narrow as train};
 use std::path::Path;
 
 fn path(p: &Path) -> &str {
