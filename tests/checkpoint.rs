@@ -257,7 +257,16 @@ fn foreign_truncated_and_mismatched_checkpoints_are_refused_with_a_reason() {
     let bytes = std::fs::read(&gpath).unwrap();
     std::fs::write(&gpath, &bytes[..bytes.len() / 2]).unwrap();
     let err = format!("{:#}", checkpoint::load(&saved, (&g, &d)).unwrap_err());
-    assert!(err.contains("not a readable safetensors file"), "{err}");
+    let instead = "no older checkpoint beside it is intact: restore it from a copy, or start the run again";
+    assert!(err.contains("not a readable safetensors file") && err.ends_with(instead), "{err}");
+    // A file missing: named, with the way on.
+    std::fs::write(&gpath, &bytes).unwrap();
+    let optimizer = saved.join("optimizer.safetensors");
+    let kept = std::fs::read(&optimizer).unwrap();
+    std::fs::remove_file(&optimizer).unwrap();
+    let err = format!("{:#}", checkpoint::load(&saved, (&g, &d)).unwrap_err());
+    assert!(err.contains("cannot read") && err.contains("optimizer.safetensors") && err.ends_with(instead), "{err}");
+    std::fs::write(&optimizer, kept).unwrap();
 
     // A safetensors file of someone else's (no format marker).
     let foreign = safetensors::serialize(

@@ -163,6 +163,11 @@ fn a_broken_latest_falls_back_to_the_older_intact_checkpoint() {
     train(&run, &["--max-steps", "4", "--checkpoint-every", "2", "--keep-checkpoints", "2"]);
     let root = run.join("checkpoints");
     common::flip_tensor_byte(&root.join("step-00000004").join("G.safetensors"), "main.0.weight");
+    // A resume refused leaves the run as it was, the broken checkpoint where it is.
+    let before = common::checkpoint_names(&run);
+    let (ok, err) = dcgan(&["--resume", p(&run), "--lr", "0.001", "--max-steps", "6", "--no-progress"]);
+    assert!(!ok && err.contains("--lr 0.001 (the run has 0.0005)"), "{err}");
+    assert_eq!(common::checkpoint_names(&run), before);
     // The run's options repeated (allowed: they change nothing), so that only the fallback
     // is new here.
     let mut args = RUN.to_vec();
@@ -174,9 +179,17 @@ fn a_broken_latest_falls_back_to_the_older_intact_checkpoint() {
         warnings,
         [format!(
             "warning: {}/latest names step-00000004, whose G.safetensors is corrupt (tensor main.0.weight does not match its \
-             digest): using {}/step-00000002, the newest intact checkpoint (it is set aside as {}/step-00000004.broken, out of \
-             the checkpoints kept)",
+             digest): using {}/step-00000002, the newest intact checkpoint",
             root.display(),
+            root.display(),
+        )],
+        "{err}"
+    );
+    assert_eq!(
+        lines(&err, "note:"),
+        [format!(
+            "note: the broken checkpoint {}/step-00000004 is set aside as {}/step-00000004.broken, out of the checkpoints \
+             kept",
             root.display(),
             root.display()
         )],
@@ -224,6 +237,45 @@ fn a_checkpoint_directory_resumes_with_the_outputs_in_its_run() {
     assert!(ok, "{err}");
     assert!(err.contains("resuming at step 8"), "{err}");
     assert_eq!(step_records(&run).len(), 9);
+}
+
+/// A resume from an older checkpoint than the run's last leaves the continuation after it
+/// behind as soon as it goes on: `latest` names the checkpoint it went on from and the later
+/// ones are set aside (kept, but no longer checkpoints of the run). So a crash before the
+/// resumed run's first save resumes from there again, and the checkpoints a save keeps are the
+/// resumed run's own; it still ends as the uninterrupted run does.
+#[test]
+fn a_resume_from_an_older_checkpoint_leaves_the_later_ones_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    train(&whole, &["--max-steps", "6"]);
+    train(&run, &["--max-steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "2"]);
+    let root = run.join("checkpoints");
+    assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000006"]);
+    // Every step starts 300 ms late: time to kill the run inside step 5, before any save.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
+        .args(["--resume", p(&root.join("step-00000004")), "--max-steps", "10", "--no-progress"])
+        .env("DCGAN_TEST_SLOW_RANK", "0:300")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let latest = || std::fs::read_to_string(root.join("latest")).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while !(latest().trim() == "step-00000004" && root.join("step-00000006.abandoned").is_dir()) {
+        let ended = child.try_wait().unwrap();
+        assert!(ended.is_none(), "the resumed run ended ({ended:?}) and latest still names {}", latest().trim());
+        assert!(started.elapsed().as_secs() < 120, "latest still names {} after 120 s", latest().trim());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000006.abandoned"]);
+    // The run's own --max-steps, 6, from the checkpoint.
+    let (ok, err) = dcgan(&["--resume", p(&run), "--no-progress"]);
+    assert!(ok && err.contains("resuming at step 4"), "{err}");
+    assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000006", "step-00000006.abandoned"]);
+    assert_eq!(final_weights(&run), final_weights(&whole));
+    assert_eq!(step_records(&run), step_records(&whole));
 }
 
 /// What `--resume` accepts is what its errors offer.

@@ -257,6 +257,13 @@ fn an_existing_run_is_never_overwritten() {
     let before = std::fs::read(out.join("metrics.jsonl")).unwrap();
     assert_one_line_error(&args, &["already holds a run", "--out"]);
     assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), before);
+    // Its checkpoints alone are a run too (the records lost, or a checkpoint copied in): a
+    // new run's first save would have pruned them.
+    let checkpoints = common::checkpoint_names(&out);
+    std::fs::rename(out.join("metrics.jsonl"), tmp.path().join("metrics-aside")).unwrap();
+    assert_one_line_error(&args, &["already holds a run (checkpoints/)", "--resume"]);
+    assert_eq!(common::checkpoint_names(&out), checkpoints);
+    std::fs::rename(tmp.path().join("metrics-aside"), out.join("metrics.jsonl")).unwrap();
 
     // Resumed with nothing left to run, the finished run keeps its summary.
     let summary = std::fs::read(out.join("summary.json")).unwrap();

@@ -108,19 +108,20 @@ pub fn locate(path: &Path, flag: &str) -> Result<Located> {
     )
 }
 
-/// Move the broken checkpoint `dir` out of the run's checkpoints (to `<name>.broken`, a name
-/// that is no checkpoint's), rather than delete it: kept for a look, it no longer counts among
-/// the newest checkpoints a run keeps, which would otherwise remove an intact one before it.
-pub fn set_aside(dir: &Path) -> Result<PathBuf> {
+/// Move the checkpoint `dir` out of the run's checkpoints (to `<name>.<why>`, a name that is
+/// no checkpoint's: `broken`, or `abandoned` for one a resume from an older checkpoint left
+/// behind) rather than delete it: kept for a look, it no longer counts among the newest
+/// checkpoints a run keeps, which would otherwise remove an intact one before it.
+pub fn set_aside(dir: &Path, why: &str) -> Result<PathBuf> {
     let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let aside = std::iter::once(format!("{name}.broken"))
-        .chain((2..).map(|k| format!("{name}.broken{k}")))
+    let aside = std::iter::once(format!("{name}.{why}"))
+        .chain((2..).map(|k| format!("{name}.{why}{k}")))
         .map(|n| dir.with_file_name(n))
         .find(|p| !p.exists())
         .expect("an unused name");
     std::fs::rename(dir, &aside).with_context(|| {
         format!(
-            "cannot set the broken checkpoint {} aside as {}: move it out of checkpoints/ yourself",
+            "cannot set the {why} checkpoint {} aside as {}: move it out of checkpoints/ yourself",
             dir.display(),
             aside.display()
         )

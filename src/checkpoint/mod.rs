@@ -203,13 +203,40 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     let dir = root.join(&name);
     std::fs::rename(&tmp, &dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
     sync_dir(&root)?;
-    let latest_tmp = root.join(".latest.tmp");
-    write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
-    std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
-    sync_dir(&root)?;
+    write_latest(&root, &name)?;
     // Only now are the older checkpoints no longer needed.
     prune(&root, keep, &name);
     Ok(dir)
+}
+
+/// Make `name` the checkpoint `root/latest` names (a temporary file, synced and renamed, so a
+/// crash leaves the old name or the new one).
+fn write_latest(root: &Path, name: &str) -> Result<()> {
+    let latest_tmp = root.join(".latest.tmp");
+    write_synced(&latest_tmp, format!("{name}\n").as_bytes())?;
+    std::fs::rename(&latest_tmp, root.join("latest")).context("cannot update checkpoints/latest")?;
+    sync_dir(root)
+}
+
+/// Make the checkpoint `dir` its run's latest and set the run's later checkpoints aside (as
+/// `<name>.abandoned`): a run resumed from an older checkpoint than its last leaves the
+/// continuation after it behind, which `--resume RUN` must not go back to and which must not
+/// count among the checkpoints a save keeps. `latest` moves first, so a crash between the two
+/// leaves a run that resumes from `dir` and sets them aside then. Returns the paths they were
+/// moved to.
+pub fn go_on_from(dir: &Path) -> Result<Vec<PathBuf>> {
+    let (Some(root), Some(key)) = (dir.parent(), dir.file_name().and_then(|n| find::order_key(&n.to_string_lossy())))
+    else {
+        return Ok(Vec::new());
+    };
+    let name = dir.file_name().expect("a checkpoint's name").to_string_lossy().to_string();
+    let latest = std::fs::read_to_string(root.join("latest")).unwrap_or_default();
+    if latest.trim() != name {
+        write_latest(root, &name)?;
+    }
+    // Oldest first, as the note that lists them reads.
+    let later = find::checkpoint_names(root).into_iter().rev().filter(|(k, _)| *k > key);
+    later.map(|(_, n)| set_aside(&root.join(n), "abandoned")).collect()
 }
 
 /// Remove the checkpoints in `root` that `keep` no longer asks for, oldest first by (step,
@@ -265,17 +292,13 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     Ok(locate(path, "checkpoint")?.dir)
 }
 
-/// The bytes of a checkpoint file, checked against its digests; a corrupt one is refused
-/// naming the file, the tensor and what to use instead.
+/// The bytes of a checkpoint file, checked against its digests; a corrupt, missing or
+/// unreadable one is refused naming the file (and the tensor) and what to use instead.
 fn read(path: &Path) -> Result<Vec<u8>> {
-    match find::read_checked(path) {
-        Ok((bytes, _)) => Ok(bytes),
-        Err(e) if e.downcast_ref::<Corrupt>().is_some() => {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            bail!("{e}: {}", find::instead_of(dir))
-        }
-        Err(e) => Err(e),
-    }
+    find::read_checked(path).map(|(bytes, _)| bytes).map_err(|e| {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        anyhow::anyhow!("{e:#}: {}", find::instead_of(dir))
+    })
 }
 
 /// The image size a checkpoint's generator was trained for.

@@ -2,6 +2,7 @@
 //! checkpoints. A new run never overwrites one that can be continued; a resumed run continues
 //! its own; a lock keeps two runs from sharing a directory.
 
+use super::resume::ResumeFrom;
 use crate::checkpoint::best::Best;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
@@ -33,6 +34,9 @@ struct Resumed {
     step: u64,
     epoch: u64,
     tensorboard: bool,
+    /// The checkpoint it goes on from, and the broken ones beside it to set aside.
+    checkpoint: PathBuf,
+    broken: Vec<PathBuf>,
 }
 
 /// The default run directory, `runs/<local time>`, made here and this run's alone: a run
@@ -78,16 +82,44 @@ fn has_checkpoint(dir: &Path) -> bool {
     entries.map(|e| e.file_name()).any(|n| n.to_string_lossy().starts_with("step-"))
 }
 
+/// Set the broken checkpoints `broken` aside, then those after `from`, which becomes the run's
+/// latest; each said in a note.
+fn set_aside_all(broken: &[PathBuf], from: &Path) -> Result<()> {
+    for dir in broken {
+        let aside = checkpoint::set_aside(dir, "broken")?;
+        eprintln!(
+            "note: the broken checkpoint {} is set aside as {}, out of the checkpoints kept",
+            dir.display(),
+            aside.display()
+        );
+    }
+    let later = checkpoint::go_on_from(from)?;
+    if !later.is_empty() {
+        let names: Vec<String> = later.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "note: {} is older than the run's last checkpoint: the {} after it {} set aside as {}, out of the checkpoints kept (the run goes on from here; to take that continuation up again, rename one back and resume from it)",
+            from.display(),
+            if later.len() == 1 { "one" } else { "ones" },
+            if later.len() == 1 { "is" } else { "are" },
+            names.join(", ")
+        );
+    }
+    Ok(())
+}
+
 impl Outputs {
-    /// A fresh run directory, whose checkpoints are kept as `keep` says. One that holds a run
-    /// is refused, unless that run ended before its first checkpoint: nothing there can be
-    /// continued, so this run starts over in it.
+    /// A fresh run directory, whose checkpoints are kept as `keep` says. One that holds a
+    /// checkpoint is refused; one whose run ended before its first checkpoint is not: nothing
+    /// there can be continued, so this run starts over in it.
     pub fn create(dir: &Path, keep: checkpoint::Keep, tensorboard: bool) -> Result<Outputs> {
         let earlier = dir.join("metrics.jsonl").exists();
-        if earlier && has_checkpoint(dir) {
+        // Checkpoints alone (the records gone, or a checkpoint copied in) are a run that can
+        // be continued: this run's first save would prune them.
+        if has_checkpoint(dir) {
             bail!(
-                "{} already holds a run (metrics.jsonl): choose another --out, continue it with --resume {}, or move it away",
+                "{} already holds a run ({}checkpoints/): choose another --out, continue it with --resume {}, or move it away",
                 dir.display(),
+                if earlier { "metrics.jsonl, " } else { "" },
                 dir.display()
             );
         }
@@ -113,22 +145,32 @@ impl Outputs {
         Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, pending: None, keep, _lock: lock })
     }
 
-    /// The run in `dir`, to continue after a checkpoint at `step` completed steps and `epoch`
-    /// completed epochs: only locked and opened here, so that a resume refused before its
-    /// first step changes nothing; `begin` readies it.
-    pub fn resume(dir: &Path, step: u64, epoch: u64, keep: checkpoint::Keep, tensorboard: bool) -> Result<Outputs> {
+    /// The run of `from`, to continue after its checkpoint at `step` completed steps and
+    /// `epoch` completed epochs: only locked and opened here, so that a resume refused before
+    /// its first step changes nothing; `begin` readies it.
+    pub fn resume(
+        from: &ResumeFrom,
+        step: u64,
+        epoch: u64,
+        keep: checkpoint::Keep,
+        tensorboard: bool,
+    ) -> Result<Outputs> {
+        let dir = &from.run;
         let lock = lock(dir)?;
         let metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
-        let pending = Some(Resumed { step, epoch, tensorboard });
+        let (checkpoint, broken) = (from.checkpoint.clone(), from.broken.clone());
+        let pending = Some(Resumed { step, epoch, tensorboard, checkpoint, broken });
         Ok(Outputs { dir: dir.to_path_buf(), metrics, events: None, events_from: 0, pending, keep, _lock: lock })
     }
 
-    /// Ready a resumed run to write: the records the interrupted run wrote after its
-    /// checkpoint are dropped (the resumed run writes them again, with the same values), also
-    /// where the checkpoint is an older one than the run's last (a stop after it is no longer
-    /// the run's); its TensorBoard events go to a file of its own that starts with a restart.
+    /// Ready a resumed run to write: broken checkpoints and any after the one it goes on from
+    /// are set aside and `latest` names that one; the records the interrupted run wrote after
+    /// it are dropped (the resumed run writes them again, with the same values), also where it
+    /// is an older one than the run's last (a stop after it is no longer the run's); its
+    /// TensorBoard events go to a file of its own that starts with a restart.
     pub fn begin(&mut self) -> Result<()> {
-        let Some(Resumed { step, epoch, tensorboard }) = self.pending.take() else { return Ok(()) };
+        let Some(Resumed { step, epoch, tensorboard, checkpoint, broken }) = self.pending.take() else { return Ok(()) };
+        set_aside_all(&broken, &checkpoint)?;
         let path = self.dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let parsed = text.lines().map(|l| (l, serde_json::from_str::<serde_json::Value>(l).ok()));

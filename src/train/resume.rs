@@ -27,6 +27,9 @@ pub struct ResumeFrom {
     pub run: PathBuf,
     /// The checkpoint directory, intact (its digests checked).
     pub checkpoint: PathBuf,
+    /// Broken checkpoints newer than it, set aside once the run goes on (`Outputs::begin`):
+    /// a resume refused before then leaves the run as it was.
+    pub broken: Vec<PathBuf>,
 }
 
 /// What rank 0 tells every rank: the path given to `--resume` and the checkpoint's progress.
@@ -75,21 +78,8 @@ pub fn settle(
 /// and its progress.
 fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
     let found = checkpoint::locate(path, "--resume")?;
-    let aside: Vec<String> = found
-        .skipped
-        .iter()
-        .map(|d| checkpoint::set_aside(d).map(|a| a.display().to_string()))
-        .collect::<Result<_>>()?;
     if let Some(fallback) = &found.fallback {
-        let aside = match aside.is_empty() {
-            true => String::new(),
-            false => format!(
-                " ({} set aside as {}, out of the checkpoints kept)",
-                if aside.len() == 1 { "it is" } else { "they are" },
-                aside.join(", ")
-            ),
-        };
-        eprintln!("warning: {fallback}{aside}");
+        eprintln!("warning: {fallback}");
     }
     if let Some(note) = &found.undigested {
         eprintln!("warning: {note}");
@@ -102,7 +92,7 @@ fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
         );
     };
     let progress = checkpoint::load_progress(&found.dir)?;
-    Ok((ResumeFrom { run, checkpoint: found.dir }, progress))
+    Ok((ResumeFrom { run, checkpoint: found.dir, broken: found.skipped }, progress))
 }
 
 /// The run's options with the command line's changes, if this job can continue the run.

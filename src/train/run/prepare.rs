@@ -273,7 +273,7 @@ fn build<B: Backend>(
     let outputs = job.agree(match (root, &ck, from) {
         (false, _, _) => Ok(None),
         (true, Some(ck), Some(f)) => {
-            Outputs::resume(&f.run, ck.progress.step, ck.progress.epoch, keep, !args.no_tensorboard).map(Some)
+            Outputs::resume(f, ck.progress.step, ck.progress.epoch, keep, !args.no_tensorboard).map(Some)
         }
         _ => args
             .out
