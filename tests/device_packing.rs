@@ -23,6 +23,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 const RANKS: usize = 3;
+/// Side by side in pairs (as the replicas of two pipelines' stages average): ranks 0 and 2,
+/// 1 and 3.
+const PAIRED_RANKS: usize = 4;
 /// G's buckets: two of several fragments, and one of 4 values (stripes of one or two values,
 /// whose encodings do not fit in their floats: the comm thread quantizes it).
 const BUCKETS: [usize; 3] = [4000, 2600, 4];
@@ -51,8 +54,11 @@ fn grad(rank: usize, step: u64, i: usize) -> f32 {
 /// where the device holds them), and the bytes staged to the host.
 type RankEnd = (Vec<f32>, Option<RankResiduals>, Vec<Option<[f32; 2]>>, Vec<f32>, u64);
 
-fn run(wire: Wire, pack_on_device: bool) -> Vec<RankEnd> {
-    let handles = start_local_group(RANKS, config(wire)).unwrap();
+/// `paired`: PAIRED_RANKS ranks whose buckets are averaged in pairs; otherwise RANKS ranks
+/// averaging over all.
+fn run(wire: Wire, pack_on_device: bool, paired: bool) -> Vec<RankEnd> {
+    let ranks = if paired { PAIRED_RANKS } else { RANKS };
+    let handles = start_local_group(ranks, config(wire)).unwrap();
     std::thread::scope(|s| {
         let threads: Vec<_> = handles
             .into_iter()
@@ -61,6 +67,9 @@ fn run(wire: Wire, pack_on_device: bool) -> Vec<RankEnd> {
                 s.spawn(move || {
                     let cu = Cuda::emulated(4).unwrap();
                     let comm = Rc::new(handle);
+                    if paired {
+                        comm.set_bucket_group((rank % 2..ranks).step_by(2).collect()).unwrap();
+                    }
                     let mut at = 0;
                     let plan: Vec<Bucket> = BUCKETS
                         .iter()
@@ -117,19 +126,16 @@ fn same(a: &[f32], b: &[f32]) -> bool {
     a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-#[test]
-fn packing_one_bit_on_the_device_gives_the_comm_threads_bits() {
-    if !emulator() {
-        return;
-    }
-    let host = run(Wire::OneBit, false);
-    let device = run(Wire::OneBit, true);
-    for (rank, ((hw, hr, hn, host_own, _), (dw, dr, dn, device_own, _))) in host.iter().zip(&device).enumerate() {
+/// Every rank's weights and residuals the same bits whether the device or the comm thread
+/// packed the 1-bit wire, and the residual norms the same to f32 rounding.
+fn assert_the_same_ends(host: &[RankEnd], device: &[RankEnd]) {
+    for (rank, ((hw, hr, hn, host_own, _), (dw, dr, dn, device_own, _))) in host.iter().zip(device).enumerate() {
         // It did pack: the comm thread held no own residual of the packable buckets.
         assert!(device_own.iter().all(|&x| x == 0.0), "rank {rank}: the comm thread quantized");
         assert!(host_own.iter().any(|&x| x != 0.0), "rank {rank}: no residual without packing");
         assert!(same(hw, dw), "rank {rank}: the weights differ");
         assert!(hw.iter().any(|&w| w != 0.5), "rank {rank}: nothing was trained");
+        assert!(hw.iter().all(|w| w.is_finite()), "rank {rank}: weights not finite");
         assert_eq!(hr, dr, "rank {rank}: the residuals differ");
         assert_eq!(hn.len(), dn.len());
         assert!(hn.last().unwrap().is_some(), "rank {rank}: no residual norms");
@@ -144,13 +150,34 @@ fn packing_one_bit_on_the_device_gives_the_comm_threads_bits() {
 }
 
 #[test]
+fn packing_one_bit_on_the_device_gives_the_comm_threads_bits() {
+    if !emulator() {
+        return;
+    }
+    assert_the_same_ends(&run(Wire::OneBit, false, false), &run(Wire::OneBit, true, false));
+}
+
+/// Averaged in pairs, the device lays its encodings out for the pair's two stripes, as the
+/// comm thread does, not for the world's four.
+#[test]
+fn packing_one_bit_on_the_device_for_a_group_of_ranks_gives_the_comm_threads_bits() {
+    if !emulator() {
+        return;
+    }
+    let (host, device) = (run(Wire::OneBit, false, true), run(Wire::OneBit, true, true));
+    assert_the_same_ends(&host, &device);
+    // Pairs average apart: ranks 0 and 2 end alike, and unlike 1 and 3.
+    assert!(same(&host[0].0, &host[2].0) && !same(&host[0].0, &host[1].0), "the pairs did not average apart");
+}
+
+#[test]
 fn packing_bf16_on_the_device_gives_the_comm_threads_bits() {
     if !emulator() {
         return;
     }
-    let host = run(Wire::Bf16, false);
-    let device = run(Wire::Bf16, true);
-    let exact = run(Wire::F32, false);
+    let host = run(Wire::Bf16, false, false);
+    let device = run(Wire::Bf16, true, false);
+    let exact = run(Wire::F32, false, false);
     let total: usize = BUCKETS.iter().sum();
     // Per fragment of n values, ceil(n/2) floats.
     let fragments = |n: usize| fragments(n, config(Wire::Bf16).fragment_bytes);

@@ -211,11 +211,20 @@ pub struct CommHandle {
     pub(crate) fragment_bytes: usize,
     pub(crate) stall_timeout: Duration,
     pub(crate) thread: Option<JoinHandle<()>>,
+    /// How many ranks a gradient bucket is averaged over: the world, or the members of
+    /// `set_bucket_group` (what a bucket packed on the device must be laid out for).
+    pub(crate) bucket_ranks: std::cell::Cell<usize>,
 }
 
 impl CommHandle {
     pub fn world(&self) -> &WorldInfo {
         &self.world
+    }
+
+    /// How many ranks every later gradient bucket is averaged over (the world's size unless
+    /// `set_bucket_group` named fewer).
+    pub fn bucket_ranks(&self) -> usize {
+        self.bucket_ranks.get()
     }
 
     /// The fragments the comm thread cuts an `n`-element bucket into (in this order).
@@ -333,7 +342,10 @@ impl CommHandle {
     /// Average every later gradient bucket among `members` (real ranks, this one among them)
     /// instead of all ranks: the replicas of one pipeline stage.
     pub fn set_bucket_group(&self, members: Vec<usize>) -> anyhow::Result<()> {
-        self.helper(HelperOp::SetBucketGroup(members)).map(|_| ())
+        let n = members.len();
+        self.helper(HelperOp::SetBucketGroup(members))?;
+        self.bucket_ranks.set(n);
+        Ok(())
     }
 
     pub fn barrier(&self) -> anyhow::Result<()> {

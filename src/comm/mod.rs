@@ -257,7 +257,8 @@ fn spawn(
         })
         .context("cannot start the comm thread")?;
     let (fragment_bytes, stall_timeout) = (cfg.fragment_bytes, cfg.stall_timeout);
-    let handle = Box::new(move |world, table| CommHandle {
+    let handle = Box::new(move |world: WorldInfo, table| CommHandle {
+        bucket_ranks: std::cell::Cell::new(world.size),
         world,
         tx,
         shared,

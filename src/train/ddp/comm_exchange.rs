@@ -198,7 +198,8 @@ impl<B: Backend> CommExchange<B> {
             });
         }
         let nets = [NetBuckets::new(be, &comm, g, stages.0)?, NetBuckets::new(be, &comm, d, stages.1)?];
-        let (ranks, mut sums) = (comm.world().size, 0);
+        // A pipeline stage's buckets are averaged among its replicas alone.
+        let (ranks, mut sums) = (comm.bucket_ranks(), 0);
         let mut packed_net = |nb: &NetBuckets<B::Host>| -> Result<Vec<_>> {
             nb.plan
                 .iter()
