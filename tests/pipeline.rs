@@ -55,6 +55,12 @@ fn what_a_pipeline_cannot_run_is_refused() {
     let out = tmp.path().join("run");
     let base =
         ["--data", "synthetic:64", "--batch-size", "8", "--no-progress", "--pipeline", "--out", out.to_str().unwrap()];
+    // Rules for 4 ranks that pick MPI_Allreduce from 64 KiB up, as tune-allreduce writes them.
+    let tuning = tmp.path().join("tuning.csv");
+    std::fs::write(&tuning, "4,0,65535,ring\n4,65536,inf,mpi\n").unwrap();
+    let picks_mpi = "which MPI_Allreduce cannot (it runs over the whole job), but";
+    let (by_flag, by_file) =
+        (format!("{picks_mpi} --allreduce mpi picks mpi"), format!("{picks_mpi} --allreduce-tuning"));
     for (ranks, extra, says) in [
         (
             3,
@@ -64,6 +70,8 @@ fn what_a_pipeline_cannot_run_is_refused() {
         (1, vec![], "(it has 1)"),
         (2, vec!["--sync-bn"], "drop --sync-bn or --pipeline"),
         (2, vec!["--micro-batches", "3"], "--micro-batches 3 does not divide the 8 images"),
+        (4, vec!["--allreduce", "mpi"], by_flag.as_str()),
+        (4, vec!["--allreduce-tuning", tuning.to_str().unwrap()], by_file.as_str()),
     ] {
         let o = mpirun(ranks, &[&base[..], &extra].concat(), 60);
         let err = String::from_utf8_lossy(&o.stderr);

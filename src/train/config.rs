@@ -91,7 +91,29 @@ fn check_pipeline_options(args: &TrainOptions, ranks: usize) -> Result<()> {
     if let Some((_, flag)) = other.iter().find(|(given, _)| *given) {
         bail!("--pipeline is built for the DCGAN step with its two stages alone: drop {flag} or --pipeline");
     }
+    if ranks > 2
+        && let Some(what) = picks_native_allreduce(&args.comm, ranks)
+    {
+        bail!(
+            "pipelines side by side average each stage among its replicas, which MPI_Allreduce cannot (it runs over the whole job), but {what} picks mpi: choose another --allreduce (auto, ring, rd, vhd) or run one pipeline (mpiexec -n 2)"
+        );
+    }
     Ok(())
+}
+
+/// What makes the exchange use MPI_Allreduce for some bucket: `--allreduce mpi`, or a tuning
+/// file whose rules for `ranks` pick it (a file that cannot be read is reported where the
+/// comm thread loads it).
+fn picks_native_allreduce(comm: &crate::comm::CommOptions, ranks: usize) -> Option<String> {
+    use crate::comm::{Algorithm, AllreduceChoice};
+    match (comm.allreduce, &comm.allreduce_tuning) {
+        (AllreduceChoice::Fixed(Algorithm::Mpi), _) => Some("--allreduce mpi".into()),
+        (AllreduceChoice::Auto, Some(path)) => {
+            let rules = crate::comm::allreduce::select::RulesFile::load(path).ok()?.ranges_for(ranks).ok()?;
+            rules.iter().any(|r| r.2 == Algorithm::Mpi).then(|| format!("--allreduce-tuning {}", path.display()))
+        }
+        _ => None,
+    }
 }
 
 /// Refuses `--patience` where the options leave it nothing to count (where no feature
