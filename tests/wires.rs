@@ -76,6 +76,22 @@ fn a_one_bit_run_resumes_bitwise_with_every_ranks_residuals() {
     assert_eq!(common::step_records(&part), common::step_records(&whole));
 }
 
+/// A resume that plans more steps keeps the warm-up the run began with: one of 1 step, whose
+/// default warm-up (a tenth of its steps) is none, resumed to 20 (whose tenth would be 2)
+/// compresses from its first step on, and ends where a run of 20 without warm-up does.
+#[test]
+fn a_longer_resume_keeps_the_runs_one_bit_warm_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, part) = (tmp.path().join("whole"), tmp.path().join("part"));
+    run(2, &whole, "20", &[&["--wire", "1bit", "--wire-warmup-steps", "0"], &common::NARROW[..]].concat());
+    run(2, &part, "1", &[&["--wire", "1bit"], &common::NARROW[..]].concat());
+    let o = mpirun(2, &["--resume", path(&part), "--max-steps", "20", "--no-progress"], 300);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read_summary(&part).comm.sent_bytes_per_warmup_step, None, "the resume went back to f32");
+    assert_eq!(final_weights(&part), final_weights(&whole));
+    assert_eq!(common::step_records(&part), common::step_records(&whole));
+}
+
 /// `--wire-freeze-variance`: Adam's second moment stays as the warm-up left it (every
 /// checkpoint after it holds the same exp_avg_sq) while the first moment moves on; without
 /// the flag the second moment moves too.

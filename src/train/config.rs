@@ -214,6 +214,17 @@ pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
     args.comm.wire_warmup_steps.unwrap_or(planned / WIRE_WARMUP_FRACTION)
 }
 
+/// What a run's checkpoints record of its options: `training_config`, with the 1-bit wire's
+/// warm-up resolved to its step, so that a resume asking for more (or fewer) steps goes on
+/// compressing from where the run began to, rather than from a tenth of its new length.
+pub fn recorded_config(args: &TrainOptions, steps_per_epoch: usize) -> Value {
+    let mut config = training_config(args);
+    if args.comm.wire == crate::comm::Wire::OneBit {
+        config["wire_warmup_steps"] = compressed_from(args, steps_per_epoch).into();
+    }
+    config
+}
+
 /// The widths of G and D the options train (`--ngf`, `--ndf`).
 pub fn widths(model: &ModelOptions) -> Widths {
     Widths { ngf: model.ngf, ndf: model.ndf }

@@ -14,7 +14,7 @@ use crate::model::noise::fixed_noise;
 use crate::nn::BnSync;
 use crate::record::{GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
-use crate::train::config::{self, Settings, block_settings, data_place, training_config};
+use crate::train::config::{self, Settings, block_settings, data_place};
 use crate::train::ddp::block_momentum::BlockMomentum;
 use crate::train::ddp::comm_exchange::CommExchange;
 use crate::train::ddp::exchange::{Exchange, SoloExchange, plan_buckets};
@@ -71,6 +71,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let frozen = job.agree(crate::train::config::variance_frozen_after(args, compressed_from))?;
         let Built { trainer, outputs, ck, parked } = build(job, args, from, &agreed.settings, be, solo_shard)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
+        let steps_per_epoch = shard.batches_per_epoch();
         let mut run = Run {
             job,
             args,
@@ -81,7 +82,7 @@ impl<'a, B: Backend> Run<'a, B> {
             shard,
             trainer,
             outputs,
-            progress: fresh_progress(args, job.world.size, batch),
+            progress: fresh_progress(args, job.world.size, batch, steps_per_epoch),
             facts: RunFacts { baseline: agreed.baseline, threads: agreed.threads, memory, ..RunFacts::default() },
             stop: agreed.stop,
             last: Default::default(),
@@ -133,7 +134,7 @@ impl<'a, B: Backend> Run<'a, B> {
             sync::restore(&t.be, &mut t.model.d.store, &ck.d, &ck.d_adam);
             self.progress = ck.progress.clone();
             // What the resume changed (a longer --max-steps, say) is the run's from now on.
-            self.progress.config = training_config(self.args);
+            self.progress.config = config::recorded_config(self.args, self.shard.batches_per_epoch());
         }
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
@@ -363,7 +364,7 @@ fn lacks_average(from: &ResumeFrom, ck: Checkpoint, m: &crate::record::ModelOpti
 }
 
 /// The progress of a run that has not started.
-fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize) -> Progress {
+fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize, steps_per_epoch: usize) -> Progress {
     Progress {
         step: 0,
         epoch: 0,
@@ -374,6 +375,6 @@ fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize) -> P
         image_size: args.model.image_size,
         ngf: args.model.ngf,
         rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
-        config: training_config(args),
+        config: config::recorded_config(args, steps_per_epoch),
     }
 }
