@@ -72,14 +72,14 @@ fn real_images_are_near_the_test_split_and_noise_is_far() {
 
 /// A run with --eval-every trains bitwise what a run without it does; its distance falls over
 /// three epochs (of 8 steps); `evaluate` of its checkpoint gives the figure its last epoch
-/// recorded.
+/// recorded (drawing on the run's own seed, which is not the default).
 #[test]
 fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
     let (tmp, small) = (tempfile::tempdir().unwrap(), common::small_feature_net(BIN));
     let run = |name: &str, every: &str| {
         let out = tmp.path().join(name);
         let args = ["--data", SMALL, "--epochs", "3", "--batch-size", "64", "--no-progress", "--eval-n", "500"];
-        let mut args = [&args[..], &common::NARROW].concat();
+        let mut args = [&args[..], &["--seed", "7"], &common::NARROW].concat();
         args.extend(["--eval-every", every, "--classifier", path(small), "--out", path(&out)]);
         ok(bin(&args));
         out
@@ -92,7 +92,9 @@ fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
     assert!(q[2].fid < q[0].fid, "{q:?}");
     assert!(common::read_summary(&without).quality.is_empty());
     let e = evaluate_on(SMALL, small, &["--checkpoint", path(&with), "--n", "500"]);
-    assert!((e.fid - q[2].fid).abs() <= 1e-3 * q[2].fid, "evaluate {} against the run's {}", e.fid, q[2].fid);
+    // The features may differ in their last bits (other batches); another seed's noise moves
+    // the distance by a hundred times more.
+    assert!((e.fid - q[2].fid).abs() <= 1e-5 * q[2].fid, "evaluate {} against the run's {}", e.fid, q[2].fid);
 }
 
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is
@@ -168,6 +170,17 @@ fn bad_input_is_one_line() {
     let run = tmp.path().join("run");
     ok(bin(&["--data", DATA, "--max-steps", "2", "--no-progress", "--eval-every", "0", "--out", path(&run)]));
     fails_with(&["evaluate", "--checkpoint", path(&run), "--n", "100", "--classifier", net], "at least 256");
+    // The same for training, refused before its first step rather than after an epoch.
+    let early = tmp.path().join("early");
+    fails_with(&["--data", DATA, "--eval-n", "100", "--classifier", net, "--out", path(&early)], "at least 256");
+    assert!(!early.exists(), "a run that cannot be evaluated wrote nothing");
+    // An IDX file of too few images.
+    let few = tmp.path().join("few.idx");
+    std::fs::write(&few, encode_idx_images(&[0; 784 * 100], 100, 28, 28)).unwrap();
+    fails_with(
+        &["evaluate", "--images", path(&few), "--data", DATA, "--classifier", net],
+        "100 images give too few samples",
+    );
     // A checkpoint of another image size than the feature network's.
     let big = tmp.path().join("big");
     let args = ["--data", DATA, "--image-size", "64", "--batch-size", "4", "--max-steps", "1", "--no-progress"];

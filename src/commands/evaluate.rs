@@ -30,7 +30,7 @@ pub struct EvaluateArgs {
     #[arg(long, value_name = "FILE.idx")]
     pub images: Option<PathBuf>,
     /// Images drawn from the generator (distances are comparable only at the same n).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 10_000, value_parser = super::parse::evaluation_images)]
     pub n: u64,
     /// The data whose test split is the reference (default: the run's own data, or
     /// Fashion-MNIST for --images).
@@ -39,9 +39,10 @@ pub struct EvaluateArgs {
     /// The feature network (default: the data's, trained first when there is none).
     #[arg(long, value_name = "FILE")]
     pub classifier: Option<PathBuf>,
-    /// Seed of the generator's noise.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Seed of the generator's noise (default: the run's own `--seed`, whose noise its
+    /// evaluations drew on, so that the figure is the one the run recorded).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// With --checkpoint, which generator draws: auto (the averaged one where the run kept it
     /// with --g-ema, else G), averaged, or trained.
     #[arg(long, value_enum, default_value_t = WhichGenerator::Auto, conflicts_with = "images")]
@@ -95,7 +96,11 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
     let (images, what) = match (&ck, file) {
         (Some(dir), _) => {
             let mut g = Generator::load(&be, dir, BATCH.min(n), a.generator)?;
-            (g.draw(&be, &fixed_noise(seed_for(a.seed, EVAL_NOISE), n, NZ)), g.describe(dir))
+            let seed = match a.seed {
+                Some(seed) => seed,
+                None => checkpoint::load_progress(dir)?.seed,
+            };
+            (g.draw(&be, &fixed_noise(seed_for(seed, EVAL_NOISE), n, NZ)), g.describe(dir))
         }
         (None, Some(set)) => (images_of(&set, side, set.count), a.images.as_ref().unwrap().display().to_string()),
         (None, None) => unreachable!(),

@@ -3,8 +3,8 @@
 
 use super::comm_args::CommArgs;
 use super::parse::{
-    adam_beta, at_least_one, batch_size, feature_maps, image_size, non_negative_f32, parse_bytes, positive_f32,
-    positive_f64,
+    adam_beta, at_least_one, batch_size, evaluation_images, feature_maps, image_size, non_negative_f32, parse_bytes,
+    positive_f32, positive_f64,
 };
 use crate::device::{DeviceChoice, Precision};
 use crate::record::{
@@ -156,7 +156,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "EPOCHS")]
     pub eval_every: Option<u64>,
     /// Images generated for each evaluation (distances are comparable only at the same n).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 10_000, value_parser = evaluation_images)]
     pub eval_n: u64,
     /// The feature network (default: the data's, where `dcgan-train classifier` writes it).
     #[arg(long, value_name = "FILE")]

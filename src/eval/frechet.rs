@@ -21,11 +21,7 @@ impl Gaussian {
     pub fn of(features: &[f32], dim: usize) -> Result<Gaussian> {
         let n = features.len() / dim.max(1);
         if n < 2 * dim {
-            bail!(
-                "{n} images give too few samples for a covariance of {dim} features: use at least {} (--n {})",
-                2 * dim,
-                2 * dim
-            );
+            bail!("{n} images give too few samples for a covariance of {dim} features: use at least {}", 2 * dim);
         }
         let x = DMatrix::from_fn(n, dim, |i, j| features[i * dim + j] as f64);
         let mean = x.row_mean().transpose();

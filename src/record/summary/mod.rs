@@ -63,12 +63,12 @@ pub struct Summary {
     #[serde(default)]
     pub epoch_seconds: Vec<f64>,
     /// The median step (the upper median: a step that was measured). Excludes the epochs'
-    /// ends (sample grids, checkpoints).
+    /// ends (sample grids, checkpoints, evaluations).
     pub ms_per_step: f64,
     #[serde(default)]
     pub ms_per_step_mean: f64,
-    /// The training loop's wall time per step: the steps, plus checkpoints, sample grids and
-    /// the epochs' ends between them.
+    /// The training loop's wall time per step: the steps, plus checkpoints, sample grids,
+    /// evaluations (`--eval-every`) and the epochs' ends between them.
     #[serde(default)]
     pub wall_ms_per_step: f64,
     /// What `ms_per_step` would be if no rank ever waited for another: the median over steps
