@@ -200,6 +200,13 @@ fn bad_input_is_one_line() {
     let bad = tmp.path().join("bad.safetensors");
     std::fs::write(&bad, bytes).unwrap();
     fails_with(&["evaluate", "--checkpoint", path(&run), "--classifier", path(&bad)], "corrupt");
+    // `classifier --out` a network of other data is refused and left as it was; of the same
+    // data, it is kept.
+    let other = tmp.path().join("other.safetensors");
+    std::fs::copy(net, &other).unwrap();
+    fails_with(&["classifier", "--data", SMALL, "--out", path(&other)], "not of this data (512 synthetic");
+    assert_eq!(std::fs::read(&other).unwrap(), std::fs::read(net).unwrap(), "the network was overwritten");
+    ok(bin(&["classifier", "--data", DATA, "--out", path(&other)]));
     // --eval-every with data that has no test split.
     let args = ["--data", path(&data), "--batch-size", "4", "--max-steps", "1", "--eval-every", "1", "--no-progress"];
     fails_with(

@@ -8,7 +8,7 @@ use crate::data::DataSource;
 use crate::eval::feature_net::{FeatureNet, file_name};
 use crate::eval::feature_net_file::{Splits, default_dir, print_epoch};
 use crate::eval::train_classifier::{ClassifierTraining, train_classifier};
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -42,6 +42,18 @@ pub fn run(a: ClassifierArgs) -> Result<()> {
     let out = a.out.unwrap_or_else(|| default_dir().join(file_name(a.image_size, &splits.train.fingerprint())));
     if out.exists() && !a.force {
         let f = FeatureNet::load(&Cpu, &out, 1)?;
+        if f.info.fingerprint != splits.train.fingerprint() || f.info.image_size != a.image_size {
+            bail!(
+                "--out {} holds a feature network of {} at {}x{}, not of this data ({}) at {}x{}: choose another --out, or pass --force to train over it",
+                out.display(),
+                f.info.data,
+                f.info.image_size,
+                f.info.image_size,
+                splits.train.set.description,
+                a.image_size,
+                a.image_size
+            );
+        }
         eprintln!(
             "{} is already trained on {} (test accuracy {:.4}): pass --force to train it again",
             out.display(),
