@@ -99,6 +99,26 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     assert_eq!(checkpoint::load(&third, (&g, &d)).unwrap(), ck);
 }
 
+/// What a save that never finished left (its `.tmp-` directory, of another step) goes with the
+/// next save.
+#[test]
+fn a_save_clears_what_unfinished_saves_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let ck = sample_checkpoint(&g, &d);
+    let unfinished = dir.path().join("checkpoints").join(".tmp-step-00000007");
+    std::fs::create_dir_all(&unfinished).unwrap();
+    std::fs::write(unfinished.join("G.safetensors"), b"half a file").unwrap();
+    let saved = checkpoint::save(dir.path(), (&g, &d), &ck, Keep::All).unwrap();
+    assert!(!unfinished.exists(), "the unfinished save is still there");
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(left.iter().all(|n| !n.starts_with(".tmp-")), "{left:?}");
+    assert_eq!(checkpoint::load(&saved, (&g, &d)).unwrap(), ck);
+}
+
 /// A second save of the same step (a periodic checkpoint, then the epoch's end with the new
 /// position) goes to a new directory: the one `latest` names is never removed before
 /// `latest` moves, so a crash between the two leaves a whole checkpoint.

@@ -173,7 +173,7 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let name = fresh_name(&root, ck.progress.step);
     let tmp = root.join(format!(".tmp-{name}"));
-    let _ = std::fs::remove_dir_all(&tmp);
+    remove_unfinished(&root);
     std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let (size, ngf) = (ck.progress.image_size.to_string(), ck.progress.ngf.to_string());
     // G's first weight is ConvTranspose2d [nz, C, k, k].
@@ -207,6 +207,16 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     // Only now are the older checkpoints no longer needed.
     prune(&root, keep, &name);
     Ok(dir)
+}
+
+/// Remove what saves that never finished left under `root` (`.tmp-*`: a crash, a full disk):
+/// one process writes a run's checkpoints, so none of them is being written now.
+fn remove_unfinished(root: &Path) {
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Make `name` the checkpoint `root/latest` names (a temporary file, synced and renamed, so a
