@@ -185,3 +185,23 @@ fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
         );
     }
 }
+
+/// `--batch-size` is per rank: given on another number of ranks (even with the run's own value,
+/// which alone would read as no change) it is refused, since the run keeps its global batch.
+#[test]
+fn a_per_rank_batch_is_refused_on_other_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(2, &run, "2", &[]);
+    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+    let o = mpirun(1, &["--resume", path(&run), "--max-steps", "4", "--batch-size", "8", "--no-progress"], 300);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert!(!o.status.success() && errors.len() == 1, "{err}");
+    assert!(
+        errors[0].contains("--batch-size is per rank")
+            && errors[0].contains("global batch of 16 images (16 per rank on 1)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+}

@@ -103,6 +103,18 @@ fn options_of_the_run(
     ranks: usize,
 ) -> Result<TrainOptions> {
     let (asked, p) = (shared.asked.display(), &shared.progress);
+    if p.ranks != ranks && given.contains("batch_size") {
+        // The run's own value would be taken as no change, and then split over the new ranks.
+        let global = p.ranks * p.batch_per_rank;
+        let share = if global.is_multiple_of(ranks) {
+            format!(" ({} per rank on {ranks})", global / ranks)
+        } else {
+            String::new()
+        };
+        bail!(
+            "--resume {asked}: --batch-size is per rank, and a resume on another number of ranks keeps the run's global batch of {global} images{share}: leave --batch-size out"
+        );
+    }
     let mut resumed = resumed_options(args, given, &p.config, &format!("--resume {asked}"))?;
     resumed.checkpoints.resume = Some(shared.asked.clone());
     if p.ranks != ranks {
