@@ -80,7 +80,13 @@ fn tensorboard_reads_what_metrics_jsonl_holds_also_after_a_resume() {
     let args = ["--data", DATA, "--epochs", "3", "--keep-checkpoints", "0", "--eval-n", "500", "--eval-every", "1"];
     ok(bin(&[&args[..], &common::NARROW, &["--classifier", path(net), "--no-progress", "--out", path(&run)]].concat()));
     let second = run.join("checkpoints").join("step-00000016");
+    let before = common::read_summary(&run).quality;
     ok(bin(&["--resume", path(&second), "--classifier", path(net), "--no-progress"]));
+    // summary.json lists the whole run's quality: the epochs before the resume as they were
+    // measured, then the one it measured again.
+    let after = common::read_summary(&run).quality;
+    assert_eq!(after.iter().map(|q| q.epoch).collect::<Vec<_>>(), [0, 1, 2], "{after:?}");
+    assert_eq!(after[..2], before[..2]);
     assert_eq!(event_files(&run), 2, "one file for each invocation");
     let read = tensorboard_read(&run);
     let steps = lines(&run, "step");

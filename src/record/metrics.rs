@@ -165,8 +165,30 @@ pub struct EpochRecord {
     pub kid: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_seconds: Option<f64>,
+    /// KID's standard deviation over its subsets, and the images generated: with the
+    /// figures above, all of summary.json's `quality` entry, which a resume takes back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid_std: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_n: Option<usize>,
     #[serde(flatten)]
     pub more: MoreQuality,
+}
+
+impl EpochRecord {
+    /// The epoch's sample quality as summary.json lists it, where the line holds all of it
+    /// (lines written before `kid_std` and `eval_n` were recorded do not).
+    pub fn quality(&self) -> Option<crate::record::summary::EpochQuality> {
+        Some(crate::record::summary::EpochQuality {
+            epoch: self.epoch,
+            fid: self.fid?,
+            kid: self.kid?,
+            kid_std: self.kid_std?,
+            n: self.eval_n?,
+            seconds: self.eval_seconds?,
+            more: self.more,
+        })
+    }
 }
 
 /// The figures of an evaluated epoch beyond G's FID and KID, kept flat in the epoch line and

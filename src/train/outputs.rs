@@ -6,6 +6,7 @@ use super::resume::ResumeFrom;
 use crate::checkpoint::best::Best;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
+use crate::record::summary::EpochQuality;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary, TrainOptions};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::{Grid, write_grid};
@@ -25,6 +26,9 @@ pub struct Outputs {
     pending: Option<Resumed>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
+    /// A resumed run's sample quality of the epochs before it goes on (`begin`), from the
+    /// epoch lines it keeps, so that summary.json lists the whole run's.
+    pub earlier_quality: Vec<EpochQuality>,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
     _lock: File,
 }
@@ -142,7 +146,16 @@ impl Outputs {
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, pending: None, keep, _lock: lock })
+        Ok(Outputs {
+            dir: dir.to_path_buf(),
+            metrics,
+            events,
+            events_from: 0,
+            pending: None,
+            keep,
+            earlier_quality: Vec::new(),
+            _lock: lock,
+        })
     }
 
     /// The run of `from`, to continue after its checkpoint at `step` completed steps and
@@ -160,7 +173,16 @@ impl Outputs {
         let metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
         let (checkpoint, broken) = (from.checkpoint.clone(), from.broken.clone());
         let pending = Some(Resumed { step, epoch, tensorboard, checkpoint, broken });
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events: None, events_from: 0, pending, keep, _lock: lock })
+        Ok(Outputs {
+            dir: dir.to_path_buf(),
+            metrics,
+            events: None,
+            events_from: 0,
+            pending,
+            keep,
+            earlier_quality: Vec::new(),
+            _lock: lock,
+        })
     }
 
     /// Ready a resumed run to write: broken checkpoints and any after the one it goes on from
@@ -181,6 +203,11 @@ impl Outputs {
             Some(_) => true,
             None => false,
         });
+        self.earlier_quality = kept
+            .iter()
+            .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "epoch"))
+            .filter_map(|v| serde_json::from_value::<EpochRecord>(v.clone()).ok()?.quality())
+            .collect();
         let kept: String = kept.iter().map(|(l, _)| format!("{l}\n")).collect();
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))
             .with_context(|| format!("cannot rewrite {}", path.display()))?;

@@ -98,8 +98,9 @@ pub struct Summary {
     /// Against `--baseline-summary`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weak_scaling: Option<WeakScaling>,
-    /// Sample quality after the epochs it was measured (`--eval-every`), and the feature
-    /// network it was measured with.
+    /// Sample quality after the epochs it was measured (`--eval-every`), the whole run's (a
+    /// resume takes the earlier epochs' from their metrics.jsonl lines), and the feature
+    /// network this invocation measured with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quality: Vec<EpochQuality>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -247,6 +247,8 @@ impl<B: Backend> Run<'_, B> {
                 fid: q.map(|q| q.fid),
                 kid: q.map(|q| q.kid),
                 eval_seconds: q.map(|q| q.seconds),
+                kid_std: q.map(|q| q.kid_std),
+                eval_n: q.map(|q| q.n),
                 more: q.map(|q| q.more).unwrap_or_default(),
             };
             job.or_fail(out.epoch(&rec, self.trainer.step, grid));

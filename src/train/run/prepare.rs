@@ -120,6 +120,7 @@ impl<'a, B: Backend> Run<'a, B> {
         run.refuse_if_stopped_early()?;
         job.agree(run.outputs.as_mut().map_or(Ok(()), |o| o.begin()))?;
         if let Some(out) = run.outputs.as_mut() {
+            run.facts.quality = std::mem::take(&mut out.earlier_quality);
             job.or_fail(out.text(run.progress.step, "options", &super::super::outputs::options_markdown(args)));
         }
         run.announce();
