@@ -3,10 +3,11 @@
 # model (src/scaling/two_level.rs) and the one-level one that treats every rank as a host.
 #
 #   scripts/bench-two-level.sh [--hosts 2] [--slots 2] [--rate 1gbit] [--repeats 2] [--out DIR]
-#                              [--name NAME]
+#                              [--name NAME] [--no-probe]
 #
 # (default DIR: runs/two-level-DATE-TIME; NAME, default dcgtwolevel, names the emulated
-# clusters it brings up and takes down)
+# clusters it brings up and takes down; --no-probe skips cluster-emulate.sh's TCP and
+# MPI_Allreduce link checks, about 25 s on 2 cores, which only the reader of links-*.txt uses)
 #
 # 1. The link between hosts: ping-pong between two hosts of one rank each (between.json).
 # 2. The link inside a host: ping-pong between two ranks of h1 (within.json).
@@ -24,7 +25,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"
-HOSTS=2 SLOTS=2 RATE=1gbit REPEATS=2 OUT=""
+HOSTS=2 SLOTS=2 RATE=1gbit REPEATS=2 OUT="" PROBE=()
 NAME=dcgtwolevel
 die() { echo "bench-two-level: $*" >&2; exit 1; }
 log() { echo "bench-two-level: $*" >&2; }
@@ -39,6 +40,7 @@ while [ $# -gt 0 ]; do
         --repeats) REPEATS="${2:?--repeats needs a value}"; shift 2 ;;
         --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
         --name) NAME="${2:?--name needs a cluster name}"; shift 2 ;;
+        --no-probe) PROBE=(--no-probe); shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (see $0 --help)" ;;
     esac
@@ -74,12 +76,12 @@ cleanup
 } >"$OUT/environment.txt"
 
 log "1/4 the link between hosts (one rank each)"
-"$CLUSTER" up 2 --rate "$RATE" --name "${NAME}1" 2>&1 | tee "$OUT/links-between.txt"
+"$CLUSTER" up 2 --rate "$RATE" --name "${NAME}1" "${PROBE[@]}" 2>&1 | tee "$OUT/links-between.txt"
 "$CLUSTER" run --name "${NAME}1" -n 2 -- "$BIN" ping-pong --json "$OUT/between.json" | tee -a "$OUT/links-between.txt"
 "$CLUSTER" down --name "${NAME}1" >/dev/null
 
 log "2/4 the link inside a host (two ranks of h1)"
-"$CLUSTER" up "$HOSTS" --rate "$RATE" --slots "$SLOTS" --name "$NAME" 2>&1 | tee "$OUT/links-shaped.txt"
+"$CLUSTER" up "$HOSTS" --rate "$RATE" --slots "$SLOTS" --name "$NAME" "${PROBE[@]}" 2>&1 | tee "$OUT/links-shaped.txt"
 # -n 2 fills h1's slots first: both ranks on one host.
 "$CLUSTER" run --name "$NAME" -n 2 -- "$BIN" ping-pong --json "$OUT/within.json" | tee "$OUT/links-within.txt"
 

@@ -416,7 +416,8 @@ fn bench_two_level_compares_both_models() {
     let mut cmd = Command::new(script().with_file_name("bench-two-level.sh"));
     // A name of this test process's own, as Cluster::up gives its clusters.
     let name = format!("t{}w", std::process::id());
-    cmd.args(["--repeats", "1", "--name", &name, "--out"]).arg(tmp.path());
+    // The link probes only print (ping-pong measures what the models take).
+    cmd.args(["--repeats", "1", "--no-probe", "--name", &name, "--out"]).arg(tmp.path());
     cmd.env("DCGAN_TRAIN", env!("CARGO_BIN_EXE_dcgan-train"));
     let o = run_limited(cmd, 300);
     assert!(o.status.success(), "bench-two-level.sh failed:\n{}", String::from_utf8_lossy(&o.stderr));
