@@ -137,3 +137,17 @@ fn bf16_sends_half_the_bytes_of_f32() {
     };
     assert_eq!(sent("bf16") * 2.0, sent("f32"));
 }
+
+/// Pipelines side by side with `--wire 1bit`: rank 0 holds G's stage and averages G's buckets
+/// with its replica, so the step lines report G's residual norm once it has gone 1-bit, and no
+/// D norm (D's residuals live on D's stage).
+#[test]
+fn a_pipeline_stage_reports_its_own_networks_residual() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("pipelines");
+    run(4, &out, "3", &["--pipeline", "--wire", "1bit", "--wire-warmup-steps", "0", "--ngf", "16", "--ndf", "16"]);
+    let steps = timed_step_records(&out);
+    assert!(steps.iter().all(|s| s.metrics.residual_d.is_none()), "{steps:?}");
+    let last = steps.last().unwrap().metrics;
+    assert!(last.residual_g.is_some_and(|r| r > 0.0), "{last:?}");
+}

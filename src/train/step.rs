@@ -364,8 +364,8 @@ impl<B: Backend> GanTrainer<B> {
         let metrics = StepMetrics {
             losses: like.from_raw(&raw[..5]),
             stop: raw[5] > 0.0,
-            residual_g: residuals.map(|r| r[0]),
-            residual_d: residuals.map(|r| r[1]),
+            residual_g: residuals[0],
+            residual_d: residuals[1],
         };
         let (a, b) = metrics.losses.pair();
         if !(a.is_finite() && b.is_finite()) {

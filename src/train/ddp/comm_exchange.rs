@@ -465,19 +465,22 @@ impl<B: Backend> Exchange<B> for CommExchange<B> {
         self.compressed_from = step;
     }
 
-    fn residual_norms(&self, be: &B) -> Option<[f32; 2]> {
+    fn residual_norms(&self, be: &B) -> [Option<f32>; 2] {
         // One small download a step for every bucket packed on the device.
         let mut sums = self.packed_sums_host.borrow_mut();
         if let Some(s) = &self.packed_sums {
             be.download(View::whole(s), &mut sums);
         }
         let norm = |nb: &NetBuckets<B::Host>, packed: &[Option<PackedBucket<B>>]| -> Option<f32> {
+            if nb.plan.is_empty() {
+                return None;
+            }
             let held = nb.residual_sq.iter().copied().sum::<Option<f64>>()?;
             let on_device: f64 =
                 packed.iter().flatten().filter_map(PackedBucket::one_bit).map(|pk| pk.residual_sq(&sums)).sum();
             Some((held + on_device).sqrt() as f32)
         };
-        Some([norm(&self.nets[0], &self.packed[0])?, norm(&self.nets[1], &self.packed[1])?])
+        [norm(&self.nets[0], &self.packed[0]), norm(&self.nets[1], &self.packed[1])]
     }
 
     fn exposed(&self) -> Duration {

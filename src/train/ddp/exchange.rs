@@ -100,9 +100,11 @@ pub trait Exchange<B: Backend> {
     fn finish_metrics(&mut self, out: &mut [f32]);
     /// `--wire 1bit`: gradients of steps from `step` on travel compressed (before: exact).
     fn compress_from(&mut self, _step: u64) {}
-    /// `--wire 1bit`: the L2 norm of this rank's residuals of (G, D) after their last exchange.
-    fn residual_norms(&self, _be: &B) -> Option<[f32; 2]> {
-        None
+    /// `--wire 1bit`: the L2 norm of this rank's residuals of (G, D) after their last exchange;
+    /// None for a network before its first 1-bit exchange, or that this rank does not average
+    /// (a pipeline stage holds one of them).
+    fn residual_norms(&self, _be: &B) -> [Option<f32>; 2] {
+        [None, None]
     }
     /// `--wire 1bit`: this rank's residuals (`ddp::residuals`); None before any travelled.
     fn residuals(&self, _be: &B) -> anyhow::Result<Option<crate::checkpoint::RankResiduals>> {
