@@ -97,6 +97,35 @@ fn quality_during_a_run_changes_nothing_and_falls_as_it_trains() {
     assert!((e.fid - q[2].fid).abs() <= 1e-5 * q[2].fid, "evaluate {} against the run's {}", e.fid, q[2].fid);
 }
 
+/// A resume that does not name the feature network measures with the run's own (the run's
+/// `--classifier` unless given again), so that every figure of the run is of one network.
+#[test]
+fn a_resume_measures_with_the_runs_feature_network() {
+    let (tmp, small) = (tempfile::tempdir().unwrap(), common::small_feature_net(BIN));
+    let out = tmp.path().join("run");
+    let args = ["--data", SMALL, "--epochs", "1", "--batch-size", "64", "--eval-n", "256", "--eval-every", "1"];
+    ok(bin(
+        &[&args[..], &common::NARROW, &["--no-progress", "--classifier", path(small), "--out", path(&out)]].concat()
+    ));
+    ok(bin(&["--resume", path(&out), "--epochs", "2", "--no-progress"]));
+    let s = common::read_summary(&out);
+    assert_eq!(s.feature_net.as_deref(), Some(path(small)), "{:?}", s.quality);
+    assert_eq!(s.quality.iter().map(|q| q.epoch).collect::<Vec<_>>(), [0, 1]);
+    // Given another network of the same data, the resume says so and summary.json lists its
+    // figures alone (another network's are not comparable); metrics.jsonl keeps them all.
+    let other = tmp.path().join("other.safetensors");
+    ok(bin(&["classifier", "--data", SMALL, "--epochs", "2", "--seed", "2", "--out", path(&other)]));
+    let o = ok(bin(&["--resume", path(&out), "--epochs", "3", "--classifier", path(&other), "--no-progress"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("note: 2 of the run's earlier evaluations were measured with another feature network"),
+        "{err}"
+    );
+    assert_eq!(common::read_summary(&out).quality.iter().map(|q| q.epoch).collect::<Vec<_>>(), [2]);
+    let fids = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().matches("\"fid\":").count();
+    assert_eq!(fids, 3, "metrics.jsonl holds every evaluation");
+}
+
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is
 /// what `evaluate` draws from the same weights in one process: G's and, with `--g-ema`, the
 /// averaged generator's (which `evaluate` takes by default), each rank drawing from its own

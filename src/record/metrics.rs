@@ -171,14 +171,20 @@ pub struct EpochRecord {
     pub kid_std: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_n: Option<usize>,
+    /// The feature network that measured it: the xxh3-64 of its file, in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_net: Option<String>,
     #[serde(flatten)]
     pub more: MoreQuality,
 }
 
 impl EpochRecord {
     /// The epoch's sample quality as summary.json lists it, where the line holds all of it
-    /// (lines written before `kid_std` and `eval_n` were recorded do not).
-    pub fn quality(&self) -> Option<crate::record::summary::EpochQuality> {
+    /// and the feature network of digest `feature_net` measured it.
+    pub fn quality(&self, feature_net: &str) -> Option<crate::record::summary::EpochQuality> {
+        if self.feature_net.as_deref() != Some(feature_net) {
+            return None;
+        }
         Some(crate::record::summary::EpochQuality {
             epoch: self.epoch,
             fid: self.fid?,

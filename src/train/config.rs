@@ -255,10 +255,9 @@ pub fn training_config(args: &TrainOptions) -> Value {
 /// Left out of the comparisons on both sides, so that checkpoints that hold them still resume.
 /// A resume takes these from its own command line, given or not: they belong to this invocation,
 /// not to the run.
-const NOT_COMPARED: [&str; 12] = [
+const NOT_COMPARED: [&str; 11] = [
     "threads",
     "no_tensorboard",
-    "classifier",
     "no_progress",
     "progress",
     "out",
@@ -270,10 +269,10 @@ const NOT_COMPARED: [&str; 12] = [
     "nanos",
 ];
 
-/// Options that may change when resuming (how long to train, how often to save or check):
-/// every rank must agree on them, and a resume keeps the run's unless its command line gives
-/// them.
-pub const RESUMABLE: [&str; 9] = [
+/// Options that may change when resuming (how long to train, how often to save or check,
+/// which feature network measures it): every rank must agree on them, and a resume keeps the
+/// run's unless its command line gives them (so a run's figures come from one network).
+pub const RESUMABLE: [&str; 10] = [
     "epochs",
     "max_steps",
     "checkpoint_every",
@@ -282,6 +281,7 @@ pub const RESUMABLE: [&str; 9] = [
     "check_consistency",
     "eval_every",
     "eval_n",
+    "classifier",
     "patience",
 ];
 

@@ -6,7 +6,6 @@ use super::resume::ResumeFrom;
 use crate::checkpoint::best::Best;
 use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
-use crate::record::summary::EpochQuality;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary, TrainOptions};
 use crate::report::jsonl::JsonlWriter;
 use crate::report::png::{Grid, write_grid};
@@ -26,9 +25,9 @@ pub struct Outputs {
     pending: Option<Resumed>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
-    /// A resumed run's sample quality of the epochs before it goes on (`begin`), from the
-    /// epoch lines it keeps, so that summary.json lists the whole run's.
-    pub earlier_quality: Vec<EpochQuality>,
+    /// A resumed run's lines of the epochs before it goes on (`begin`), whose sample quality
+    /// summary.json lists with its own.
+    pub earlier_epochs: Vec<EpochRecord>,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
     _lock: File,
 }
@@ -153,7 +152,7 @@ impl Outputs {
             events_from: 0,
             pending: None,
             keep,
-            earlier_quality: Vec::new(),
+            earlier_epochs: Vec::new(),
             _lock: lock,
         })
     }
@@ -180,7 +179,7 @@ impl Outputs {
             events_from: 0,
             pending,
             keep,
-            earlier_quality: Vec::new(),
+            earlier_epochs: Vec::new(),
             _lock: lock,
         })
     }
@@ -203,10 +202,10 @@ impl Outputs {
             Some(_) => true,
             None => false,
         });
-        self.earlier_quality = kept
+        self.earlier_epochs = kept
             .iter()
             .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "epoch"))
-            .filter_map(|v| serde_json::from_value::<EpochRecord>(v.clone()).ok()?.quality())
+            .filter_map(|v| serde_json::from_value::<EpochRecord>(v.clone()).ok())
             .collect();
         let kept: String = kept.iter().map(|(l, _)| format!("{l}\n")).collect();
         crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, kept.as_bytes())?))

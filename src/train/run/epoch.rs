@@ -249,6 +249,7 @@ impl<B: Backend> Run<'_, B> {
                 eval_seconds: q.map(|q| q.seconds),
                 kid_std: q.map(|q| q.kid_std),
                 eval_n: q.map(|q| q.n),
+                feature_net: q.and(self.quality.as_ref()).map(|f| f.digest.clone()),
                 more: q.map(|q| q.more).unwrap_or_default(),
             };
             job.or_fail(out.epoch(&rec, self.trainer.step, grid));

@@ -12,7 +12,8 @@ use crate::fault_hooks;
 use crate::model::dcgan::Dcgan;
 use crate::model::noise::fixed_noise;
 use crate::nn::BnSync;
-use crate::record::{GanLoss, Summary, TrainOptions};
+use crate::record::summary::EpochQuality;
+use crate::record::{EpochRecord, GanLoss, Summary, TrainOptions};
 use crate::report::trace::Trace;
 use crate::train::config::{self, Settings, block_settings, data_place};
 use crate::train::ddp::block_momentum::BlockMomentum;
@@ -120,7 +121,7 @@ impl<'a, B: Backend> Run<'a, B> {
         run.refuse_if_stopped_early()?;
         job.agree(run.outputs.as_mut().map_or(Ok(()), |o| o.begin()))?;
         if let Some(out) = run.outputs.as_mut() {
-            run.facts.quality = std::mem::take(&mut out.earlier_quality);
+            run.facts.quality = earlier_quality(std::mem::take(&mut out.earlier_epochs), run.quality.as_ref());
             job.or_fail(out.text(run.progress.step, "options", &super::super::outputs::options_markdown(args)));
         }
         run.announce();
@@ -362,6 +363,21 @@ fn lacks_average(from: &ResumeFrom, ck: Checkpoint, m: &crate::record::ModelOpti
         );
     }
     Ok(ck)
+}
+
+/// The sample quality of a resumed run's earlier epochs that summary.json lists: those the
+/// feature network this run measures with measured (a note says where others did).
+fn earlier_quality<B: Backend>(epochs: Vec<EpochRecord>, quality: Option<&Quality<B>>) -> Vec<EpochQuality> {
+    let digest = quality.map_or("", |q| q.digest.as_str());
+    let measured = epochs.iter().filter(|e| e.fid.is_some()).count();
+    let same: Vec<EpochQuality> = epochs.iter().filter_map(|e| e.quality(digest)).collect();
+    if same.len() < measured {
+        eprintln!(
+            "note: {} of the run's earlier evaluations were measured with another feature network (or recorded less than summary.json lists): summary.json's quality lists this network's alone, metrics.jsonl all of them",
+            measured - same.len()
+        );
+    }
+    same
 }
 
 /// The progress of a run that has not started.
