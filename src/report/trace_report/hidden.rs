@@ -1,6 +1,8 @@
 //! How much of the comm thread's allreduce time compute hid, measured on the timeline: per
 //! rank, the share of its `allreduce` spans that falls inside the compute track's busy spans
-//! (any compute span but a `wait`).
+//! (any compute span but a `wait`). A `wait-device` span counts as busy: the host waits
+//! there while the device still computes the bucket's gradients, which is compute hiding
+//! the exchange, not the exchange holding the step up.
 
 use crate::report::trace::Track;
 use crate::report::trace_read::SpanRecord;
@@ -87,11 +89,13 @@ mod tests {
         let spans = vec![
             // Step 0 is left out (skip 1).
             span(0, Track::CommThread, "allreduce", 0, 0.0, 1000.0),
-            // Step 1: 400 us of allreduce; compute covers 100..200 and 250..300, the wait
-            // 200..250 covers nothing.
+            // Step 1: 400 us of allreduce (150..550); compute covers 150..200 and 250..300,
+            // the wait 200..250 covers nothing.
             span(0, Track::Compute, "forward", 1, 100.0, 100.0),
             span(0, Track::Compute, "wait", 1, 200.0, 50.0),
             span(0, Track::Compute, "backward-data", 1, 250.0, 50.0),
+            // The device still computing covers 500..520.
+            span(0, Track::Compute, "wait-device", 1, 500.0, 20.0),
             span(0, Track::CommThread, "allreduce", 1, 150.0, 400.0),
             // A copy on another track hides nothing either.
             span(0, Track::CopyStream, "device-to-host", 1, 400.0, 100.0),
@@ -102,7 +106,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         let r0 = &rows[0];
         assert!(r0.rank == 0 && r0.steps == 1 && (r0.allreduce_ms_per_step - 0.4).abs() < 1e-12, "{r0:?}");
-        assert!((r0.hidden - 100.0 / 400.0).abs() < 1e-12, "{r0:?}");
+        assert!((r0.hidden - 120.0 / 400.0).abs() < 1e-12, "{r0:?}");
         assert_eq!((rows[1].rank, rows[1].hidden, rows[1].allreduce_ms_per_step), (1, 0.0, 0.0));
     }
 }
