@@ -186,22 +186,29 @@ fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
     }
 }
 
-/// `--batch-size` is per rank: given on another number of ranks (even with the run's own value,
-/// which alone would read as no change) it is refused, since the run keeps its global batch.
+/// `--batch-size` is per rank: where the run keeps a global batch (on another number of ranks,
+/// and on the same ranks after that) only the share of a rank is accepted, even where the
+/// run's own recorded `--batch-size` would alone read as no change.
 #[test]
-fn a_per_rank_batch_is_refused_on_other_ranks() {
+fn a_per_rank_batch_is_its_share_of_the_global_batch() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     train(2, &run, "2", &[]);
-    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
-    let o = mpirun(1, &["--resume", path(&run), "--max-steps", "4", "--batch-size", "8", "--no-progress"], 300);
-    let err = String::from_utf8_lossy(&o.stderr);
-    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert!(!o.status.success() && errors.len() == 1, "{err}");
-    assert!(
-        errors[0].contains("--batch-size is per rank")
-            && errors[0].contains("global batch of 16 images (16 per rank on 1)"),
-        "{err}"
-    );
-    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+    let resume = |steps: &str, batch: &str| {
+        let args = ["--resume", path(&run), "--max-steps", steps, "--batch-size", batch, "--no-progress"];
+        let o = mpirun(1, &args, 300);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    for steps in ["4", "6"] {
+        let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+        let (ok, err) = resume(steps, "8");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(!ok && errors.len() == 1, "{err}");
+        let why = "--batch-size is per rank, and the run keeps its global batch of 16 images, 16 per rank on 1";
+        assert!(errors[0].contains(why), "{err}");
+        assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+        let (ok, err) = resume(steps, "16");
+        assert!(ok, "the share of a rank is accepted: {err}");
+        assert_eq!((latest_progress(&run).ranks, latest_progress(&run).batch_per_rank), (1, 16));
+    }
 }

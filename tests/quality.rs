@@ -124,6 +124,10 @@ fn a_resume_measures_with_the_runs_feature_network() {
     assert_eq!(common::read_summary(&out).quality.iter().map(|q| q.epoch).collect::<Vec<_>>(), [2]);
     let fids = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().matches("\"fid\":").count();
     assert_eq!(fids, 3, "metrics.jsonl holds every evaluation");
+    // A resume that measures nothing lists the evaluations of the network that measured last.
+    let o = ok(bin(&["--resume", path(&out), "--epochs", "4", "--eval-every", "0", "--no-progress"]));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("another feature network"));
+    assert_eq!(common::read_summary(&out).quality.iter().map(|q| q.epoch).collect::<Vec<_>>(), [2]);
 }
 
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is

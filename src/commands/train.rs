@@ -170,7 +170,9 @@ pub struct EvalArgs {
 
 impl From<EvalArgs> for EvalOptions {
     fn from(a: EvalArgs) -> EvalOptions {
-        EvalOptions { eval_every: a.eval_every, eval_n: a.eval_n, classifier: a.classifier, patience: a.patience }
+        // Made absolute: a resume measures with the run's, perhaps from another directory.
+        let classifier = a.classifier.map(|p| std::path::absolute(&p).unwrap_or(p));
+        EvalOptions { eval_every: a.eval_every, eval_n: a.eval_n, classifier, patience: a.patience }
     }
 }
 
@@ -392,6 +394,14 @@ mod tests {
     #[test]
     fn the_flags_defaults_are_the_options_defaults() {
         assert_eq!(options(&[]), TrainOptions::default());
+    }
+
+    /// A run records its feature network's path as an absolute one, which a resume from
+    /// another directory still finds.
+    #[test]
+    fn the_classifier_is_recorded_absolute() {
+        let net = options(&["--classifier", "nets/f.safetensors"]).eval.classifier.unwrap();
+        assert_eq!(net, std::env::current_dir().unwrap().join("nets/f.safetensors"));
     }
 
     /// The options a resume applies: those the line gives, told apart from defaults, by the

@@ -103,24 +103,30 @@ fn options_of_the_run(
     ranks: usize,
 ) -> Result<TrainOptions> {
     let (asked, p) = (shared.asked.display(), &shared.progress);
-    if p.ranks != ranks && given.contains("batch_size") {
-        // The run's own value would be taken as no change, and then split over the new ranks.
-        let global = p.ranks * p.batch_per_rank;
-        let share = if global.is_multiple_of(ranks) {
-            format!(" ({} per rank on {ranks})", global / ranks)
-        } else {
-            String::new()
-        };
-        bail!(
-            "--resume {asked}: --batch-size is per rank, and a resume on another number of ranks keeps the run's global batch of {global} images{share}: leave --batch-size out"
-        );
-    }
-    let mut resumed = resumed_options(args, given, &p.config, &format!("--resume {asked}"))?;
+    // Where the run keeps a global batch (on other ranks, or its own --global-batch-size), a
+    // rank's batch is that batch's share: a given --batch-size is checked against the share
+    // below, not against the run's recorded --batch-size (which the global batch overrides).
+    let global = if p.ranks != ranks {
+        Some((p.ranks * p.batch_per_rank) as u64)
+    } else {
+        p.config.get("global_batch_size").and_then(serde_json::Value::as_u64)
+    };
+    let asks_batch = given.contains("batch_size") && global.is_some();
+    let compared: BTreeSet<String> = given.iter().filter(|k| !asks_batch || *k != "batch_size").cloned().collect();
+    let mut resumed = resumed_options(args, &compared, &p.config, &format!("--resume {asked}"))?;
     resumed.checkpoints.resume = Some(shared.asked.clone());
     if p.ranks != ranks {
         check_other_ranks(&resumed, p, ranks, &format!("--resume {asked}"))?;
         // The run's global batch, split over the ranks of this job.
-        resumed.parallel.global_batch_size = Some((p.ranks * p.batch_per_rank) as u64);
+        resumed.parallel.global_batch_size = global;
+    }
+    if let Some(global) = global.filter(|_| asks_batch) {
+        let share = global / ranks as u64;
+        if args.model.batch_size != share {
+            bail!(
+                "--resume {asked}: --batch-size is per rank, and the run keeps its global batch of {global} images, {share} per rank on {ranks}: leave --batch-size out"
+            );
+        }
     }
     // Nothing left to run would still rewrite the run's summary, with no steps in it.
     if p.step >= resumed.max_steps.unwrap_or(u64::MAX) || p.epoch >= resumed.epoch_limit().unwrap_or(u64::MAX) {

@@ -366,12 +366,14 @@ fn lacks_average(from: &ResumeFrom, ck: Checkpoint, m: &crate::record::ModelOpti
 }
 
 /// The sample quality of a resumed run's earlier epochs that summary.json lists: those the
-/// feature network this run measures with measured (a note says where others did).
+/// feature network this run measures with measured (a note says where others did), or where
+/// it measures nothing, those of the network that measured last.
 fn earlier_quality<B: Backend>(epochs: Vec<EpochRecord>, quality: Option<&Quality<B>>) -> Vec<EpochQuality> {
-    let digest = quality.map_or("", |q| q.digest.as_str());
+    let last = || epochs.iter().rev().find_map(|e| e.feature_net.clone()).unwrap_or_default();
+    let digest = quality.map_or_else(last, |q| q.digest.clone());
     let measured = epochs.iter().filter(|e| e.fid.is_some()).count();
-    let same: Vec<EpochQuality> = epochs.iter().filter_map(|e| e.quality(digest)).collect();
-    if same.len() < measured {
+    let same: Vec<EpochQuality> = epochs.iter().filter_map(|e| e.quality(&digest)).collect();
+    if same.len() < measured && quality.is_some() {
         eprintln!(
             "note: {} of the run's earlier evaluations were measured with another feature network (or recorded less than summary.json lists): summary.json's quality lists this network's alone, metrics.jsonl all of them",
             measured - same.len()
