@@ -1,6 +1,5 @@
-//! `ping-pong` under mpiexec, in a test binary of its own: cargo runs the tests of one
-//! binary at the same time, and the oversubscribed allreduce tests beside it would
-//! deschedule the ranks it times.
+//! `ping-pong` under mpiexec. nextest runs it alone (.config/nextest.toml): the
+//! oversubscribed tests beside it would deschedule the ranks it times.
 
 use crate::common;
 
