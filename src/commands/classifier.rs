@@ -42,7 +42,7 @@ pub fn run(a: ClassifierArgs) -> Result<()> {
     let out = a.out.unwrap_or_else(|| default_dir().join(file_name(a.image_size, &splits.train.fingerprint())));
     if out.exists() && !a.force {
         let f = FeatureNet::load(&Cpu, &out, 1)?;
-        if f.info.fingerprint != splits.train.fingerprint() || f.info.image_size != a.image_size {
+        if !f.info.measures(&splits.train.fingerprint(), a.image_size) {
             bail!(
                 "--out {} holds a feature network of {} at {}x{}, not of this data ({}) at {}x{}: choose another --out, or pass --force to train over it",
                 out.display(),

@@ -112,12 +112,12 @@ const MAX_EVAL_IMAGES: u64 = 1_000_000;
 /// `--eval-n` and `evaluate --n`: enough images for a covariance of the feature network's
 /// features (twice as many as it has), refused here rather than after an epoch of training.
 pub fn evaluation_images(s: &str) -> Result<u64, String> {
-    let least = 2 * crate::eval::feature_net::FEATURES as u64;
+    use crate::eval::{feature_net::FEATURES, frechet::min_samples};
+    let least = min_samples(FEATURES) as u64;
     match s.parse::<u64>() {
         Ok(n) if (least..=MAX_EVAL_IMAGES).contains(&n) => Ok(n),
         Ok(n) if n < least => Err(format!(
-            "{n} images are too few for a covariance of {} features: use at least {least} (the usual is 10000)",
-            crate::eval::feature_net::FEATURES
+            "{n} images are too few for a covariance of {FEATURES} features: use at least {least} (the usual is 10000)"
         )),
         Ok(_) => Err(format!("must be at most {MAX_EVAL_IMAGES} images")),
         Err(_) => Err(format!("'{s}' is not a whole number")),

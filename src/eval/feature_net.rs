@@ -51,6 +51,14 @@ pub struct FeatureNetInfo {
     pub seed: u64,
 }
 
+impl FeatureNetInfo {
+    /// Whether it was trained on the training split of `fingerprint` at `image_size`: the
+    /// network that measures that data.
+    pub fn measures(&self, fingerprint: &str, image_size: usize) -> bool {
+        self.fingerprint == fingerprint && self.image_size == image_size
+    }
+}
+
 /// The network on a backend, at a fixed batch.
 pub struct FeatureNet<B: Backend> {
     pub net: Net<B>,

@@ -58,7 +58,7 @@ pub fn obtain<B: Backend>(
     let path = file.map_or_else(|| default_dir().join(file_name(image_size, &fingerprint)), Path::to_path_buf);
     if path.exists() {
         let f = FeatureNet::load(be, &path, batch)?;
-        if f.info.fingerprint != fingerprint || f.info.image_size != image_size {
+        if !f.info.measures(&fingerprint, image_size) {
             bail!(
                 "{} was trained on {} at {}x{}, not on this data ({}) at {image_size}x{image_size}: pass the right --classifier, or leave it out to use (or train) this data's",
                 path.display(),

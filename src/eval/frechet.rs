@@ -14,14 +14,22 @@ pub struct Gaussian {
     pub n: usize,
 }
 
+/// The fewest samples whose covariance of `dim` features the distance takes: 2 x dim (fewer
+/// leave it too far from full rank for the distance to mean anything).
+pub fn min_samples(dim: usize) -> usize {
+    2 * dim
+}
+
 impl Gaussian {
-    /// From `features` [n, dim] (sample-major). Fewer than 2 x dim samples make a covariance
-    /// too far from full rank for the distance to mean anything: an error saying how many
-    /// are needed.
+    /// From `features` [n, dim] (sample-major); fewer than `min_samples(dim)` are an error
+    /// saying how many are needed.
     pub fn of(features: &[f32], dim: usize) -> Result<Gaussian> {
         let n = features.len() / dim.max(1);
-        if n < 2 * dim {
-            bail!("{n} images give too few samples for a covariance of {dim} features: use at least {}", 2 * dim);
+        if n < min_samples(dim) {
+            bail!(
+                "{n} images give too few samples for a covariance of {dim} features: use at least {}",
+                min_samples(dim)
+            );
         }
         let x = DMatrix::from_fn(n, dim, |i, j| features[i * dim + j] as f64);
         let mean = x.row_mean().transpose();

@@ -25,9 +25,6 @@ pub struct Outputs {
     pending: Option<Resumed>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
-    /// A resumed run's lines of the epochs before it goes on (`begin`), whose sample quality
-    /// summary.json lists with its own.
-    pub earlier_epochs: Vec<EpochRecord>,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
     _lock: File,
 }
@@ -145,16 +142,7 @@ impl Outputs {
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        Ok(Outputs {
-            dir: dir.to_path_buf(),
-            metrics,
-            events,
-            events_from: 0,
-            pending: None,
-            keep,
-            earlier_epochs: Vec::new(),
-            _lock: lock,
-        })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, pending: None, keep, _lock: lock })
     }
 
     /// The run of `from`, to continue after its checkpoint at `step` completed steps and
@@ -172,25 +160,19 @@ impl Outputs {
         let metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
         let (checkpoint, broken) = (from.checkpoint.clone(), from.broken.clone());
         let pending = Some(Resumed { step, epoch, tensorboard, checkpoint, broken });
-        Ok(Outputs {
-            dir: dir.to_path_buf(),
-            metrics,
-            events: None,
-            events_from: 0,
-            pending,
-            keep,
-            earlier_epochs: Vec::new(),
-            _lock: lock,
-        })
+        Ok(Outputs { dir: dir.to_path_buf(), metrics, events: None, events_from: 0, pending, keep, _lock: lock })
     }
 
     /// Ready a resumed run to write: broken checkpoints and any after the one it goes on from
     /// are set aside and `latest` names that one; the records the interrupted run wrote after
     /// it are dropped (the resumed run writes them again, with the same values), also where it
     /// is an older one than the run's last (a stop after it is no longer the run's); its
-    /// TensorBoard events go to a file of its own that starts with a restart.
-    pub fn begin(&mut self) -> Result<()> {
-        let Some(Resumed { step, epoch, tensorboard, checkpoint, broken }) = self.pending.take() else { return Ok(()) };
+    /// TensorBoard events go to a file of its own that starts with a restart. Returns the
+    /// epoch lines it keeps (none for a new run), whose sample quality summary.json lists.
+    pub fn begin(&mut self) -> Result<Vec<EpochRecord>> {
+        let Some(Resumed { step, epoch, tensorboard, checkpoint, broken }) = self.pending.take() else {
+            return Ok(Vec::new());
+        };
         set_aside_all(&broken, &checkpoint)?;
         let path = self.dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -202,7 +184,7 @@ impl Outputs {
             Some(_) => true,
             None => false,
         });
-        self.earlier_epochs = kept
+        let earlier = kept
             .iter()
             .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "epoch"))
             .filter_map(|v| serde_json::from_value::<EpochRecord>(v.clone()).ok())
@@ -225,7 +207,7 @@ impl Outputs {
         let closed =
             dropped.iter().any(|(_, v)| v.as_ref().is_some_and(|v| v["type"] == "epoch" && v["epoch"] == epoch));
         self.events_from = if closed { step + 1 } else { step };
-        Ok(())
+        Ok(earlier)
     }
 
     /// A step's line, and its numbers as TensorBoard scalars `train/<field>`.

@@ -119,9 +119,9 @@ impl<'a, B: Backend> Run<'a, B> {
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.agree_on_best()?;
         run.refuse_if_stopped_early()?;
-        job.agree(run.outputs.as_mut().map_or(Ok(()), |o| o.begin()))?;
+        let earlier = job.agree(run.outputs.as_mut().map_or(Ok(Vec::new()), |o| o.begin()))?;
+        run.facts.quality = earlier_quality(earlier, run.quality.as_ref());
         if let Some(out) = run.outputs.as_mut() {
-            run.facts.quality = earlier_quality(std::mem::take(&mut out.earlier_epochs), run.quality.as_ref());
             job.or_fail(out.text(run.progress.step, "options", &super::super::outputs::options_markdown(args)));
         }
         run.announce();
