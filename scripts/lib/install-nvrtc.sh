@@ -36,6 +36,10 @@ if [ -e "$TARGET/nvidia/cu13/lib/libnvrtc.so.13" ]; then
   echo "$TARGET/nvidia/cu13/lib"
   exit 0
 fi
+# Callers at once take turns (two pips upgrading one --target remove each other's files).
+mkdir -p "$TARGET"
+exec 9>"$TARGET/.install.lock"
+flock 9
 if ! dir=$(libdir 2>/dev/null); then
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip, as scripts/setup-deps.sh --tests does) and run this again" >&2

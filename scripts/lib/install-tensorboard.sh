@@ -2,7 +2,7 @@
 # install-tensorboard.sh: make TensorBoard's event-file reader importable, for the test that
 # reads a run's events as TensorBoard does (tests/tensorboard.rs). Idempotent: installs only
 # when the reader is not already importable from the folder. Prints the folder to put on
-# PYTHONPATH on stdout (progress on stderr).
+# PYTHONPATH on stdout (progress on stderr). Safe to run several at once (they take turns).
 #
 # The wheels go into the checkout's own .tensorboard/ (`pip install --target`, as
 # install-nvrtc.sh does for NVRTC), never into the Python environment. Only what the reader
@@ -18,6 +18,12 @@ readable() {
   PYTHONPATH="$TARGET" "$PYTHON" -c 'from tensorboard.backend.event_processing import event_accumulator' 2>/dev/null
 }
 
+# The suite's tests call this at once: two pips upgrading one --target remove each other's
+# files mid-install, so the check and the install hold a lock, and the second caller finds
+# the reader importable once the first is done.
+mkdir -p "$TARGET"
+exec 9>"$TARGET/.install.lock"
+flock 9
 if ! readable; then
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     echo "install-tensorboard: $PYTHON has no pip: install it (Debian: apt-get install python3-pip, as scripts/setup-deps.sh --tests does) and run this again" >&2
