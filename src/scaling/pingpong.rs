@@ -2,7 +2,8 @@
 //! Ranks 0 and 1 bounce messages of each size through the same `Transport::exchange` path the
 //! allreduce algorithms use; half a round trip is one message, alpha + n * beta. Alpha is the
 //! median one-way time of the sizes up to 4 KiB, beta the least-squares slope over the sizes of
-//! 64 KiB and above (where bandwidth dominates). Gamma is timed on rank 0: adding one vector
+//! 64 KiB and above (where bandwidth dominates); each size's fastest trip stands in for its
+//! median where the medians do not grow with the size. Gamma is timed on rank 0: adding one vector
 //! into another with the comm layer's own reduction.
 
 use crate::comm::reduce::combine;
@@ -64,12 +65,38 @@ pub fn fit_line(xs: &[f64], ys: &[f64]) -> (f64, f64) {
     (my - slope * mx, slope)
 }
 
-/// Alpha (s), beta (s/B) and the large-message intercept (s) from one-way times.
-pub fn fit_alpha_beta(points: &[Point]) -> (f64, f64, f64) {
+/// The link's constants fitted to the ping-pong's one-way times.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkFit {
+    /// Seconds per message.
+    pub alpha: f64,
+    /// Seconds per byte.
+    pub beta: f64,
+    /// Intercept (s) of the large-message line.
+    pub alpha_large: f64,
+    /// Fitted to each size's fastest trip: the medians did not grow with the size.
+    pub on_fastest_trips: bool,
+}
+
+/// Alpha, beta and the large-message intercept from each size's median one-way time; where
+/// those give no slope (the ranks were descheduled through some sizes' trips, as on a shared
+/// machine of few cores), from each size's fastest trip, which a descheduled trip never sets.
+/// `beta` is zero when neither grows with the size.
+pub fn fit_alpha_beta(points: &[Point]) -> LinkFit {
+    let (alpha, beta, alpha_large) = fit_times(points, |p| p.one_way_us_median);
+    if beta > 0.0 {
+        return LinkFit { alpha, beta, alpha_large, on_fastest_trips: false };
+    }
+    let (alpha, beta, alpha_large) = fit_times(points, |p| p.one_way_us_min);
+    LinkFit { alpha, beta, alpha_large, on_fastest_trips: true }
+}
+
+/// (alpha, beta, large-message intercept) in seconds fitted to `time_us` of each point.
+fn fit_times(points: &[Point], time_us: fn(&Point) -> f64) -> (f64, f64, f64) {
     let large: Vec<&Point> = points.iter().filter(|p| p.bytes >= BETA_FROM_BYTES).collect();
     let use_pts: Vec<&Point> = if large.len() >= 2 { large } else { points.iter().collect() };
     let xs: Vec<f64> = use_pts.iter().map(|p| p.bytes as f64).collect();
-    let ys: Vec<f64> = use_pts.iter().map(|p| p.one_way_us_median * 1e-6).collect();
+    let ys: Vec<f64> = use_pts.iter().map(|p| time_us(p) * 1e-6).collect();
     let (intercept, beta) = fit_line(&xs, &ys);
     let beta = beta.max(0.0);
     // Alpha: the median over the small sizes, so that one size disturbed by a neighbour on a
@@ -77,11 +104,11 @@ pub fn fit_alpha_beta(points: &[Point]) -> (f64, f64, f64) {
     let mut small: Vec<f64> = points
         .iter()
         .filter(|p| p.bytes <= ALPHA_UP_TO_BYTES)
-        .map(|p| p.one_way_us_median * 1e-6 - p.bytes as f64 * beta)
+        .map(|p| time_us(p) * 1e-6 - p.bytes as f64 * beta)
         .collect();
     if small.is_empty() {
         let p = points.iter().min_by_key(|p| p.bytes).expect("at least one size");
-        small.push(p.one_way_us_median * 1e-6 - p.bytes as f64 * beta);
+        small.push(time_us(p) * 1e-6 - p.bytes as f64 * beta);
     }
     (median(&mut small).max(0.0), beta, intercept.max(0.0))
 }
@@ -179,13 +206,19 @@ pub fn run(args: PingPongOptions) -> anyhow::Result<()> {
         if t.rank() != 0 {
             return Ok(None);
         }
-        let (alpha, beta, alpha_large) = fit_alpha_beta(&points);
+        let LinkFit { alpha, beta, alpha_large, on_fastest_trips } = fit_alpha_beta(&points);
         // Rank 0 alone, after the last collective: the others are already finishing.
         if beta <= 0.0 {
             bail!(
                 "ping-pong: the one-way times did not grow with the message size (beta fitted at zero: the ranks \
                  were descheduled while timing, or the sizes are too close); rerun on a quieter machine, or with \
                  sizes that span more (--sizes 4B,64KiB,1MiB,4MiB)"
+            );
+        }
+        if on_fastest_trips {
+            eprintln!(
+                "ping-pong: note: the median times did not grow with the message size (the ranks were descheduled \
+                 while timing), so the link is fitted to each size's fastest trip (min_us)"
             );
         }
         let gamma = measure_gamma();
@@ -233,10 +266,36 @@ mod tests {
     fn fit_recovers_a_hockney_line() {
         // t = 12 us + n * 8 ns, exactly, plus a small size whose time is alpha alone.
         let pts: Vec<Point> = [4usize, 65536, 262144, 1 << 20].iter().map(|&b| pt(b, 12.0 + b as f64 * 8e-3)).collect();
-        let (a, b, i) = fit_alpha_beta(&pts);
-        assert!((a - 12e-6).abs() < 1e-9, "{a}");
-        assert!((b - 8e-9).abs() < 1e-13, "{b}");
-        assert!((i - 12e-6).abs() < 1e-9, "{i}");
+        let fit = fit_alpha_beta(&pts);
+        assert!((fit.alpha - 12e-6).abs() < 1e-9, "{fit:?}");
+        assert!((fit.beta - 8e-9).abs() < 1e-13, "{fit:?}");
+        assert!((fit.alpha_large - 12e-6).abs() < 1e-9, "{fit:?}");
+        assert!(!fit.on_fastest_trips);
+    }
+
+    #[test]
+    fn medians_flattened_by_descheduling_fall_back_to_the_fastest_trips() {
+        // The fastest trips follow t = 12 us + n * 8 ns; the medians of the small large sizes
+        // were inflated by descheduling until the line through them falls.
+        let sizes = [4usize, 65536, 262144, 1 << 20];
+        let medians = [12.0, 20000.0, 15000.0, 9000.0];
+        let pts: Vec<Point> = sizes
+            .iter()
+            .zip(medians)
+            .map(|(&b, m)| Point {
+                bytes: b,
+                round_trips: 9,
+                one_way_us_median: m,
+                one_way_us_min: 12.0 + b as f64 * 8e-3,
+            })
+            .collect();
+        let fit = fit_alpha_beta(&pts);
+        assert!(fit.on_fastest_trips);
+        assert!((fit.beta - 8e-9).abs() < 1e-13, "{fit:?}");
+        assert!((fit.alpha - 12e-6).abs() < 1e-9, "{fit:?}");
+        // Neither growing: no slope, which the command reports as an error.
+        let flat: Vec<Point> = sizes.iter().map(|&b| pt(b, 50.0)).collect();
+        assert_eq!(fit_alpha_beta(&flat).beta, 0.0);
     }
 
     #[test]
