@@ -188,27 +188,45 @@ fn state_that_belongs_to_a_rank_is_refused_on_other_ranks() {
 
 /// `--batch-size` is per rank: where the run keeps a global batch (on another number of ranks,
 /// and on the same ranks after that) only the share of a rank is accepted, even where the
-/// run's own recorded `--batch-size` would alone read as no change.
+/// run's own recorded `--batch-size` would alone read as no change; likewise only the kept
+/// global batch as `--global-batch-size`.
 #[test]
 fn a_per_rank_batch_is_its_share_of_the_global_batch() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     train(2, &run, "2", &[]);
-    let resume = |steps: &str, batch: &str| {
+    let resume = |ranks: usize, steps: &str, batch: &str| {
         let args = ["--resume", path(&run), "--max-steps", steps, "--batch-size", batch, "--no-progress"];
+        let o = mpirun(ranks, &args, 300);
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    // The run of 2 ranks gave no --global-batch-size, yet keeps one on 1: another is refused as
+    // a change of it, its own accepted.
+    let resume_global = |global: &str| {
+        let args = ["--resume", path(&run), "--max-steps", "4", "--global-batch-size", global, "--no-progress"];
         let o = mpirun(1, &args, 300);
         (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
     };
-    for steps in ["4", "6"] {
+    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+    let (ok, err) = resume_global("32");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert!(!ok && errors.len() == 1, "{err}");
+    assert!(errors[0].contains("--global-batch-size 32 would change the run's global batch of 16 images"), "{err}");
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+    let (ok, err) = resume_global("16");
+    assert!(ok, "the run's own global batch is accepted: {err}");
+    assert_eq!((latest_progress(&run).step, latest_progress(&run).batch_per_rank), (4, 16));
+    // Back on 2 ranks (another number than the run's 1 now), then on those 2 again.
+    for steps in ["6", "8"] {
         let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
-        let (ok, err) = resume(steps, "8");
+        let (ok, err) = resume(2, steps, "16");
         let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
         assert!(!ok && errors.len() == 1, "{err}");
-        let why = "--batch-size is per rank, and the run keeps its global batch of 16 images, 16 per rank on 1";
+        let why = "--batch-size is per rank, and the run keeps its global batch of 16 images, 8 per rank on 2";
         assert!(errors[0].contains(why), "{err}");
         assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
-        let (ok, err) = resume(steps, "16");
+        let (ok, err) = resume(2, steps, "8");
         assert!(ok, "the share of a rank is accepted: {err}");
-        assert_eq!((latest_progress(&run).ranks, latest_progress(&run).batch_per_rank), (1, 16));
+        assert_eq!((latest_progress(&run).ranks, latest_progress(&run).batch_per_rank), (2, 8));
     }
 }

@@ -10,7 +10,7 @@
 //! batch, so with `--sync-bn` the run computes what it would have on its old ranks, up to the
 //! order of float sums; each rank's running statistics become their mean over the old ranks.
 
-use super::config::resumed_options;
+use super::config::{Settings, resumed_options};
 use super::job::Job;
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
@@ -112,7 +112,11 @@ fn options_of_the_run(
         p.config.get("global_batch_size").and_then(serde_json::Value::as_u64)
     };
     let asks_batch = given.contains("batch_size") && global.is_some();
-    let compared: BTreeSet<String> = given.iter().filter(|k| !asks_batch || *k != "batch_size").cloned().collect();
+    // A given --global-batch-size is checked against the batch the run keeps (below), which a
+    // run of a per-rank --batch-size keeps too, though it records none.
+    let asks_global = given.contains("global_batch_size");
+    let checked_below = |k: &String| (asks_batch && k == "batch_size") || (asks_global && k == "global_batch_size");
+    let compared: BTreeSet<String> = given.iter().filter(|k| !checked_below(k)).cloned().collect();
     let mut resumed = resumed_options(args, &compared, &p.config, &format!("--resume {asked}"))?;
     resumed.checkpoints.resume = Some(shared.asked.clone());
     if p.ranks != ranks {
@@ -125,6 +129,14 @@ fn options_of_the_run(
         if args.model.batch_size != share {
             bail!(
                 "--resume {asked}: --batch-size is per rank, and the run keeps its global batch of {global} images, {share} per rank on {ranks}: leave --batch-size out"
+            );
+        }
+    }
+    if let Some(asked_global) = args.parallel.global_batch_size.filter(|_| asks_global) {
+        let kept = Settings::resolve(&resumed, ranks)?.global_batch as u64;
+        if asked_global != kept {
+            bail!(
+                "--resume {asked}: --global-batch-size {asked_global} would change the run's global batch of {kept} images: leave --global-batch-size out to go on with it, or start a new run with --out"
             );
         }
     }
