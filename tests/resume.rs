@@ -306,3 +306,44 @@ fn resume_errors_offer_what_it_accepts() {
     let errors = lines(&err, "error:");
     assert!(errors.len() == 1 && errors[0].contains("is not inside a run directory"), "{err}");
 }
+
+/// 16 images of 28x28 in `dir` as train-images-idx3-ubyte, their pixels set by `variant`.
+fn idx_images(dir: &Path, variant: u8) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut idx = vec![0, 0, 8, 3, 0, 0, 0, 16, 0, 0, 0, 28, 0, 0, 0, 28];
+    idx.extend((0..16 * 28 * 28).map(|k| (k % 251) as u8 ^ variant));
+    std::fs::write(dir.join("train-images-idx3-ubyte"), idx).unwrap();
+}
+
+/// `--data` on resume may name another place holding the run's images (the run's data moved,
+/// or the resume runs from another directory): the run goes on as if uninterrupted. Other
+/// images there are refused, by the fingerprint the checkpoint keeps, before anything of the
+/// run changes.
+#[test]
+fn a_resume_finds_the_runs_images_elsewhere_but_refuses_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (moved, other) = (tmp.path().join("moved"), tmp.path().join("other"));
+    idx_images(&tmp.path().join("data"), 0);
+    idx_images(&moved, 0);
+    idx_images(&other, 1);
+    let start = |out: &Path, steps: &str| {
+        let args = ["--data", "data", "--batch-size", "8", "--max-steps", steps, "--no-progress", "--out", p(out)];
+        let o = Command::new(env!("CARGO_BIN_EXE_dcgan-train")).current_dir(tmp.path()).args(args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    start(&whole, "4");
+    start(&run, "2");
+    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+    let (ok, err) = dcgan(&["--resume", p(&run), "--data", p(&other), "--max-steps", "4", "--no-progress"]);
+    assert!(!ok);
+    let errors = lines(&err, "error:");
+    assert_eq!(errors.len(), 1, "{err}");
+    let why = format!("--data {} holds (fingerprint ", other.display());
+    assert!(errors[0].contains(&why) && errors[0].contains("are not those the run trained on (fingerprint "), "{err}");
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+    // From this test's working directory, where the run's relative `data` is not.
+    let (ok, err) = dcgan(&["--resume", p(&run), "--data", p(&moved), "--max-steps", "4", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole), "the resume trained on other images than the run's");
+}

@@ -66,6 +66,17 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// The images' fingerprint: the xxh3-64 of their count, sides and pixels, in hex. A
+    /// specified hash, so that a checkpoint's record of it compares with any later build's.
+    pub fn fingerprint(&self) -> String {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for n in [self.count, self.height, self.width] {
+            h.update(&(n as u64).to_le_bytes());
+        }
+        h.update(&self.images);
+        format!("{:016x}", h.digest())
+    }
+
     /// Loads the images. Prints nothing; the caller prints `description`.
     pub fn load(src: &DataSource) -> Result<Dataset> {
         match src {

@@ -216,14 +216,20 @@ pub fn compressed_from(args: &TrainOptions, steps_per_epoch: usize) -> u64 {
 
 /// What a run's checkpoints record of its options: `training_config`, with the 1-bit wire's
 /// warm-up resolved to its step, so that a resume asking for more (or fewer) steps goes on
-/// compressing from where the run began to, rather than from a tenth of its new length.
-pub fn recorded_config(args: &TrainOptions, steps_per_epoch: usize) -> Value {
+/// compressing from where the run began to, rather than from a tenth of its new length, and
+/// the fingerprint of the images it trains on.
+pub fn recorded_config(args: &TrainOptions, steps_per_epoch: usize, data_fingerprint: &str) -> Value {
     let mut config = training_config(args);
     if args.comm.wire == crate::comm::Wire::OneBit {
         config["wire_warmup_steps"] = compressed_from(args, steps_per_epoch).into();
     }
+    config[DATA_FINGERPRINT] = data_fingerprint.into();
     config
 }
+
+/// The key of the recorded config that holds the fingerprint of the images the run trains on
+/// (`Dataset::fingerprint`): a resume may find them at another `--data`, not other images.
+pub const DATA_FINGERPRINT: &str = "data_fingerprint";
 
 /// The widths of G and D the options train (`--ngf`, `--ndf`).
 pub fn widths(model: &ModelOptions) -> Widths {
@@ -269,10 +275,12 @@ const NOT_COMPARED: [&str; 11] = [
     "nanos",
 ];
 
-/// Options that may change when resuming (how long to train, how often to save or check,
-/// which feature network measures it): every rank must agree on them, and a resume keeps the
-/// run's unless its command line gives them (so a run's figures come from one network).
-pub const RESUMABLE: [&str; 10] = [
+/// Options that may change when resuming (where the run's images are, checked by their
+/// fingerprint; how long to train, how often to save or check, which feature network measures
+/// it): every rank must agree on them, and a resume keeps the run's unless its command line
+/// gives them (so a run's figures come from one network).
+pub const RESUMABLE: [&str; 11] = [
+    "data",
     "epochs",
     "max_steps",
     "checkpoint_every",

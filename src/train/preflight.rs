@@ -6,6 +6,7 @@ use super::job::Job;
 use crate::data::Dataset;
 use crate::record::TrainOptions;
 use anyhow::{Result, bail};
+use std::path::Path;
 
 /// Every rank runs with the options rank 0 runs with.
 pub fn same_options_everywhere(job: &Job, args: &TrainOptions) -> Result<()> {
@@ -45,13 +46,10 @@ pub fn same_options_everywhere(job: &Job, args: &TrainOptions) -> Result<()> {
 
 /// Every rank loaded the images rank 0 did. Each host reads its own copy of --data: another
 /// version there trains on other images than the other ranks, silently, or with another
-/// count, into collectives the others never reach.
-pub fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<()> {
-    use std::hash::{Hash, Hasher};
-    // SipHash with fixed keys: the same bytes give the same value in every process.
-    let mut h = std::hash::DefaultHasher::new();
-    data.images.hash(&mut h);
-    let mine = format!("{} images of {}x{}, fingerprint {:016x}", data.count, data.height, data.width, h.finish());
+/// count, into collectives the others never reach. Returns the images' fingerprint.
+pub fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<String> {
+    let fingerprint = data.fingerprint();
+    let mine = format!("{} images of {}x{}, fingerprint {fingerprint}", data.count, data.height, data.width);
     let root = job.comm.broadcast_bytes(0, mine.clone().into_bytes())?;
     if root != mine.as_bytes() {
         bail!(
@@ -61,5 +59,19 @@ pub fn same_data_everywhere(job: &Job, data: &Dataset) -> Result<()> {
             String::from_utf8_lossy(&root)
         );
     }
-    Ok(())
+    Ok(fingerprint)
+}
+
+/// A resumed run goes on with the images it trained on: `--data` may name another place
+/// (the run moved, or is resumed from another directory), not other images. `recorded`: the
+/// fingerprint its checkpoint keeps (None: the checkpoint predates the record).
+pub fn same_data_as_the_run(resume: &Path, data: &str, recorded: Option<&str>, loaded: &str) -> Result<()> {
+    match recorded {
+        Some(run) if run != loaded => bail!(
+            "--resume {}: the images --data {data} holds (fingerprint {loaded}) are not those the run trained on (fingerprint {run}): give --data the run's images, or start a new run with --out",
+            resume.display()
+        ),
+        // Without a record, resume.rs let --data name only the run's own path.
+        _ => Ok(()),
+    }
 }

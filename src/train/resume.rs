@@ -10,7 +10,7 @@
 //! batch, so with `--sync-bn` the run computes what it would have on its old ranks, up to the
 //! order of float sums; each rank's running statistics become their mean over the old ranks.
 
-use super::config::{Settings, resumed_options};
+use super::config::{DATA_FINGERPRINT, Settings, resumed_options};
 use super::job::Job;
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
@@ -30,6 +30,9 @@ pub struct ResumeFrom {
     /// Broken checkpoints newer than it, set aside once the run goes on (`Outputs::begin`):
     /// a resume refused before then leaves the run as it was.
     pub broken: Vec<PathBuf>,
+    /// The fingerprint of the images the run trained on (`Dataset::fingerprint`; None in a
+    /// checkpoint that predates it).
+    pub data_fingerprint: Option<String>,
 }
 
 /// What rank 0 tells every rank: the path given to `--resume` and the checkpoint's progress.
@@ -92,7 +95,8 @@ fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
         );
     };
     let progress = checkpoint::load_progress(&found.dir)?;
-    Ok((ResumeFrom { run, checkpoint: found.dir, broken: found.skipped }, progress))
+    let data_fingerprint = progress.config.get(DATA_FINGERPRINT).and_then(|v| v.as_str()).map(str::to_string);
+    Ok((ResumeFrom { run, checkpoint: found.dir, broken: found.skipped, data_fingerprint }, progress))
 }
 
 /// The run's options with the command line's changes, if this job can continue the run.
@@ -117,6 +121,18 @@ fn options_of_the_run(
     let asks_global = given.contains("global_batch_size");
     let checked_below = |k: &String| (asks_batch && k == "batch_size") || (asks_global && k == "global_batch_size");
     let compared: BTreeSet<String> = given.iter().filter(|k| !checked_below(k)).cloned().collect();
+    // `--data` may name another place holding the run's images, which the fingerprint its
+    // checkpoint keeps tells apart from other images; without it, only the run's own path.
+    if given.contains("data") && p.config.get(DATA_FINGERPRINT).is_none() {
+        let run_data = p.config.get("data").and_then(|v| v.as_str());
+        if args.data.as_deref() != run_data {
+            bail!(
+                "--resume {asked}: --data {} (the run has {}) cannot change on resume: the run's checkpoint keeps no fingerprint of its images to check others against: leave --data out to go on with the run's own",
+                args.data.as_deref().unwrap_or("(the default)"),
+                run_data.unwrap_or("the default")
+            );
+        }
+    }
     let mut resumed = resumed_options(args, &compared, &p.config, &format!("--resume {asked}"))?;
     resumed.checkpoints.resume = Some(shared.asked.clone());
     if p.ranks != ranks {
@@ -307,6 +323,31 @@ mod tests {
         // On as many ranks as the run had, every rank keeps its own.
         assert_eq!(regroup(of_three_ranks(), 3, 4), of_three_ranks());
         assert_eq!(regroup(of_three_ranks(), 6, 2).rank_states.len(), 5);
+    }
+
+    /// `--data` on resume names the run's images elsewhere (their fingerprint checks them
+    /// later); a checkpoint that keeps no fingerprint allows only the run's own path.
+    #[test]
+    fn another_data_path_needs_the_runs_fingerprint() {
+        let shared = |config: serde_json::Value| Shared {
+            asked: PathBuf::from("run"),
+            progress: Progress { config, ..of_three_ranks().progress },
+        };
+        let mut args = TrainOptions { data: Some("moved".into()), ..TrainOptions::default() };
+        args.checkpoints.resume = Some(PathBuf::from("run"));
+        let given: BTreeSet<String> = ["data".to_string()].into();
+        let kept = serde_json::json!({"data": "fm", DATA_FINGERPRINT: "0123456789abcdef"});
+        assert_eq!(options_of_the_run(&args, &given, &shared(kept), 3).unwrap().data.as_deref(), Some("moved"));
+        let old = serde_json::json!({"data": "fm"});
+        let e = options_of_the_run(&args, &given, &shared(old.clone()), 3).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "--data moved (the run has fm) cannot change on resume: the run's checkpoint keeps no fingerprint"
+            ),
+            "{e}"
+        );
+        args.data = Some("fm".into());
+        assert_eq!(options_of_the_run(&args, &given, &shared(old), 3).unwrap().data.as_deref(), Some("fm"));
     }
 
     #[test]

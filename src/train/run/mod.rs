@@ -86,6 +86,8 @@ struct Run<'a, B: Backend> {
     args: &'a TrainOptions,
     settings: Settings,
     data: Dataset,
+    /// `data.fingerprint()`, which every checkpoint records.
+    data_fingerprint: String,
     shard: Shard,
     trainer: GanTrainer<B>,
     /// Rank 0's run directory; None on the other ranks.

@@ -26,7 +26,7 @@ use crate::train::job::Job;
 use crate::train::memory_plan::{self, MemoryLimits};
 use crate::train::outputs::{Outputs, default_dir};
 use crate::train::pipeline::PipelineStage;
-use crate::train::preflight::{same_data_everywhere, same_options_everywhere};
+use crate::train::preflight::{same_data_as_the_run, same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
 use crate::train::resume::{ResumeFrom, regroup};
 use crate::train::signals::StopFlag;
@@ -45,6 +45,7 @@ struct Agreed {
     threads: usize,
     settings: Settings,
     data: Dataset,
+    data_fingerprint: String,
     baseline: Option<(Summary, String)>,
 }
 
@@ -52,7 +53,7 @@ impl<'a, B: Backend> Run<'a, B> {
     /// Settle, build and restore; every rank returns together, with an error or ready to train.
     pub(super) fn prepare(job: &'a Job, args: &'a TrainOptions, from: Option<&ResumeFrom>, be: B) -> Result<Self> {
         let started = Instant::now();
-        let agreed = agree_on_setup(job, args)?;
+        let agreed = agree_on_setup(job, args, from)?;
         let (world, batch) = (&job.world, agreed.settings.per_rank_batch);
         // Before anything big is allocated: a batch that cannot fit is one line, not minutes
         // of growth and then the system's kill (and it says more than that the data is short).
@@ -73,6 +74,7 @@ impl<'a, B: Backend> Run<'a, B> {
         let Built { trainer, outputs, ck, parked } = build(job, args, from, &agreed.settings, be, solo_shard)?;
         let (batch, side) = (agreed.settings.per_rank_batch, args.model.image_size);
         let steps_per_epoch = shard.batches_per_epoch();
+        let progress = fresh_progress(args, job.world.size, batch, steps_per_epoch, &agreed.data_fingerprint);
         let mut run = Run {
             job,
             args,
@@ -80,10 +82,11 @@ impl<'a, B: Backend> Run<'a, B> {
             images: vec![0.0f32; batch * side * side],
             settings: agreed.settings,
             data: agreed.data,
+            data_fingerprint: agreed.data_fingerprint,
             shard,
             trainer,
             outputs,
-            progress: fresh_progress(args, job.world.size, batch, steps_per_epoch),
+            progress,
             facts: RunFacts { baseline: agreed.baseline, threads: agreed.threads, memory, ..RunFacts::default() },
             stop: agreed.stop,
             last: Default::default(),
@@ -136,7 +139,8 @@ impl<'a, B: Backend> Run<'a, B> {
             sync::restore(&t.be, &mut t.model.d.store, &ck.d, &ck.d_adam);
             self.progress = ck.progress.clone();
             // What the resume changed (a longer --max-steps, say) is the run's from now on.
-            self.progress.config = config::recorded_config(self.args, self.shard.batches_per_epoch());
+            self.progress.config =
+                config::recorded_config(self.args, self.shard.batches_per_epoch(), &self.data_fingerprint);
         }
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
@@ -218,14 +222,22 @@ impl<'a, B: Backend> Run<'a, B> {
 
 /// Every rank reaches each `agree` (a collective): an error before the first one would leave
 /// the others in a collective this rank never joins.
-fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
+fn agree_on_setup(job: &Job, args: &TrainOptions, from: Option<&ResumeFrom>) -> Result<Agreed> {
     let (world, root) = (&job.world, job.is_root());
     let stop = job.agree(StopFlag::install())?;
     let threads = job.agree(crate::backend::threads::setup_threads(args.model.threads, world.local_size))?;
     job.agree(same_options_everywhere(job, args))?;
     let settings = job.agree(Settings::resolve(args, world.size))?;
     let data = job.agree(DataSource::parse(args.data.as_deref()).and_then(|s| Dataset::load(&s)))?;
-    job.agree(same_data_everywhere(job, &data))?;
+    let data_fingerprint = job.agree(same_data_everywhere(job, &data))?;
+    // Rank 0 holds the checkpoint; the others' images are rank 0's (checked just above).
+    job.agree(match (from, &args.checkpoints.resume) {
+        (Some(from), Some(asked)) => {
+            let shown = args.data.as_deref().unwrap_or(crate::data::DEFAULT_DIR);
+            same_data_as_the_run(asked, shown, from.data_fingerprint.as_deref(), &data_fingerprint)
+        }
+        _ => Ok(()),
+    })?;
     let p = &args.parallel;
     let baseline = job.agree(match &p.baseline_summary {
         Some(path) if root => Summary::read(path, "--baseline-summary").map(|s| Some((s, path.display().to_string()))),
@@ -235,7 +247,7 @@ fn agree_on_setup(job: &Job, args: &TrainOptions) -> Result<Agreed> {
         Some(path) if root => crate::report::check_writable(path, "--trace"),
         _ => Ok(()),
     })?;
-    Ok(Agreed { stop, threads, settings, data, baseline })
+    Ok(Agreed { stop, threads, settings, data, data_fingerprint, baseline })
 }
 
 /// What `build` makes.
@@ -383,7 +395,13 @@ fn earlier_quality<B: Backend>(epochs: Vec<EpochRecord>, quality: Option<&Qualit
 }
 
 /// The progress of a run that has not started.
-fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize, steps_per_epoch: usize) -> Progress {
+fn fresh_progress(
+    args: &TrainOptions,
+    ranks: usize,
+    batch_per_rank: usize,
+    steps_per_epoch: usize,
+    data_fingerprint: &str,
+) -> Progress {
     Progress {
         step: 0,
         epoch: 0,
@@ -394,6 +412,6 @@ fn fresh_progress(args: &TrainOptions, ranks: usize, batch_per_rank: usize, step
         image_size: args.model.image_size,
         ngf: args.model.ngf,
         rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
-        config: config::recorded_config(args, steps_per_epoch),
+        config: config::recorded_config(args, steps_per_epoch, data_fingerprint),
     }
 }
