@@ -382,7 +382,7 @@ pub fn given_options(matches: &clap::ArgMatches) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::config::{RESUMABLE, first_difference, training_config};
+    use crate::train::recorded_options::{RESUMABLE, first_difference, training_config};
     use clap::Parser;
 
     fn options(line: &[&str]) -> TrainOptions {

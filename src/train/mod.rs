@@ -13,6 +13,7 @@ pub mod outputs;
 pub mod pipeline;
 pub mod preflight;
 pub mod quality;
+pub mod recorded_options;
 pub mod resume;
 pub mod run;
 pub mod signals;

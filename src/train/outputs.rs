@@ -276,7 +276,7 @@ impl Outputs {
 pub fn options_markdown(args: &TrainOptions) -> String {
     let words: Vec<String> = std::env::args_os().map(|a| super::resume::shell_word(&a.to_string_lossy())).collect();
     let mut md = format!("`{}`\n\n| option | value |\n|---|---|\n", words.join(" "));
-    if let serde_json::Value::Object(options) = crate::train::config::training_config(args) {
+    if let serde_json::Value::Object(options) = crate::train::recorded_options::training_config(args) {
         for (k, v) in options {
             // A `|` would end the table's cell; JSON has no bare newline to break its row.
             md.push_str(&format!("| {} | {} |\n", k.replace('_', "-"), v.to_string().replace('|', "\\|")));

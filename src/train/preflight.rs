@@ -1,8 +1,8 @@
 //! What every rank settles before training starts: the same options as rank 0 and the same
 //! data (`resume.rs` settles the options of a resumed run before these).
 
-use super::config::{first_difference, training_config};
 use super::job::Job;
+use super::recorded_options::{first_difference, training_config};
 use crate::data::Dataset;
 use crate::record::TrainOptions;
 use anyhow::{Result, bail};

@@ -10,8 +10,9 @@
 //! batch, so with `--sync-bn` the run computes what it would have on its old ranks, up to the
 //! order of float sums; each rank's running statistics become their mean over the old ranks.
 
-use super::config::{DATA_FINGERPRINT, Settings, resumed_options};
+use super::config::Settings;
 use super::job::Job;
+use super::recorded_options::{DATA_FINGERPRINT, resumed_options};
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
 use crate::record::TrainOptions;

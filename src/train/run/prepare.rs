@@ -28,6 +28,7 @@ use crate::train::outputs::{Outputs, default_dir};
 use crate::train::pipeline::PipelineStage;
 use crate::train::preflight::{same_data_as_the_run, same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
+use crate::train::recorded_options;
 use crate::train::resume::{ResumeFrom, regroup};
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
@@ -140,7 +141,7 @@ impl<'a, B: Backend> Run<'a, B> {
             self.progress = ck.progress.clone();
             // What the resume changed (a longer --max-steps, say) is the run's from now on.
             self.progress.config =
-                config::recorded_config(self.args, self.shard.batches_per_epoch(), &self.data_fingerprint);
+                recorded_options::recorded_config(self.args, self.shard.batches_per_epoch(), &self.data_fingerprint);
         }
         let resume = self.args.checkpoints.resume.is_some();
         for store in [&mut t.model.g.store, &mut t.model.d.store] {
@@ -412,6 +413,6 @@ fn fresh_progress(
         image_size: args.model.image_size,
         ngf: args.model.ngf,
         rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
-        config: config::recorded_config(args, steps_per_epoch, data_fingerprint),
+        config: recorded_options::recorded_config(args, steps_per_epoch, data_fingerprint),
     }
 }
