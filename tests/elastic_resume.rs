@@ -211,7 +211,10 @@ fn a_per_rank_batch_is_its_share_of_the_global_batch() {
     let (ok, err) = resume_global("32");
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
     assert!(!ok && errors.len() == 1, "{err}");
-    assert!(errors[0].contains("--global-batch-size 32 would change the run's global batch of 16 images"), "{err}");
+    assert!(
+        errors[0].contains("--global-batch-size 32 would change the run's global batch of 16 images, 16 per rank on 1"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
     let (ok, err) = resume_global("16");
     assert!(ok, "the run's own global batch is accepted: {err}");

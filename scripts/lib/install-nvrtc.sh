@@ -17,9 +17,10 @@ set -euo pipefail
 PYTHON=${PYTHON:-python3}
 TARGET="$(cd "$(dirname "$0")/../.." && pwd)/.nvrtc"
 
-# The directory holding libnvrtc.so.13 under any `nvidia` package on the path, or fail.
+# The directory holding libnvrtc.so.13 under any `nvidia` package on the path (with the
+# folder $1 in front of it), or fail.
 libdir() {
-  PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'PY'
+  PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'PY'
 import importlib.util, os, sys
 spec = importlib.util.find_spec("nvidia")
 for base in (spec.submodule_search_locations if spec else []):
@@ -31,16 +32,24 @@ sys.exit(1)
 PY
 }
 
-# Our own folder first: whatever `nvidia` package the Python path finds may lack cu13.
-if [ -e "$TARGET/nvidia/cu13/lib/libnvrtc.so.13" ]; then
-  echo "$TARGET/nvidia/cu13/lib"
+# Our own folder first: whatever `nvidia` package the Python path finds may lack cu13. The
+# marker is written once pip is done (until then the library may be half copied in).
+OURS="$TARGET/nvidia/cu13/lib"
+if [ -e "$TARGET/.installed" ]; then
+  echo "$OURS"
   exit 0
 fi
-# Callers at once take turns (two pips upgrading one --target remove each other's files).
+# A wheel importable from $PYTHON is used as it is.
+if [ ! -e "$OURS/libnvrtc.so.13" ] && dir=$(libdir "" 2>/dev/null); then
+  echo "$dir"
+  exit 0
+fi
+# Callers at once take turns (two pips upgrading one --target remove each other's files);
+# one that waited finds what the first installed.
 mkdir -p "$TARGET"
 exec 9>"$TARGET/.install.lock"
 flock 9
-if ! dir=$(libdir 2>/dev/null); then
+if [ ! -e "$TARGET/.installed" ] && [ ! -e "$OURS/libnvrtc.so.13" ]; then
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     echo "install-nvrtc: $PYTHON has no pip: install it (Debian: apt-get install python3-pip, as scripts/setup-deps.sh --tests does) and run this again" >&2
     exit 1
@@ -49,9 +58,11 @@ if ! dir=$(libdir 2>/dev/null); then
   # (pip's advice against installing as root is about the system's environment, not --target.)
   PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check --upgrade --target "$TARGET" \
     'nvidia-cuda-nvrtc==13.0.*' >&2
-  dir=$(libdir) || {
-    echo "install-nvrtc: the wheel installed but libnvrtc.so.13 was not found under $TARGET/nvidia/cu13/lib" >&2
-    exit 1
-  }
 fi
-echo "$dir"
+# (A folder installed before the marker existed is complete: no pip holds the lock.)
+[ -e "$OURS/libnvrtc.so.13" ] || {
+  echo "install-nvrtc: the wheel installed but libnvrtc.so.13 was not found under $OURS" >&2
+  exit 1
+}
+touch "$TARGET/.installed"
+echo "$OURS"

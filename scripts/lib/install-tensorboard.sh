@@ -19,8 +19,13 @@ readable() {
 }
 
 # The suite's tests call this at once: two pips upgrading one --target remove each other's
-# files mid-install, so the check and the install hold a lock, and the second caller finds
-# the reader importable once the first is done.
+# files mid-install, so an install holds a lock, and a caller that waited on it finds what the
+# first installed. The marker is written once pip is done (until then the reader may import
+# while pip is still copying the rest in).
+if [ -e "$TARGET/.installed" ] && readable; then
+  echo "$TARGET"
+  exit 0
+fi
 mkdir -p "$TARGET"
 exec 9>"$TARGET/.install.lock"
 flock 9
@@ -37,4 +42,6 @@ if ! readable; then
     exit 1
   }
 fi
+# (A folder that imports under the lock is complete: no pip is writing to it.)
+touch "$TARGET/.installed"
 echo "$TARGET"

@@ -150,10 +150,15 @@ fn options_of_the_run(
         }
     }
     if let Some(asked_global) = args.parallel.global_batch_size.filter(|_| asks_global) {
-        let kept = Settings::resolve(&resumed, ranks)?.global_batch as u64;
-        if asked_global != kept {
+        // Compared as the batch of a rank it gives, as a new run would split it: a pipeline's
+        // two stages share their batch, so its global batch is half the flag's.
+        let kept = Settings::resolve(&resumed, ranks)?.per_rank_batch;
+        let mut asking = resumed.clone();
+        asking.parallel.global_batch_size = Some(asked_global);
+        if Settings::resolve(&asking, ranks).ok().map(|s| s.per_rank_batch) != Some(kept) {
+            let flag = kept * ranks;
             bail!(
-                "--resume {asked}: --global-batch-size {asked_global} would change the run's global batch of {kept} images: leave --global-batch-size out to go on with it, or start a new run with --out"
+                "--resume {asked}: --global-batch-size {asked_global} would change the run's global batch of {flag} images, {kept} per rank on {ranks}: leave --global-batch-size out to go on with it, or start a new run with --out"
             );
         }
     }
@@ -349,6 +354,30 @@ mod tests {
         );
         args.data = Some("fm".into());
         assert_eq!(options_of_the_run(&args, &given, &shared(old), 3).unwrap().data.as_deref(), Some("fm"));
+    }
+
+    /// A pipeline's `--global-batch-size` splits over all its ranks, though its two stages
+    /// share each batch: on resume the flag is compared as the batch of a rank it gives.
+    #[test]
+    fn a_pipelines_global_batch_is_compared_as_a_new_run_splits_it() {
+        let resume = |config: serde_json::Value, batch_per_rank: usize, global: u64| {
+            let progress = Progress { config, ranks: 2, batch_per_rank, ..of_three_ranks().progress };
+            let shared = Shared { asked: PathBuf::from("run"), progress };
+            let mut args = TrainOptions::default();
+            (args.checkpoints.resume, args.parallel.global_batch_size) = (Some(PathBuf::from("run")), Some(global));
+            let given: BTreeSet<String> = ["global_batch_size".to_string()].into();
+            options_of_the_run(&args, &given, &shared, 2).map_err(|e| e.to_string())
+        };
+        let by_global = serde_json::json!({"pipeline": true, "global_batch_size": 32, DATA_FINGERPRINT: "f"});
+        assert!(resume(by_global.clone(), 16, 32).is_ok());
+        let e = resume(by_global, 16, 64).unwrap_err();
+        assert!(
+            e.contains("--global-batch-size 64 would change the run's global batch of 32 images, 16 per rank on 2"),
+            "{e}"
+        );
+        let per_rank = serde_json::json!({"pipeline": true, "batch_size": 16, DATA_FINGERPRINT: "f"});
+        assert!(resume(per_rank.clone(), 16, 32).is_ok());
+        assert!(resume(per_rank, 16, 16).unwrap_err().contains("16 would change"));
     }
 
     #[test]
