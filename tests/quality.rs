@@ -130,6 +130,58 @@ fn a_resume_measures_with_the_runs_feature_network() {
     assert_eq!(common::read_summary(&out).quality.iter().map(|q| q.epoch).collect::<Vec<_>>(), [2]);
 }
 
+/// `SMALL`'s splits written as a data directory, its test images changed by `variant`.
+fn small_as_a_directory(dir: &Path, variant: u8) -> String {
+    use dcgan_train::data::DataSource;
+    use dcgan_train::data::idx::encode_idx_labels;
+    use dcgan_train::data::labelled::{Labelled, Split};
+    std::fs::create_dir_all(dir).unwrap();
+    for (split, prefix) in [(Split::Train, "train"), (Split::Test, "t10k")] {
+        let mut l = Labelled::load(&DataSource::parse(Some(SMALL)).unwrap(), split).unwrap();
+        if split == Split::Test {
+            l.set.images[0] ^= variant;
+        }
+        let images = encode_idx_images(&l.set.images, l.set.count, l.set.height, l.set.width);
+        std::fs::write(dir.join(format!("{prefix}-images-idx3-ubyte")), images).unwrap();
+        std::fs::write(dir.join(format!("{prefix}-labels-idx1-ubyte")), encode_idx_labels(&l.labels)).unwrap();
+    }
+    let test = Labelled::load(&DataSource::Dir(dir.to_path_buf()), Split::Test).unwrap();
+    test.fingerprint()
+}
+
+/// The test split a run is measured against, by the fingerprint every checkpoint keeps: a
+/// resume whose `--data` holds the run's training images beside other test images is refused
+/// before anything of the run changes (its FIDs would mix two references), and one that
+/// measures nothing keeps the record for the next.
+#[test]
+fn a_resume_measures_against_the_runs_test_images() {
+    let (tmp, small) = (tempfile::tempdir().unwrap(), common::small_feature_net(BIN));
+    let (data, moved) = (tmp.path().join("data"), tmp.path().join("moved"));
+    let (test, other_test) = (small_as_a_directory(&data, 0), small_as_a_directory(&moved, 1));
+    assert_ne!(test, other_test);
+    let out = tmp.path().join("run");
+    let args = ["--data", path(&data), "--epochs", "1", "--batch-size", "64", "--eval-n", "256", "--eval-every", "1"];
+    ok(bin(
+        &[&args[..], &common::NARROW, &["--no-progress", "--classifier", path(small), "--out", path(&out)]].concat()
+    ));
+    let recorded = |out: &Path| {
+        let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+        let p = dcgan_train::checkpoint::load_progress(&out.join("checkpoints").join(latest.trim())).unwrap();
+        p.config["test_data_fingerprint"].as_str().map(str::to_string)
+    };
+    assert_eq!(recorded(&out).as_deref(), Some(test.as_str()));
+    let metrics = std::fs::read(out.join("metrics.jsonl")).unwrap();
+    fails_with(
+        &["--resume", path(&out), "--data", path(&moved), "--epochs", "2", "--no-progress"],
+        &format!(
+            "(fingerprint {other_test}) are not those the run's sample quality was measured against (fingerprint {test})"
+        ),
+    );
+    assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
+    ok(bin(&["--resume", path(&out), "--data", path(&moved), "--epochs", "2", "--eval-every", "0", "--no-progress"]));
+    assert_eq!(recorded(&out).as_deref(), Some(test.as_str()), "a resume that measured nothing dropped the record");
+}
+
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is
 /// what `evaluate` draws from the same weights in one process: G's and, with `--g-ema`, the
 /// averaged generator's (which `evaluate` takes by default), each rank drawing from its own

@@ -44,11 +44,19 @@ pub struct Quality<B: Backend> {
     pub digest: String,
     /// Rank 0: the test split's features.
     reference: Option<Reference>,
+    /// Rank 0: the test split's fingerprint (`Labelled::fingerprint`), which checkpoints keep.
+    pub test_fingerprint: Option<String>,
 }
 
 /// Rank 0: whether to evaluate and with which network (None: not at all), saying why not
 /// where the user may have expected it.
-fn decide<B: Backend>(be: &B, args: &TrainOptions) -> Result<Option<(Decision, Reference)>> {
+/// `measured_against`: on a resume, the fingerprint of the test split the run measured with,
+/// which the split found now must match; the returned fingerprint is the split's.
+fn decide<B: Backend>(
+    be: &B,
+    args: &TrainOptions,
+    measured_against: Option<&str>,
+) -> Result<Option<(Decision, Reference, String)>> {
     let e = &args.eval;
     if e.eval_every == Some(0) {
         return Ok(None);
@@ -62,6 +70,8 @@ fn decide<B: Backend>(be: &B, args: &TrainOptions) -> Result<Option<(Decision, R
         }
         Err(why) => return Err(why.context("--eval-every needs the data's test split and its labels")),
     };
+    let test_fingerprint = splits.test.fingerprint();
+    same_test_images(measured_against, &test_fingerprint, args)?;
     // Without --eval-every, only a network trained already: a run never waits minutes unasked.
     let train = e.eval_every.map(|_| ClassifierTraining::default());
     let (mut net, path) = match obtain(be, &splits, side, e.classifier.as_deref(), BATCH, train) {
@@ -85,22 +95,51 @@ fn decide<B: Backend>(be: &B, args: &TrainOptions) -> Result<Option<(Decision, R
         net: bytes,
         path: path.display().to_string(),
     };
-    Ok(Some((d, reference)))
+    Ok(Some((d, reference, test_fingerprint)))
+}
+
+/// A resumed run measures its samples against the test images it was measured against: other
+/// ones (a `--data` that moved to other images beside the same training split) would mix two
+/// references in one run's figures. `run`: the fingerprint its checkpoint keeps.
+fn same_test_images(run: Option<&str>, now: &str, args: &TrainOptions) -> Result<()> {
+    match run {
+        Some(run) if run != now => anyhow::bail!(
+            "--resume {}: the test images --data {} holds (fingerprint {now}) are not those the run's sample quality was measured against (fingerprint {run}): give --data the run's images, or resume with --eval-every 0 to measure nothing",
+            args.checkpoints.resume.as_deref().unwrap_or(std::path::Path::new("")).display(),
+            args.data.as_deref().unwrap_or(crate::data::DEFAULT_DIR)
+        ),
+        _ => Ok(()),
+    }
 }
 
 impl<B: Backend> Quality<B> {
     /// Collective: rank 0 decides and every rank builds the same feature network on `be`.
-    pub fn prepare(job: &Job, be: &B, args: &TrainOptions) -> Result<Option<Quality<B>>> {
-        let decided = job.agree(if job.is_root() { decide(be, args) } else { Ok(None) })?;
-        let (decision, reference) = match decided {
-            Some((d, r)) => (Some(d), Some(r)),
-            None => (None, None),
+    /// `measured_against`: rank 0's record of the run's test split, on a resume (see `decide`).
+    pub fn prepare(
+        job: &Job,
+        be: &B,
+        args: &TrainOptions,
+        measured_against: Option<&str>,
+    ) -> Result<Option<Quality<B>>> {
+        let decided = job.agree(if job.is_root() { decide(be, args, measured_against) } else { Ok(None) })?;
+        let (decision, reference, test_fingerprint) = match decided {
+            Some((d, r, f)) => (Some(d), Some(r), Some(f)),
+            None => (None, None, None),
         };
         let bytes = job.comm.broadcast_bytes(0, serde_json::to_vec(&decision)?)?;
         let Some(d) = serde_json::from_slice::<Option<Decision>>(&bytes)? else { return Ok(None) };
         let net = job.agree(FeatureNet::from_bytes(be, &d.net, &d.path, BATCH))?;
         let digest = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&d.net));
-        Ok(Some(Quality { every: d.every, n: d.n as usize, seed: d.seed, net, path: d.path, digest, reference }))
+        Ok(Some(Quality {
+            every: d.every,
+            n: d.n as usize,
+            seed: d.seed,
+            net,
+            path: d.path,
+            digest,
+            reference,
+            test_fingerprint,
+        }))
     }
 
     /// Images generated for each evaluation.

@@ -24,6 +24,10 @@ pub fn recorded_config(args: &TrainOptions, steps_per_epoch: usize, data_fingerp
 /// (`Dataset::fingerprint`): a resume may find them at another `--data`, not other images.
 pub const DATA_FINGERPRINT: &str = "data_fingerprint";
 
+/// The key that holds the fingerprint of the test split the run's sample quality is measured
+/// against (`Labelled::fingerprint`), where it is measured: a resume measures against the same.
+pub const TEST_DATA_FINGERPRINT: &str = "test_data_fingerprint";
+
 /// Options that change what training computes, as a flat JSON object keyed by flag name.
 /// Ranks compare it at start; a resumed run compares it with its checkpoint's.
 pub fn training_config(args: &TrainOptions) -> Value {

@@ -12,7 +12,7 @@
 
 use super::config::Settings;
 use super::job::Job;
-use super::recorded_options::{DATA_FINGERPRINT, resumed_options};
+use super::recorded_options::{DATA_FINGERPRINT, TEST_DATA_FINGERPRINT, resumed_options};
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
 use crate::record::TrainOptions;
@@ -34,6 +34,9 @@ pub struct ResumeFrom {
     /// The fingerprint of the images the run trained on (`Dataset::fingerprint`; None in a
     /// checkpoint that predates it).
     pub data_fingerprint: Option<String>,
+    /// The fingerprint of the test split its sample quality was measured against (None: not
+    /// measured, or a checkpoint that predates the record).
+    pub test_data_fingerprint: Option<String>,
 }
 
 /// What rank 0 tells every rank: the path given to `--resume` and the checkpoint's progress.
@@ -96,8 +99,11 @@ fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
         );
     };
     let progress = checkpoint::load_progress(&found.dir)?;
-    let data_fingerprint = progress.config.get(DATA_FINGERPRINT).and_then(|v| v.as_str()).map(str::to_string);
-    Ok((ResumeFrom { run, checkpoint: found.dir, broken: found.skipped, data_fingerprint }, progress))
+    let recorded = |key: &str| progress.config.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let (data_fingerprint, test_data_fingerprint) = (recorded(DATA_FINGERPRINT), recorded(TEST_DATA_FINGERPRINT));
+    let from =
+        ResumeFrom { run, checkpoint: found.dir, broken: found.skipped, data_fingerprint, test_data_fingerprint };
+    Ok((from, progress))
 }
 
 /// The run's options with the command line's changes, if this job can continue the run.

@@ -28,7 +28,7 @@ use crate::train::outputs::{Outputs, default_dir};
 use crate::train::pipeline::PipelineStage;
 use crate::train::preflight::{same_data_as_the_run, same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
-use crate::train::recorded_options;
+use crate::train::recorded_options::{self, TEST_DATA_FINGERPRINT};
 use crate::train::resume::{ResumeFrom, regroup};
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
@@ -119,7 +119,14 @@ impl<'a, B: Backend> Run<'a, B> {
             run.trainer.model.d.store.freeze_variance_after = Some(d);
         }
         run.restore_everywhere(ck.as_ref())?;
-        run.quality = Quality::prepare(job, &run.trainer.be, args)?;
+        let measured_against = from.and_then(|f| f.test_data_fingerprint.clone());
+        run.quality = Quality::prepare(job, &run.trainer.be, args, measured_against.as_deref())?;
+        // What the run's samples are measured against, in every checkpoint (rank 0 writes
+        // them); a resume that measures nothing keeps the run's.
+        let measured = run.quality.as_ref().and_then(|q| q.test_fingerprint.clone()).or(measured_against);
+        if let Some(test) = measured {
+            run.progress.config[TEST_DATA_FINGERPRINT] = test.into();
+        }
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.agree_on_best()?;
         run.refuse_if_stopped_early()?;
