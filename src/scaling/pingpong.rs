@@ -52,6 +52,9 @@ pub struct LinkReport {
     pub bandwidth_gbit_per_s: f64,
     /// Host of rank 0 and of rank 1.
     pub hosts: Vec<String>,
+    /// Fitted to each size's fastest trip (`min_us`): the medians did not grow with the size.
+    #[serde(default)]
+    pub fitted_on_fastest_trips: bool,
     pub points: Vec<Point>,
 }
 
@@ -229,6 +232,7 @@ pub fn run(args: PingPongOptions) -> anyhow::Result<()> {
             alpha_large_us: alpha_large * 1e6,
             bandwidth_gbit_per_s: 8.0 / (beta * 1e9),
             hosts: world.hosts.iter().take(2).cloned().collect(),
+            fitted_on_fastest_trips: on_fastest_trips,
             points,
         }))
     })?;
