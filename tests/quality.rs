@@ -152,7 +152,7 @@ fn small_as_a_directory(dir: &Path, variant: u8) -> String {
 /// The test split a run is measured against, by the fingerprint every checkpoint keeps: a
 /// resume whose `--data` holds the run's training images beside other test images is refused
 /// before anything of the run changes (its FIDs would mix two references), and one that
-/// measures nothing keeps the record for the next.
+/// measures nothing keeps the record for the next; `evaluate` on other test images says so.
 #[test]
 fn a_resume_measures_against_the_runs_test_images() {
     let (tmp, small) = (tempfile::tempdir().unwrap(), common::small_feature_net(BIN));
@@ -180,6 +180,16 @@ fn a_resume_measures_against_the_runs_test_images() {
     assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), metrics, "the refused resume wrote into the run");
     ok(bin(&["--resume", path(&out), "--data", path(&moved), "--epochs", "2", "--eval-every", "0", "--no-progress"]));
     assert_eq!(recorded(&out).as_deref(), Some(test.as_str()), "a resume that measured nothing dropped the record");
+    // `evaluate` measures against whatever test split it is given, and says where that is
+    // not the run's.
+    let note = "note: the run measured its samples against other test images";
+    let evaluate = |data: &Path| {
+        let args =
+            ["evaluate", "--checkpoint", path(&out), "--data", path(data), "--n", "256", "--classifier", path(small)];
+        let o = ok(bin(&args));
+        String::from_utf8_lossy(&o.stderr).contains(note)
+    };
+    assert!(evaluate(&moved) && !evaluate(&data));
 }
 
 /// Two ranks each draw half the images; rank 0 scores them in their global order, which is

@@ -12,6 +12,7 @@ use crate::eval::generate::{EVAL_NOISE, Generator, WhichGenerator};
 use crate::eval::train_classifier::ClassifierTraining;
 use crate::model::dcgan::{NZ, seed_for};
 use crate::model::noise::fixed_noise;
+use crate::train::recorded_options::TEST_DATA_FINGERPRINT;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,12 @@ fn data_of_run(dir: &Path) -> Option<String> {
     checkpoint::load_progress(dir).ok()?.config.get("data")?.as_str().map(str::to_string)
 }
 
+/// The fingerprint of the test split the run measured its samples against, where it did.
+fn measured_against(dir: &Path) -> Option<String> {
+    let progress = checkpoint::load_progress(dir).ok()?;
+    progress.config.get(TEST_DATA_FINGERPRINT)?.as_str().map(str::to_string)
+}
+
 pub fn run(a: EvaluateArgs) -> Result<()> {
     let started = Instant::now();
     crate::backend::threads::setup_threads(None, 1)?;
@@ -83,6 +90,14 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
     };
     let data = a.data.clone().or_else(|| ck.as_deref().and_then(data_of_run));
     let splits = Splits::load(&DataSource::parse(data.as_deref())?)?;
+    if let Some(run) = ck.as_deref().and_then(measured_against) {
+        let now = splits.test.fingerprint();
+        if run != now {
+            eprintln!(
+                "note: the run measured its samples against other test images (fingerprint {run}; these are {now}): these figures do not compare with its metrics.jsonl"
+            );
+        }
+    }
     let (mut f, path) =
         obtain(&be, &splits, side, a.classifier.as_deref(), BATCH, Some(ClassifierTraining::default()))?;
     let reference_images = images_of(&splits.test.set, side, splits.test.set.count);
