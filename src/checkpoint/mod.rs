@@ -54,6 +54,14 @@ fn paper_ngf() -> usize {
     64
 }
 
+impl Progress {
+    /// The run's recorded option (or record, such as a fingerprint) `key`, where it is a
+    /// string.
+    pub fn recorded(&self, key: &str) -> Option<&str> {
+        self.config.get(key)?.as_str()
+    }
+}
+
 /// Adam's moments of one network, in its layout's flat order (`[param_len]` each).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Moments {

@@ -53,17 +53,6 @@ pub struct EvaluateArgs {
     pub json: Option<PathBuf>,
 }
 
-/// The run's own data (its `--data`), read from the checkpoint.
-fn data_of_run(dir: &Path) -> Option<String> {
-    checkpoint::load_progress(dir).ok()?.config.get("data")?.as_str().map(str::to_string)
-}
-
-/// The fingerprint of the test split the run measured its samples against, where it did.
-fn measured_against(dir: &Path) -> Option<String> {
-    let progress = checkpoint::load_progress(dir).ok()?;
-    progress.config.get(TEST_DATA_FINGERPRINT)?.as_str().map(str::to_string)
-}
-
 pub fn run(a: EvaluateArgs) -> Result<()> {
     let started = Instant::now();
     crate::backend::threads::setup_threads(None, 1)?;
@@ -88,9 +77,12 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
         (None, Some(set)) => set.height,
         (None, None) => unreachable!("clap requires one"),
     };
-    let data = a.data.clone().or_else(|| ck.as_deref().and_then(data_of_run));
+    // The run's own data (its `--data`) unless given, and the test split it measured on.
+    let progress = ck.as_deref().and_then(|dir| checkpoint::load_progress(dir).ok());
+    let recorded = |key: &str| progress.as_ref().and_then(|p| p.recorded(key)).map(str::to_string);
+    let data = a.data.clone().or_else(|| recorded("data"));
     let splits = Splits::load(&DataSource::parse(data.as_deref())?)?;
-    if let Some(run) = ck.as_deref().and_then(measured_against) {
+    if let Some(run) = recorded(TEST_DATA_FINGERPRINT) {
         let now = splits.test.fingerprint();
         if run != now {
             eprintln!(

@@ -99,7 +99,7 @@ fn find(path: &Path) -> Result<(ResumeFrom, Progress)> {
         );
     };
     let progress = checkpoint::load_progress(&found.dir)?;
-    let recorded = |key: &str| progress.config.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let recorded = |key: &str| progress.recorded(key).map(str::to_string);
     let (data_fingerprint, test_data_fingerprint) = (recorded(DATA_FINGERPRINT), recorded(TEST_DATA_FINGERPRINT));
     let from =
         ResumeFrom { run, checkpoint: found.dir, broken: found.skipped, data_fingerprint, test_data_fingerprint };
@@ -130,8 +130,8 @@ fn options_of_the_run(
     let compared: BTreeSet<String> = given.iter().filter(|k| !checked_below(k)).cloned().collect();
     // `--data` may name another place holding the run's images, which the fingerprint its
     // checkpoint keeps tells apart from other images; without it, only the run's own path.
-    if given.contains("data") && p.config.get(DATA_FINGERPRINT).is_none() {
-        let run_data = p.config.get("data").and_then(|v| v.as_str());
+    if given.contains("data") && p.recorded(DATA_FINGERPRINT).is_none() {
+        let run_data = p.recorded("data");
         if args.data.as_deref() != run_data {
             bail!(
                 "--resume {asked}: --data {} (the run has {}) cannot change on resume: the run's checkpoint keeps no fingerprint of its images to check others against: leave --data out to go on with the run's own",
