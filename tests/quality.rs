@@ -309,3 +309,42 @@ fn bad_input_is_one_line() {
         "--eval-every needs the data's test split",
     );
 }
+
+/// A run keeps a relative `--data` as typed and where it found it, so that `evaluate` of its
+/// checkpoint from another directory reads the run's images, as with `--data` given; where
+/// neither place holds them, one line says to give `--data`.
+#[test]
+fn evaluate_finds_a_relative_data_from_another_directory() {
+    use std::process::Command;
+    let (tmp, small) = (tempfile::tempdir().unwrap(), common::small_feature_net(BIN));
+    let data = tmp.path().join("data");
+    small_as_a_directory(&data, 0);
+    let (out, elsewhere) = (tmp.path().join("run"), tmp.path().join("elsewhere"));
+    std::fs::create_dir(&elsewhere).unwrap();
+    let mut train = Command::new(BIN);
+    let args = ["--data", "data", "--max-steps", "2", "--batch-size", "16", "--eval-every", "0", "--no-progress"];
+    train.current_dir(tmp.path()).args(args).args(common::NARROW).args(["--out", path(&out)]);
+    ok(common::run_limited(train, 600));
+    let json = tmp.path().join("e.json");
+    let evaluate_from_elsewhere = |extra: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        let args = ["evaluate", "--checkpoint", path(&out), "--n", "256", "--classifier", path(small)];
+        cmd.current_dir(&elsewhere).args(args).args(["--json", path(&json)]).args(extra);
+        let o = common::run_limited(cmd, 600);
+        let e = o.status.success().then(|| serde_json::from_slice::<Evaluation>(&std::fs::read(&json).unwrap()));
+        (e.map(Result::unwrap), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (found, err) = evaluate_from_elsewhere(&[]);
+    let found = found.unwrap_or_else(|| panic!("evaluate without --data: {err}"));
+    let (given, err) = evaluate_from_elsewhere(&["--data", path(&data)]);
+    let given = given.unwrap_or_else(|| panic!("evaluate with --data: {err}"));
+    assert_eq!(found.fid, given.fid);
+    let floor = |e: &Evaluation| e.floor.as_ref().unwrap().fid;
+    assert_eq!(floor(&found), floor(&given), "the real images' figures came from other training images");
+    std::fs::rename(&data, tmp.path().join("moved")).unwrap();
+    let (none, err) = evaluate_from_elsewhere(&[]);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    let expected = format!("the run's --data data is not found from here nor at {}", data.display());
+    assert!(none.is_none() && lines.len() == 1 && lines[0].contains(&expected), "{err}");
+    assert!(lines[0].contains("give --data"), "{err}");
+}

@@ -5,6 +5,7 @@
 
 use crate::backend::cpu::Cpu;
 use crate::checkpoint;
+use crate::checkpoint::Progress;
 use crate::data::{DataSource, Dataset, idx};
 use crate::eval::evaluate::{Evaluation, Reference, images_of, score};
 use crate::eval::feature_net_file::{Splits, obtain};
@@ -12,7 +13,7 @@ use crate::eval::generate::{EVAL_NOISE, Generator, WhichGenerator};
 use crate::eval::train_classifier::ClassifierTraining;
 use crate::model::dcgan::{NZ, seed_for};
 use crate::model::noise::fixed_noise;
-use crate::train::recorded_options::TEST_DATA_FINGERPRINT;
+use crate::train::recorded_options::{DATA_ABSOLUTE, TEST_DATA_FINGERPRINT};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -80,7 +81,10 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
     // The run's own data (its `--data`) unless given, and the test split it measured on.
     let progress = ck.as_deref().and_then(|dir| checkpoint::load_progress(dir).ok());
     let recorded = |key: &str| progress.as_ref().and_then(|p| p.recorded(key)).map(str::to_string);
-    let data = a.data.clone().or_else(|| recorded("data"));
+    let data = match &a.data {
+        Some(given) => Some(given.clone()),
+        None => progress.as_ref().map_or(Ok(None), the_runs_data)?,
+    };
     let splits = Splits::load(&DataSource::parse(data.as_deref())?)?;
     if let Some(run) = recorded(TEST_DATA_FINGERPRINT) {
         let now = splits.test.fingerprint();
@@ -123,6 +127,22 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
             .with_context(|| format!("cannot write --json {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The run's `--data`: as it was typed where that is found from here, else where rank 0 found
+/// it (a relative path, and `evaluate` run from another directory than the run).
+fn the_runs_data(p: &Progress) -> Result<Option<String>> {
+    let Some(typed) = p.recorded("data") else { return Ok(None) };
+    match DataSource::parse(Some(typed))? {
+        DataSource::Dir(dir) if !dir.exists() => match p.recorded(DATA_ABSOLUTE) {
+            Some(found) if Path::new(found).exists() => Ok(Some(found.to_string())),
+            found => bail!(
+                "the run's --data {typed} is not found from here{}: give --data DIR with the run's images",
+                found.map(|f| format!(" nor at {f}, where the run found it")).unwrap_or_default()
+            ),
+        },
+        _ => Ok(Some(typed.to_string())),
+    }
 }
 
 /// The images of an IDX file, as a data set.

@@ -17,12 +17,30 @@ pub fn recorded_config(args: &TrainOptions, steps_per_epoch: usize, data_fingerp
         config["wire_warmup_steps"] = compressed_from(args, steps_per_epoch).into();
     }
     config[DATA_FINGERPRINT] = data_fingerprint.into();
+    if let Some(found) = absolute_data_dir(args.data.as_deref()) {
+        config[DATA_ABSOLUTE] = found.into();
+    }
     config
+}
+
+/// A relative `--data DIR` made absolute in this process's working directory. The run keeps
+/// `--data` as typed (each host of a cluster may resolve it in its own working directory) and
+/// this beside it, for commands run from elsewhere (`evaluate` of a checkpoint).
+fn absolute_data_dir(data: Option<&str>) -> Option<String> {
+    match crate::data::DataSource::parse(data).ok()? {
+        crate::data::DataSource::Dir(dir) if dir.is_relative() => {
+            std::path::absolute(&dir).ok().map(|p| p.display().to_string())
+        }
+        _ => None,
+    }
 }
 
 /// The key of the recorded config that holds the fingerprint of the images the run trains on
 /// (`Dataset::fingerprint`): a resume may find them at another `--data`, not other images.
 pub const DATA_FINGERPRINT: &str = "data_fingerprint";
+
+/// The key that holds where rank 0 found a relative `--data` (an absolute path).
+pub const DATA_ABSOLUTE: &str = "data_absolute";
 
 /// The key that holds the fingerprint of the test split the run's sample quality is measured
 /// against (`Labelled::fingerprint`), where it is measured: a resume measures against the same.
