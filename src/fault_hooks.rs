@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `DCGAN_TEST_FAIL_BUILD_ON_RANK=r` | building the model fails on rank r alone |
 //! | `DCGAN_TEST_STOP_AT_STEP=n` | step n (1-based) asks to stop, as SIGTERM would |
+//! | `DCGAN_TEST_SIGNAL_IN_STEP=n` | SIGTERM reaches step n once it has begun |
 //! | `DCGAN_TEST_SLOW_RANK=r:ms` | rank r starts every step ms milliseconds late |
 //! | `DCGAN_TEST_SLOW_COMM=ms` | the comm thread naps before each fragment of a gradient bucket |
 //! | `DCGAN_TEST_DELAY_RANK=r` | in bench-allreduce, rank r arrives far past the stall timeout |
@@ -25,6 +26,12 @@ pub fn fail_build_on(rank: usize) -> bool {
 /// run's last step.
 pub fn stop_at_step() -> Option<u64> {
     var("DCGAN_TEST_STOP_AT_STEP")?.parse().ok()
+}
+
+/// The step (1-based) that SIGTERM reaches once it has begun: after the check at its start, as
+/// most signals come.
+pub fn signal_in_step() -> Option<u64> {
+    var("DCGAN_TEST_SIGNAL_IN_STEP")?.parse().ok()
 }
 
 /// How late this rank starts every step, so that the others wait for it (the wait accounting).

@@ -150,6 +150,26 @@ fn a_stop_in_the_last_step_completes_the_run() {
     }
 }
 
+/// A signal that reaches a step after it began (most do: the check at a step's start is a
+/// moment) stops the run at that step's end, with its checkpoint: the step carries the stop
+/// in its metrics, so the run does not train one more step that a slower step would not
+/// finish within the grace a stop gives it.
+#[test]
+fn a_signal_during_a_step_stops_the_run_after_that_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let args = ["--data", "synthetic:256", "--batch-size", "8", "--threads", "1", "--max-steps", "8"];
+    let mut cmd = common::mpiexec_ranks(2);
+    cmd.args(args).args(["--checkpoint-every", "100", "--no-progress", "--out", path(&run)]);
+    cmd.env("DCGAN_TEST_SIGNAL_IN_STEP", "3");
+    let o = run_limited(cmd, 300);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("stopped by a signal"), "{err}");
+    assert!(!err.contains("dropped"), "{err}");
+    assert_eq!(checkpoint_names(&run), ["step-00000003"], "{err}");
+    assert_eq!(step_records(&run).len(), 3, "{err}");
+}
+
 /// A resume that does not repeat --keep-checkpoints keeps what the run kept: falling back
 /// to the default's one would delete the checkpoints kept to pick from at its first save.
 #[test]

@@ -24,11 +24,23 @@ impl Interrupt {
         Interrupt { flag, noticed: None, tripped: false }
     }
 
+    /// A step begins. A stop noticed in the previous step, after its metrics had left, can end
+    /// the run only after this one: its grace runs from this step's first layer boundary.
+    pub fn step_begins(&mut self) {
+        if !self.tripped {
+            self.noticed = None;
+        }
+    }
+
     /// Asked between layers: whether the step in progress must be dropped now.
     pub fn due(&mut self) -> bool {
+        self.due_at(Instant::now())
+    }
+
+    fn due_at(&mut self, now: Instant) -> bool {
         if !self.tripped && self.flag.requested() {
-            let noticed = *self.noticed.get_or_insert_with(Instant::now);
-            self.tripped = noticed.elapsed() >= GRACE;
+            let noticed = *self.noticed.get_or_insert(now);
+            self.tripped = now.duration_since(noticed) >= GRACE;
         }
         self.tripped
     }
@@ -67,5 +79,21 @@ mod tests {
         std::thread::sleep(GRACE + Duration::from_millis(50));
         assert!(i.due() && i.tripped());
         assert!(i.due(), "once tripped, the rest of the step is dropped too");
+        i.step_begins();
+        assert!(i.due(), "a dropped step ends the run: nothing after it may start afresh");
+    }
+
+    #[test]
+    fn the_step_after_a_stop_gets_a_grace_of_its_own() {
+        let (flag, t0) = (StopFlag::unset(), Instant::now());
+        let mut i = Interrupt::new(flag.clone());
+        flag.request();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(!i.due_at(at(0)), "noticed late in a step, after its metrics left");
+        assert!(!i.due_at(at(300)), "the step may still finish");
+        i.step_begins();
+        assert!(!i.due_at(at(400)), "the next step's first layer boundary");
+        assert!(!i.due_at(at(800)), "the next step was dropped within its own grace");
+        assert!(i.due_at(at(900)), "a step still running its grace after the stop was kept");
     }
 }

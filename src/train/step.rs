@@ -15,6 +15,7 @@
 
 use super::ddp::exchange::{Exchange, NetId, Update};
 use super::interrupt::{Interrupt, StepInterrupted};
+use super::signals::StopFlag;
 use super::timeline::{Timeline, Track};
 use crate::backend::{Backend, View, ViewMut};
 use crate::model::dcgan::Dcgan;
@@ -72,6 +73,9 @@ pub struct GanTrainer<B: Backend> {
     pub metrics_wait: Duration,
     /// Drops a long step between layers when a stop cannot wait for its end.
     pub interrupt: Option<Interrupt>,
+    /// SIGINT and SIGTERM, read again when the step's metrics leave: a signal during the step
+    /// then stops the run after this step rather than after the next.
+    pub stop_flag: Option<StopFlag>,
     /// `--loss wgan-gp`: the critic's buffers (None: the DCGAN step).
     pub wgan: Option<super::wgan_step::WganParts<B>>,
     /// `--micro-batches M` with M > 1, or a pipeline's (None: the batch in one pass).
@@ -165,6 +169,7 @@ impl<B: Backend> GanTrainer<B> {
             bn_sync: None,
             metrics_wait: Duration::ZERO,
             interrupt: None,
+            stop_flag: None,
             wgan: None,
             micro: None,
             pipeline: None,
@@ -386,6 +391,9 @@ impl<B: Backend> GanTrainer<B> {
         // Bracketed, so that `--cuda-graphs` can replay the step's kernels (backend/cuda/graph.rs);
         // an interrupted step ends the bracket too.
         self.be.begin_step(self.step_kind());
+        if let Some(i) = self.interrupt.as_mut() {
+            i.step_begins();
+        }
         let metrics = if self.wgan.is_some() {
             self.wgan_step(images, lr_d, lr_g, stop)
         } else if self.pipeline.is_some() {
@@ -458,7 +466,14 @@ impl<B: Backend> GanTrainer<B> {
         self.be.download(View::whole(&self.out_real), &mut r);
         self.be.download(View::whole(&self.out_fake), &mut f);
         self.be.download(View::whole(&self.out_g), &mut g);
-        [r[0] + f[0], g[0], r[1], f[1], g[1], if stop { 1.0 } else { 0.0 }]
+        [r[0] + f[0], g[0], r[1], f[1], g[1], self.stop_metric(stop)]
+    }
+
+    /// The metrics' stop entry: 1 where the step was asked to stop at its start (`stop`) or a
+    /// signal has come since.
+    pub(super) fn stop_metric(&self, stop: bool) -> f32 {
+        let signalled = self.stop_flag.as_ref().is_some_and(StopFlag::requested);
+        if stop || signalled { 1.0 } else { 0.0 }
     }
 }
 

@@ -194,7 +194,7 @@ impl<B: Backend> GanTrainer<B> {
         let (real, fake) = (self.read_first(0), self.read_first(1));
         let mut gp = [0.0f32; 2];
         self.be.download(View::whole(&w.penalty.out), &mut gp);
-        [fake - real + gp[0], loss_g.unwrap_or(0.0), real - fake, gp[0], gp[1], if stop { 1.0 } else { 0.0 }]
+        [fake - real + gp[0], loss_g.unwrap_or(0.0), real - fake, gp[0], gp[1], self.stop_metric(stop)]
     }
 }
 

@@ -101,7 +101,7 @@ impl<B: Backend> GanTrainer<B> {
             comm.wait_sent(s)?;
         }
         // A stop asked on either stage stops both (the metrics are averaged over the pair).
-        raw[METRICS - 1] = raw[METRICS - 1].max(if stop { 1.0 } else { 0.0 });
+        raw[METRICS - 1] = raw[METRICS - 1].max(self.stop_metric(stop));
         Ok(raw)
     }
 

@@ -137,6 +137,9 @@ impl<B: Backend> Run<'_, B> {
         self.data.fill_batch(order.batch(i), side, &mut self.images);
         let lr = self.settings.lr_at(self.trainer.step);
         let stop = self.stop.requested() || self.faults.stop_at_step == Some(self.trainer.step + 1);
+        if self.faults.signal_in_step == Some(self.trainer.step + 1) {
+            signal_hook::low_level::raise(signal_hook::consts::SIGTERM)?;
+        }
         // A diverging loss is the same on every rank (the metrics are averaged): rank 0 says so.
         self.last = match self.trainer.step(&self.images, lr, lr, stop) {
             Ok(m) => m,

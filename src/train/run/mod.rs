@@ -123,6 +123,7 @@ struct Run<'a, B: Backend> {
 struct Faults {
     slow_rank: Option<Duration>,
     stop_at_step: Option<u64>,
+    signal_in_step: Option<u64>,
 }
 
 /// The progress of the last checkpoint written, and where (rank 0).

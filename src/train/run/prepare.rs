@@ -99,6 +99,7 @@ impl<'a, B: Backend> Run<'a, B> {
             faults: Faults {
                 slow_rank: fault_hooks::slow_rank_nap(job.world.rank),
                 stop_at_step: fault_hooks::stop_at_step(),
+                signal_in_step: fault_hooks::signal_in_step(),
             },
             quality: None,
             best: Default::default(),
@@ -110,6 +111,7 @@ impl<'a, B: Backend> Run<'a, B> {
             // other ranks stop with it, wherever they are in the step.
             run.trainer.interrupt = Some(Interrupt::new(run.stop.clone()));
         }
+        run.trainer.stop_flag = Some(run.stop.clone());
         match run.parked.as_mut() {
             Some(p) => p.exchange.compress_from(compressed_from),
             None => run.trainer.exchange.compress_from(compressed_from),
