@@ -32,7 +32,7 @@ fn path(p: &Path) -> &str {
 
 fn marker(checkpoint: &str, fid: f64) -> Best {
     let (generator, feature_net) = ("G".into(), "0123456789abcdef".into());
-    Best { checkpoint: checkpoint.into(), epoch: 0, step: 0, fid, generator, eval_n: 500, feature_net }
+    Best { checkpoint: checkpoint.into(), epoch: 0, step: 0, fid, generator, eval_n: 500, feature_net, earlier: vec![] }
 }
 
 /// A checkpoint of zeros for the 28x28 networks.

@@ -254,7 +254,9 @@ pub fn go_on_from(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     // Oldest first, as the note that lists them reads.
     let later = find::checkpoint_names(root).into_iter().rev().filter(|(k, _)| *k > key);
-    later.map(|(_, n)| set_aside(&root.join(n), "abandoned")).collect()
+    let aside = later.map(|(_, n)| set_aside(&root.join(n), "abandoned")).collect::<Result<Vec<_>>>()?;
+    best::go_back_to(root, key)?;
+    Ok(aside)
 }
 
 /// Remove the checkpoints in `root` that `keep` no longer asks for, oldest first by (step,

@@ -253,7 +253,7 @@ impl Outputs {
     /// run keeps it no more.
     pub fn mark_best(&mut self, best: &Best) -> Result<()> {
         let root = self.dir.join("checkpoints");
-        checkpoint::best::write(&root, best)?;
+        checkpoint::best::supersede(&root, best)?;
         checkpoint::prune(&root, self.keep, &best.checkpoint);
         Ok(())
     }

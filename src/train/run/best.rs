@@ -129,7 +129,7 @@ impl<B: Backend> Run<'_, B> {
         let (Some(out), Some(dir), Some(q)) = (self.outputs.as_mut(), dir, self.quality.as_ref()) else { return };
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let (eval_n, feature_net, step) = (q.n() as u64, q.digest.clone(), self.trainer.step);
-        let marker = Best { checkpoint: name, epoch, step, fid, generator, eval_n, feature_net };
+        let marker = Best { checkpoint: name, epoch, step, fid, generator, eval_n, feature_net, earlier: Vec::new() };
         self.job.or_fail(out.mark_best(&marker));
     }
 }
