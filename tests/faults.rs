@@ -127,10 +127,7 @@ fn a_stop_in_the_last_step_completes_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     // 128 images, batch 8, 2 ranks: 8 steps per epoch.
     let base = ["--data", "synthetic:128", "--batch-size", "8", "--threads", "1", "--no-progress"];
-    let epoch_records = |run: &Path| {
-        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-        text.lines().filter(|l| l.contains(r#""type":"epoch""#)).count()
-    };
+    let epoch_records = |run: &Path| epoch_lines(run).len();
     for (bound, stop_at, completes) in
         [(["--epochs", "1"], "8", true), (["--max-steps", "8"], "8", true), (["--epochs", "1"], "7", false)]
     {
@@ -168,6 +165,36 @@ fn a_signal_during_a_step_stops_the_run_after_that_step() {
     assert!(!err.contains("dropped"), "{err}");
     assert_eq!(checkpoint_names(&run), ["step-00000003"], "{err}");
     assert_eq!(step_records(&run).len(), 3, "{err}");
+}
+
+/// The epoch lines of a run's metrics.jsonl, in order.
+fn epoch_lines(run: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let lines = text.lines().filter(|l| l.contains(r#""type":"epoch""#));
+    lines.map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// An epoch a resume enters part-way (at step 8 of 16), or at its last step (a checkpoint two
+/// ranks saved before the epoch closed), gets a line that counts the whole epoch: its steps,
+/// and its seconds at least the time its steps' lines took.
+#[test]
+fn a_resumed_epochs_line_counts_the_whole_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = ["--data", "synthetic:512", "--batch-size", "16", "--threads", "1", "--no-progress"];
+    for from in ["step-00000008", "step-00000016"] {
+        let run = tmp.path().join(from);
+        let args = [&base[..], &["--max-steps", "24", "--checkpoint-every", "8", "--keep-checkpoints", "0"]].concat();
+        ok(mpirun(2, &[&args[..], &["--out", path(&run)]].concat(), 300));
+        let checkpoint = run.join("checkpoints").join(from);
+        ok(mpirun(2, &["--resume", path(&checkpoint), "--threads", "1", "--no-progress"], 300));
+        let line = epoch_lines(&run).remove(0);
+        assert_eq!(line["steps"], 16, "resumed from {from}: {line}");
+        let steps_s: f64 = step_records(&run).iter().filter(|r| r.epoch == 0).map(|r| r.ms).sum::<f64>() / 1e3;
+        let seconds = line["seconds"].as_f64().unwrap();
+        assert!(seconds >= 0.999 * steps_s, "resumed from {from}: {seconds} s, its steps {steps_s} s: {line}");
+        let per_s = line["images_per_s"].as_f64().unwrap();
+        assert!((per_s - 16.0 * 32.0 / seconds).abs() <= 1e-6 * per_s, "resumed from {from}: {line}");
+    }
 }
 
 /// A resume that does not repeat --keep-checkpoints keeps what the run kept: falling back

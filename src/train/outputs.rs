@@ -25,6 +25,9 @@ pub struct Outputs {
     pending: Option<Resumed>,
     /// Which checkpoints each save leaves (`--keep-checkpoints`).
     keep: checkpoint::Keep,
+    /// The epoch a resumed run entered part-way, and the milliseconds its steps before the
+    /// resume took (their lines' `ms`): that epoch's line counts them (see `begin`).
+    resumed_epoch_ms: Option<(u64, f64)>,
     /// Held while the run goes on, so that no other run takes the directory meanwhile.
     _lock: File,
 }
@@ -142,7 +145,16 @@ impl Outputs {
         }
         let metrics = JsonlWriter::create(&dir.join("metrics.jsonl"))?;
         let events = tensorboard.then(|| EventWriter::create(dir)).transpose()?;
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events, events_from: 0, pending: None, keep, _lock: lock })
+        Ok(Outputs {
+            dir: dir.to_path_buf(),
+            metrics,
+            events,
+            events_from: 0,
+            pending: None,
+            keep,
+            resumed_epoch_ms: None,
+            _lock: lock,
+        })
     }
 
     /// The run of `from`, to continue after its checkpoint at `step` completed steps and
@@ -160,7 +172,16 @@ impl Outputs {
         let metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
         let (checkpoint, broken) = (from.checkpoint.clone(), from.broken.clone());
         let pending = Some(Resumed { step, epoch, tensorboard, checkpoint, broken });
-        Ok(Outputs { dir: dir.to_path_buf(), metrics, events: None, events_from: 0, pending, keep, _lock: lock })
+        Ok(Outputs {
+            dir: dir.to_path_buf(),
+            metrics,
+            events: None,
+            events_from: 0,
+            pending,
+            keep,
+            resumed_epoch_ms: None,
+            _lock: lock,
+        })
     }
 
     /// Ready a resumed run to write: broken checkpoints and any after the one it goes on from
@@ -184,6 +205,12 @@ impl Outputs {
             Some(_) => true,
             None => false,
         });
+        let ms_in_epoch = kept
+            .iter()
+            .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "step" && v["epoch"] == epoch))
+            .filter_map(|v| v["ms"].as_f64())
+            .sum();
+        self.resumed_epoch_ms = Some((epoch, ms_in_epoch));
         let earlier = kept
             .iter()
             .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "epoch"))
@@ -208,6 +235,15 @@ impl Outputs {
             dropped.iter().any(|(_, v)| v.as_ref().is_some_and(|v| v["type"] == "epoch" && v["epoch"] == epoch));
         self.events_from = if closed { step + 1 } else { step };
         Ok(earlier)
+    }
+
+    /// The milliseconds of `epoch`'s steps before the resume, once, where this run resumed
+    /// part-way through it.
+    pub fn earlier_part_of(&mut self, epoch: u64) -> f64 {
+        match self.resumed_epoch_ms.take() {
+            Some((e, ms)) if e == epoch => ms,
+            _ => 0.0,
+        }
     }
 
     /// A step's line, and its numbers as TensorBoard scalars `train/<field>`.

@@ -33,6 +33,8 @@ pub(super) struct EpochDone {
     /// Every step of the epoch has run (it was not cut short by a stop or --max-steps).
     pub complete: bool,
     steps: u64,
+    /// The epoch's steps run before this invocation (a resume part-way through it).
+    steps_before: u64,
     started: Instant,
     bar: ProgressBar,
     /// The losses the progress shows (G's of the last generator step between WGAN-GP's).
@@ -94,6 +96,7 @@ impl<B: Backend> Run<'_, B> {
         let mut done = EpochDone {
             complete: false,
             steps: 0,
+            steps_before: first as u64,
             started: Instant::now(),
             bar: ProgressBar::new(mode, epoch, epochs_reached, span),
             shown: self.last.losses,
@@ -222,8 +225,11 @@ impl<B: Backend> Run<'_, B> {
             sync::average_running_stats(job, &t.be, &mut t.model.d.store)?;
         }
         t.share_average_statistics(job)?;
-        let seconds = done.started.elapsed().as_secs_f64();
-        let images_per_s = (done.steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
+        // The whole epoch's, where a resume entered it part-way: its earlier steps from their
+        // lines (rank 0's, which writes the epoch's line and summary.json).
+        let before = self.outputs.as_mut().map_or(0.0, |o| o.earlier_part_of(epoch)) / 1e3;
+        let (seconds, steps) = (done.started.elapsed().as_secs_f64() + before, done.steps_before + done.steps);
+        let images_per_s = (steps as usize * self.settings.global_batch) as f64 / seconds.max(1e-9);
         self.facts.epoch_seconds.push(seconds);
         (self.progress.epoch, self.progress.batch_in_epoch) = (epoch + 1, 0);
         let (quality, told) = self.measure_quality(epoch)?.unzip();
@@ -243,7 +249,7 @@ impl<B: Backend> Run<'_, B> {
             let rec = EpochRecord {
                 kind: LineType::Epoch,
                 epoch,
-                steps: done.steps,
+                steps,
                 seconds,
                 images_per_s,
                 sample,
