@@ -7,7 +7,7 @@ use crate::common;
 
 use crate::common::{final_weights, step_records};
 use dcgan_train::record::Losses;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The binary alone, with `env` set: its exit status and standard error.
@@ -32,6 +32,16 @@ fn train(out: &Path, extra: &[&str]) {
     args.extend(["--no-progress", "--out", out.to_str().unwrap()]);
     let (ok, err) = dcgan(&args);
     assert!(ok, "{args:?}: {err}");
+}
+
+/// `RUN` with `extra` to `--max-steps whole` in one go (`whole`), and to `part` (`run`), a run
+/// to resume.
+fn whole_and_part(extra: &[&str], whole: u64, part: u64) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, all) = (tmp.path().join("run"), tmp.path().join("whole"));
+    train(&all, &[extra, &["--max-steps", &whole.to_string()]].concat());
+    train(&run, &[extra, &["--max-steps", &part.to_string()]].concat());
+    (tmp, run, all)
 }
 
 fn p(path: &Path) -> &str {
@@ -92,11 +102,8 @@ fn a_wgan_gp_run_resumes_bitwise_and_keeps_its_loss() {
 /// uninterrupted one does) and refuses one that names the critic without a norm.
 #[test]
 fn a_layer_norm_critic_resumes_bitwise_and_keeps_its_norm() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (run, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
     let wgan = ["--loss", "wgan-gp", "--n-critic", "2", "--critic-norm", "layer"];
-    train(&whole, &[&wgan[..], &["--max-steps", "5"]].concat());
-    train(&run, &[&wgan[..], &["--max-steps", "3"]].concat());
+    let (_tmp, run, whole) = whole_and_part(&wgan, 5, 3);
     let (ok, err) = dcgan(&["--resume", p(&run), "--critic-norm", "none", "--max-steps", "5"]);
     assert!(!ok && err.contains("--critic-norm none (the run has layer)"), "{err}");
     let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "5", "--no-progress"]);
@@ -346,4 +353,16 @@ fn a_resume_finds_the_runs_images_elsewhere_but_refuses_others() {
     let (ok, err) = dcgan(&["--resume", p(&run), "--data", p(&moved), "--max-steps", "4", "--no-progress"]);
     assert!(ok, "{err}");
     assert_eq!(final_weights(&run), final_weights(&whole), "the resume trained on other images than the run's");
+}
+
+/// A run started with its own `--threads` (1, where the default on more than one core is
+/// more) and resumed without it goes on with the run's thread count: the GEMMs split their
+/// sums by thread, so the machine's default would make the resume differ from the
+/// uninterrupted run.
+#[test]
+fn a_resume_keeps_the_runs_threads() {
+    let (_tmp, run, whole) = whole_and_part(&["--threads", "1", "--ngf", "8", "--ndf", "8"], 4, 2);
+    let (ok, err) = dcgan(&["--resume", p(&run), "--max-steps", "4", "--no-progress"]);
+    assert!(ok, "{err}");
+    assert_eq!(final_weights(&run), final_weights(&whole), "the resume computed with other threads than the run's");
 }

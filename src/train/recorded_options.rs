@@ -39,6 +39,15 @@ fn absolute_data_dir(data: Option<&str>) -> Option<String> {
 /// (`Dataset::fingerprint`): a resume may find them at another `--data`, not other images.
 pub const DATA_FINGERPRINT: &str = "data_fingerprint";
 
+/// The key that holds every rank's thread count (by rank): a resume on the run's ranks takes
+/// them where `--threads` is not given, since the GEMMs split their sums by thread.
+pub const THREADS_PER_RANK: &str = "threads_per_rank";
+
+/// The threads rank `rank` ran with, as the run recorded them.
+pub fn recorded_threads(config: &Value, rank: usize) -> Option<usize> {
+    config.get(THREADS_PER_RANK)?.get(rank)?.as_u64().map(|t| t as usize)
+}
+
 /// The key that holds where rank 0 found a relative `--data` (an absolute path).
 pub const DATA_ABSOLUTE: &str = "data_absolute";
 

@@ -12,7 +12,7 @@
 
 use super::config::Settings;
 use super::job::Job;
-use super::recorded_options::{DATA_FINGERPRINT, TEST_DATA_FINGERPRINT, resumed_options};
+use super::recorded_options::{DATA_FINGERPRINT, TEST_DATA_FINGERPRINT, recorded_threads, resumed_options};
 use crate::checkpoint::{self, Checkpoint, Progress};
 use crate::comm::CommConfig;
 use crate::record::TrainOptions;
@@ -69,7 +69,11 @@ pub fn settle(
         fresh.checkpoints.resume = None;
         return Ok((fresh, None));
     };
-    let resumed = job.agree(options_of_the_run(args, given, &shared, job.world.size))?;
+    let mut resumed = job.agree(options_of_the_run(args, given, &shared, job.world.size))?;
+    // On the run's ranks, each rank's own thread count keeps the resume exact.
+    if resumed.model.threads.is_none() && shared.progress.ranks == job.world.size {
+        resumed.model.threads = recorded_threads(&shared.progress.config, job.world.rank);
+    }
     if job.is_root() && shared.progress.ranks != job.world.size {
         announce_other_ranks(&shared.progress, job.world.size, &resumed);
     }

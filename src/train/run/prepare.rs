@@ -28,7 +28,7 @@ use crate::train::outputs::{Outputs, default_dir};
 use crate::train::pipeline::PipelineStage;
 use crate::train::preflight::{same_data_as_the_run, same_data_everywhere, same_options_everywhere};
 use crate::train::quality::Quality;
-use crate::train::recorded_options::{self, TEST_DATA_FINGERPRINT};
+use crate::train::recorded_options::{self, TEST_DATA_FINGERPRINT, THREADS_PER_RANK};
 use crate::train::resume::{ResumeFrom, regroup};
 use crate::train::signals::StopFlag;
 use crate::train::step::{GanTrainer, StepConfig};
@@ -128,6 +128,12 @@ impl<'a, B: Backend> Run<'a, B> {
         let measured = run.quality.as_ref().and_then(|q| q.test_fingerprint.clone()).or(measured_against);
         if let Some(test) = measured {
             run.progress.config[TEST_DATA_FINGERPRINT] = test.into();
+        }
+        // Every rank's threads, on rank 0, which writes the checkpoints.
+        let threads = job.comm.gather_bytes((run.facts.threads as u64).to_le_bytes().to_vec())?;
+        if let Some(all) = threads {
+            let count = |b: &Vec<u8>| b.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
+            run.progress.config[THREADS_PER_RANK] = all.iter().map(count).collect::<Vec<u64>>().into();
         }
         run.facts.feature_net = run.quality.as_ref().map(|q| q.path.clone());
         run.agree_on_best()?;
