@@ -203,6 +203,47 @@ fn tuning_file_round_trip_under_mpiexec() {
     std::fs::remove_file(rules).ok();
 }
 
+/// An output the benchmarks cannot write ends them on every rank before anything is timed,
+/// and tune-allreduce replaces only a rules file (an earlier tuning) unless `--force`.
+#[test]
+fn outputs_are_checked_before_anything_is_timed() {
+    let m = need_mpiexec!();
+    let (dir, notes) = (tmp("json-dir"), tmp("notes.txt"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&notes, "my notes\n").unwrap();
+    let (d, n) = (dir.to_str().unwrap(), notes.to_str().unwrap());
+    let refusals: [(Vec<&str>, String); 3] = [
+        (vec!["bench-allreduce", "--sizes", "4B", "--iters", "2", "--json", d], format!("--json {d} is a directory")),
+        (vec!["ping-pong", "--sizes", "4B", "--iters", "2", "--json", d], format!("--json {d} is a directory")),
+        (
+            vec!["tune-allreduce", "--out", n, "--sizes", "4B", "--repeats", "1"],
+            format!("--out {n} exists and is not a rules file: choose another --out, or pass --force"),
+        ),
+    ];
+    for (args, want) in &refusals {
+        let o = run_mpi(&m, 2, &[], args);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(lines.len() == 1 && lines[0].contains(want.as_str()), "{args:?}: {}", text(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).lines().any(|l| !l.starts_with('#')),
+            "{args:?}: timed: {}",
+            text(&o)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n", "the refused file is kept");
+    // With --force the notes become rules; tuning again replaces rules without it.
+    for extra in [&["--force"][..], &[]] {
+        let args = [&["tune-allreduce", "--out", n, "--sizes", "4B", "--repeats", "1"][..], extra].concat();
+        let o = run_mpi(&m, 2, &[], &args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(std::fs::read_to_string(&notes).unwrap().contains("ranks,min_bytes,max_bytes,algorithm"));
+    }
+    std::fs::remove_file(notes).ok();
+    std::fs::remove_dir(dir).ok();
+}
+
 #[test]
 fn broken_tuning_file_names_file_and_line() {
     let m = need_mpiexec!();

@@ -1,7 +1,7 @@
 //! The command line around training, on one rank: what `sample --out` may replace and its
 //! walks between noise vectors, where runs without `--out` go, how long `--max-steps` runs, the
 //! `--progress` modes, `info`, `--precision` and `--cuda-graphs` on the CPU, the networks'
-//! widths, and the version the program gives.
+//! widths, the version the program gives, and outputs refused before the work.
 
 use crate::common;
 
@@ -353,4 +353,40 @@ fn the_version_names_the_commit_the_binary_was_built_from() {
     assert!(o.status.success(), "{}", stderr(&o));
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["program"], program);
+}
+
+/// The single-process commands refuse an output they could not write before their work (the
+/// trace is not read, no feature network is trained), and the feature network's trainer
+/// names the fix for too few images.
+#[test]
+fn outputs_that_cannot_be_written_are_refused_before_the_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, file) = (tmp.path().join("dir"), tmp.path().join("a-file"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(&file, "").unwrap();
+    let (d, under_file) = (dir.to_str().unwrap(), file.join("net.safetensors"));
+    let missing = tmp.path().join("no-trace.json");
+    let cases: [(Vec<&str>, String); 3] = [
+        (
+            vec!["trace-report", missing.to_str().unwrap(), "--json", d],
+            format!("error: --json {d} is a directory: name a file"),
+        ),
+        (
+            vec!["evaluate", "--images", missing.to_str().unwrap(), "--json", d],
+            format!("error: --json {d} is a directory: name a file"),
+        ),
+        (
+            vec!["classifier", "--data", "synthetic:300", "--out", under_file.to_str().unwrap()],
+            format!("error: --out {}", under_file.display()),
+        ),
+    ];
+    for (args, want) in &cases {
+        let o = run(args);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.lines().any(|l| l.starts_with(want.as_str())), "{args:?}: {err}");
+        assert!(!err.contains("training the feature network"), "{args:?}: trained first: {err}");
+    }
+    let o = run(&["classifier", "--data", "synthetic:10", "--out", tmp.path().join("c").to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("give --data a set of at least 64 training images"), "{err}");
 }

@@ -31,7 +31,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("scaling", &["comm", "memory", "record", "report", "units"]),
     ("eval", &["backend", "checkpoint", "data", "model", "nn", "ops", "record", "report"]),
     ("record", &["comm", "device"]),
-    ("comm", &["codec", "fault_hooks", "memory", "units"]),
+    ("comm", &["codec", "fault_hooks", "memory", "report", "units"]),
     ("model", &["backend", "nn", "ops"]),
     ("nn", &["backend", "ops"]),
     ("checkpoint", &["nn"]),

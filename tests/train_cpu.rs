@@ -236,6 +236,13 @@ fn bad_input_gives_one_clear_line() {
         ],
         &["loss became", "at step 1", "--lr"],
     );
+    // A diverging critic's advice names its penalty too.
+    let wgan_out = tmp.path().join("nan-wgan");
+    let wgan = ["--loss", "wgan-gp", "--n-critic", "1", "--lr", "1e30", "--out", wgan_out.to_str().unwrap()];
+    assert_one_line_error(
+        &[&["--data", "synthetic:64", "--batch-size", "8", "--max-steps", "5"][..], &wgan].concat(),
+        &["loss became", "--lr", "--gp-lambda"],
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What `bench-allreduce` measures.
@@ -304,6 +304,21 @@ pub(crate) fn ensure_two_ranks(ranks: usize, command: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// Rank 0's `flag PATH` can be written, checked before anything is timed, or every rank
+/// returns an error (see `collectives::agree`): a benchmark of minutes should not end in a
+/// file it cannot write. Collective.
+pub(crate) fn agree_root_can_write<T: Transport + ?Sized>(
+    t: &mut T,
+    path: Option<&Path>,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let writable = match path {
+        Some(path) if t.rank() == 0 => crate::report::check_writable(path, flag),
+        _ => Ok(()),
+    };
+    collectives::agree(t, writable, TAG_BENCH)
+}
+
 /// An error naming `command --sizes` where the largest size would not fit in this host's
 /// memory (an allocation that large aborts the process instead of failing).
 pub(crate) fn ensure_sizes_fit(sizes: &[usize], command: &str) -> anyhow::Result<()> {
@@ -326,6 +341,7 @@ pub fn run(args: BenchOptions) -> anyhow::Result<()> {
     let rows = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         collectives::same_options(t, "bench-allreduce", &options, TAG_BENCH)?;
         ensure_two_ranks(t.size(), "bench-allreduce")?;
+        agree_root_can_write(t, args.json.as_deref(), "--json")?;
         let table = collectives::agree(t, cfg.policy.table_on(t.size(), t.hosts()), TAG_BENCH)?;
         let iters_note = match args.iters {
             Some(n) => n.to_string(),
@@ -377,8 +393,9 @@ pub fn run(args: BenchOptions) -> anyhow::Result<()> {
 /// Write the JSON (rank 0) and fail the run if --check found a wrong result (every rank).
 fn finish_rows(json: Option<&std::path::Path>, check: bool, rows: Vec<Row>, rank0: bool) -> anyhow::Result<()> {
     if let (Some(path), true) = (json, rank0) {
-        let text = serde_json::to_string_pretty(&rows)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("cannot write --json {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&rows)? + "\n";
+        crate::report::write_atomically(path, |f| Ok(f.write_all(text.as_bytes())?))
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
     }
     let wrong: Vec<String> =
         rows.iter().filter(|r| !r.correct).map(|r| format!("{} at {} bytes", r.algorithm, r.bytes)).collect();

@@ -9,7 +9,7 @@ use crate::comm::{CommConfig, run_on_comm_thread};
 use crate::units::format_bytes;
 use anyhow::Context;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What `tune-allreduce` measures and where it writes the rules.
 #[derive(Clone, Debug)]
@@ -23,6 +23,21 @@ pub struct TuneOptions {
     pub repeats: u64,
     /// Replace only this rank count's lines of an existing `out`.
     pub append: bool,
+    /// Replace an existing `out` that is not a rules file.
+    pub force: bool,
+}
+
+/// Whether rank 0 may write `out`: a place it can write, and no file there but a rules file
+/// (which tuning again replaces) unless `force`.
+fn may_write_rules(out: &Path, force: bool) -> anyhow::Result<()> {
+    crate::report::check_writable(out, "--out")?;
+    if out.is_file() && !force && RulesFile::load(out).is_err() {
+        anyhow::bail!(
+            "--out {} exists and is not a rules file: choose another --out, or pass --force to replace it",
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 /// A later size keeps the previous size's winner unless another algorithm is this much faster
@@ -79,12 +94,15 @@ pub fn run(args: TuneOptions) -> anyhow::Result<()> {
     // Keep the lines for other rank counts when appending; fail early on a broken file.
     let existing = if args.append && args.out.exists() { Some(RulesFile::load(&args.out)?) } else { None };
     let repeats = args.repeats;
-    let out = args.out.clone();
+    let (out, force) = (args.out.clone(), args.force);
+    let checked_out = out.clone();
     let options = format!("{args:?}");
     let (rank, text, table) = run_on_comm_thread(cfg.stall_timeout, move |t, world| {
         crate::comm::collectives::same_options(t, "tune-allreduce", &options, crate::comm::transport::TAG_BENCH)?;
         // Before anything is timed or written: a one-rank rules file would steer nothing.
         super::bench::ensure_two_ranks(t.size(), "tune-allreduce")?;
+        let writable = if t.rank() == 0 { may_write_rules(&checked_out, force) } else { Ok(()) };
+        crate::comm::collectives::agree(t, writable, crate::comm::transport::TAG_BENCH)?;
         let p = t.size();
         // On one host, or one rank per host, hier is ring or vhd under another name: timing it
         // there could write `hier` into rules that a job of this rank count spread over
@@ -169,7 +187,8 @@ pub fn run(args: TuneOptions) -> anyhow::Result<()> {
         Ok((world.rank, format_rules(&comments, &all), summary.join(", ")))
     })?;
     if rank == 0 {
-        std::fs::write(&out, &text).with_context(|| format!("cannot write --out {}", out.display()))?;
+        crate::report::write_atomically(&out, |f| Ok(f.write_all(text.as_bytes())?))
+            .with_context(|| format!("cannot write --out {}", out.display()))?;
         // Read it back the way training will.
         RulesFile::parse(&out, &text)?;
         println!(

@@ -62,6 +62,8 @@ pub fn run(a: ClassifierArgs) -> Result<()> {
         );
         return Ok(());
     }
+    // Before minutes of training: a place the network cannot be written ends here.
+    crate::report::check_writable(&out, "--out")?;
     let how = ClassifierTraining { image_size: a.image_size, epochs: a.epochs, seed: a.seed, ..Default::default() };
     eprintln!(
         "training the feature network on {} ({} test images)",

@@ -57,6 +57,10 @@ pub struct EvaluateArgs {
 pub fn run(a: EvaluateArgs) -> Result<()> {
     let started = Instant::now();
     crate::backend::threads::setup_threads(None, 1)?;
+    // Before the feature network is trained or read: a place --json cannot be written ends here.
+    if let Some(path) = &a.json {
+        crate::report::check_writable(path, "--json")?;
+    }
     let be = Cpu;
     let n = a.n as usize;
     // The images' source, size and data set.

@@ -2,6 +2,7 @@
 //! buckets went (the slowest rank or the exchange) and how much of the allreduce time compute
 //! hid.
 
+use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -18,10 +19,14 @@ pub struct TraceReportArgs {
 }
 
 pub fn run(a: TraceReportArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.json {
+        crate::report::check_writable(path, "--json")?;
+    }
     let r = crate::report::trace_report::report(&a.trace, a.skip)?;
     print!("{r}");
     if let Some(path) = &a.json {
-        crate::report::write_atomically(path, |f| Ok(serde_json::to_writer_pretty(f, &r)?))?;
+        crate::report::write_atomically(path, |f| Ok(serde_json::to_writer_pretty(f, &r)?))
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
     }
     Ok(())
 }

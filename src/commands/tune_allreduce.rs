@@ -23,6 +23,9 @@ pub struct TuneAllreduceArgs {
     /// Add the new rules to FILE, replacing only the lines for this rank count.
     #[arg(long)]
     pub append: bool,
+    /// Replace an existing FILE that is not a rules file (a rules file is replaced anyway).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(a: TuneAllreduceArgs) -> anyhow::Result<()> {
@@ -32,5 +35,6 @@ pub fn run(a: TuneAllreduceArgs) -> anyhow::Result<()> {
         sizes: a.sizes,
         repeats: a.repeats,
         append: a.append,
+        force: a.force,
     })
 }

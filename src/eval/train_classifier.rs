@@ -50,7 +50,12 @@ pub fn train_classifier<B: Backend>(
 ) -> Result<FeatureNet<B>> {
     let side = how.image_size;
     if train.set.count < how.batch {
-        bail!("{} training images are fewer than a batch of {}", train.set.count, how.batch);
+        bail!(
+            "{} training images are fewer than the feature network's batch of {}: give --data a set of at least {} training images",
+            train.set.count,
+            how.batch,
+            how.batch
+        );
     }
     let info = FeatureNetInfo {
         data: train.set.description.clone(),

@@ -197,7 +197,7 @@ impl ModelOptions {
         if m == 0 || !per_rank_batch.is_multiple_of(m) {
             anyhow::bail!(
                 "--micro-batches {m} does not divide the {per_rank_batch} images of a rank's batch: use a divisor of {per_rank_batch} (e.g. {})",
-                (1..=m.max(1)).rev().find(|d| per_rank_batch.is_multiple_of(*d)).unwrap_or(1)
+                (1..=m.clamp(1, per_rank_batch.max(1))).rev().find(|d| per_rank_batch.is_multiple_of(*d)).unwrap_or(1)
             );
         }
         if m > 1 && self.loss == GanLoss::WganGp {
@@ -373,5 +373,16 @@ mod tests {
         assert_eq!((old.epochs, old.epoch_limit()), (Some(5), Some(5)));
         let new: TrainOptions = serde_json::from_value(serde_json::to_value(with(None, Some(100))).unwrap()).unwrap();
         assert_eq!(new.epoch_limit(), None);
+    }
+
+    /// The "e.g." divisor is searched for among the batch's divisors only: a `--micro-batches`
+    /// as large as u64 allows is answered at once, with the batch itself as the example.
+    #[test]
+    fn a_huge_micro_batch_count_is_refused_at_once() {
+        let huge = ModelOptions { micro_batches: u64::MAX, ..ModelOptions::default() };
+        let err = huge.check_micro_batches(8).unwrap_err().to_string();
+        assert!(err.contains("use a divisor of 8 (e.g. 8)"), "{err}");
+        let three = ModelOptions { micro_batches: 3, ..ModelOptions::default() };
+        assert!(three.check_micro_batches(8).unwrap_err().to_string().contains("(e.g. 2)"));
     }
 }

@@ -164,6 +164,9 @@ struct Event {
     arg_count: u32,
 }
 
+/// The most events `Trace::enabled` reserves room for up front (a few MB with their args).
+const MAX_RESERVED_EVENTS: usize = 1 << 16;
+
 /// One rank's recorded events. Recording pushes onto two vectors (events, args): with static
 /// names nothing else is allocated, and with enough `capacity_hint` not even that.
 pub struct Trace {
@@ -180,9 +183,13 @@ impl Trace {
         Trace { enabled: false, rank: 0, host: String::new(), events: Vec::new(), args: Vec::new() }
     }
 
-    /// A recording trace for `rank`, with room for `capacity_hint` events before growing.
+    /// A recording trace for `rank`, with room for `capacity_hint` events (at most
+    /// `MAX_RESERVED_EVENTS`) before growing.
     pub fn enabled(rank: usize, capacity_hint: usize) -> Trace {
         init_clock();
+        // A `--trace-steps` beyond the run would reserve memory it never fills (or more than
+        // there is): past the cap the vectors grow as events come.
+        let capacity_hint = capacity_hint.min(MAX_RESERVED_EVENTS);
         Trace {
             enabled: true,
             rank,

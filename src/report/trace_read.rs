@@ -38,7 +38,9 @@ pub fn read_trace(path: &Path) -> Result<Value> {
 /// Every span of `trace`, in file order. Events that are not spans (metadata, flow arrows)
 /// and spans without a name, category, start or duration are left out.
 pub fn spans(trace: &Value) -> Result<Vec<SpanRecord>> {
-    let events = trace["traceEvents"].as_array().context("not a Chrome trace of this program (no traceEvents)")?;
+    let events = trace["traceEvents"]
+        .as_array()
+        .context("not a Chrome trace of this program (no traceEvents): pass the FILE a run wrote with --trace FILE")?;
     // (pid, tid) -> track, from the thread names the writer gives every track it uses.
     let tracks: HashMap<(u64, u64), Track> = events
         .iter()

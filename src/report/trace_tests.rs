@@ -172,6 +172,17 @@ fn recording_does_not_grow_past_the_capacity_hint() {
     assert_eq!((t.events.capacity(), t.args.capacity()), (events, args), "no reallocation");
 }
 
+/// A hint as large as `--trace-steps` can make it reserves no more than the cap (rather than
+/// failing on capacity overflow) and still records past it.
+#[test]
+fn a_huge_capacity_hint_reserves_only_the_cap() {
+    let mut t = Trace::enabled(0, usize::MAX);
+    assert!(t.events.capacity() <= MAX_RESERVED_EVENTS && t.args.capacity() <= 2 * MAX_RESERVED_EVENTS);
+    let now = Instant::now();
+    t.span(Track::Compute, "step", "compute", now, now, &[]);
+    assert_eq!(t.events.len(), 1);
+}
+
 #[test]
 fn microseconds_are_exact() {
     let mut out = Vec::new();

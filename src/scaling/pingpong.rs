@@ -187,6 +187,7 @@ pub fn run(args: PingPongOptions) -> anyhow::Result<()> {
         if t.size() < 2 {
             bail!("ping-pong needs two ranks: run it as mpiexec -n 2 dcgan-train ping-pong (one rank per host)");
         }
+        crate::comm::bench::agree_root_can_write(t, args.json.as_deref(), "--json")?;
         let mut points = Vec::new();
         for &bytes in &args.sizes {
             collectives::barrier(t, TAG_BENCH).context("barrier before a ping-pong size")?;
@@ -252,7 +253,8 @@ pub fn run(args: PingPongOptions) -> anyhow::Result<()> {
         r.alpha_us, r.beta_ns_per_byte, r.bandwidth_gbit_per_s, r.alpha_large_us, r.gamma_ns_per_byte
     );
     if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")
+        let text = serde_json::to_string_pretty(&r)? + "\n";
+        crate::report::write_atomically(&path, |f| Ok(std::io::Write::write_all(f, text.as_bytes())?))
             .with_context(|| format!("cannot write --json {}", path.display()))?;
     }
     Ok(())

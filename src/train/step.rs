@@ -374,8 +374,13 @@ impl<B: Backend> GanTrainer<B> {
         };
         let (a, b) = metrics.losses.pair();
         if !(a.is_finite() && b.is_finite()) {
+            // A critic whose gradient norm the penalty does not hold grows without bound.
+            let fix = match metrics.losses {
+                Losses::WganGp { .. } => "lower --lr, raise --gp-lambda, or check the data",
+                Losses::Dcgan { .. } => "lower --lr or check the data",
+            };
             bail!(
-                "the loss became {} at step {} ({}): lower --lr or check the data",
+                "the loss became {} at step {} ({}): {fix}",
                 if a.is_nan() || b.is_nan() { "NaN" } else { "infinite" },
                 self.step + 1,
                 metrics.losses.short_text()

@@ -9,7 +9,7 @@ pub use hidden::RankHidden;
 pub use waits::BucketWaits;
 
 use super::trace_read::{self, SpanRecord};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,7 +28,7 @@ pub struct TraceReport {
 
 /// The report of the trace file at `trace`, steps `skip` and later.
 pub fn report(trace: &Path, skip: u64) -> Result<TraceReport> {
-    let spans = trace_read::spans(&trace_read::read_trace(trace)?)?;
+    let spans = trace_read::spans(&trace_read::read_trace(trace)?).with_context(|| trace.display().to_string())?;
     from_spans(&spans, skip).map_err(|e| e.context(trace.display().to_string()))
 }
 

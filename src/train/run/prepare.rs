@@ -345,7 +345,9 @@ fn build<B: Backend>(
         parked = Some(Parked { exchange: parallel, bn_sync, solo_shard });
     }
     let timeline = match &p.trace {
-        Some(_) => Timeline::new(Trace::enabled(world.rank, 200 * p.trace_steps as usize), p.trace_steps),
+        Some(_) => {
+            Timeline::new(Trace::enabled(world.rank, 200usize.saturating_mul(p.trace_steps as usize)), p.trace_steps)
+        }
         None => Timeline::disabled(),
     };
     // With --no-overlap nothing is hidden: G's buckets are also waited for in their step.
