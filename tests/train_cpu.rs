@@ -300,8 +300,21 @@ fn an_existing_run_is_never_overwritten() {
     let again = ["--data", "synthetic:32", "--batch-size", "8", "--max-steps", "2", "--no-progress", "--out"];
     let mut again = again.to_vec();
     again.push(failed.to_str().unwrap());
+    // A PNG of the user's in its samples/ stays: only the grids the run wrote go.
+    let theirs = failed.join("samples").join("mine.png");
+    std::fs::write(&theirs, b"\x89PNG not ours").unwrap();
     let o = run(&again);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("ended before its first checkpoint; starting over in it"), "{}", stderr(&o));
     assert_eq!(common::step_records(&failed).len(), 2, "only the new run's steps");
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"\x89PNG not ours", "another program's PNG is kept");
+
+    // A folder whose metrics.jsonl is another program's is not a run to start over in.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("metrics.jsonl"), "epoch,loss\n1,0.5\n").unwrap();
+    let mut into_other = again.clone();
+    *into_other.last_mut().unwrap() = other.to_str().unwrap();
+    assert_one_line_error(&into_other, &["metrics.jsonl this program did not write", "--out"]);
+    assert_eq!(std::fs::read_to_string(other.join("metrics.jsonl")).unwrap(), "epoch,loss\n1,0.5\n");
 }

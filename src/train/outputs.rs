@@ -8,7 +8,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::nn::params::ParamLayout;
 use crate::record::{EpochRecord, StepRecord, StoppedRecord, Summary, TrainOptions};
 use crate::report::jsonl::JsonlWriter;
-use crate::report::png::{Grid, write_grid};
+use crate::report::png::{Grid, write_grid, written_here};
 use crate::report::tensorboard::{EventWriter, numbers_of};
 use anyhow::{Context, Result, bail};
 use std::fs::{File, TryLockError};
@@ -80,6 +80,18 @@ fn lock(dir: &Path) -> Result<File> {
 }
 
 /// Whether the run in `dir` wrote a checkpoint (a `checkpoints/step-*` directory).
+/// Whether `path` is a run's records: empty (a run that failed before its first step), or
+/// a first line that is one of its JSON records (an object with a "type").
+fn metrics_of_a_run(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else { return false };
+    let mut first = String::new();
+    if std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first).is_err() {
+        return false;
+    }
+    first.trim().is_empty()
+        || serde_json::from_str::<serde_json::Value>(&first).is_ok_and(|v| v.get("type").is_some_and(|t| t.is_string()))
+}
+
 fn has_checkpoint(dir: &Path) -> bool {
     let entries = std::fs::read_dir(dir.join("checkpoints")).into_iter().flatten().flatten();
     entries.map(|e| e.file_name()).any(|n| n.to_string_lossy().starts_with("step-"))
@@ -126,6 +138,12 @@ impl Outputs {
                 dir.display()
             );
         }
+        if earlier && !metrics_of_a_run(&dir.join("metrics.jsonl")) {
+            bail!(
+                "{} holds a metrics.jsonl this program did not write: choose another --out, or move the file away",
+                dir.display()
+            );
+        }
         std::fs::create_dir_all(dir.join("samples"))
             .with_context(|| format!("cannot create --out {}", dir.display()))?;
         let lock = lock(dir)?;
@@ -134,9 +152,11 @@ impl Outputs {
                 "{}: the run there ended before its first checkpoint; starting over in it (its metrics.jsonl and samples/ are replaced)",
                 dir.display()
             );
-            // Its grids and its TensorBoard events go with its metrics.
+            // Its grids (those that carry the mark: another PNG put there stays) and its
+            // TensorBoard events go with its metrics.
             let files = |d: &Path| std::fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path());
-            let grids = files(&dir.join("samples")).filter(|p| p.extension().is_some_and(|x| x == "png"));
+            let grids =
+                files(&dir.join("samples")).filter(|p| p.extension().is_some_and(|x| x == "png") && written_here(p));
             let events = files(dir)
                 .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents.")));
             for old in grids.chain(events) {
