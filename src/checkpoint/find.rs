@@ -56,7 +56,13 @@ impl std::error::Error for Corrupt {}
 pub fn read_checked(path: &Path) -> Result<(Vec<u8>, bool)> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read {}: the checkpoint is incomplete or unreadable", path.display()))?;
-    let (st, meta) = tensors::parse(&bytes, &path.display().to_string())?;
+    checked(bytes, path, tensors::CHECKPOINT_FIX)
+}
+
+/// `bytes` read from `path`, parsed (errors ending in `fix`) and checked against their
+/// digests, and whether they had digests at all.
+pub fn checked(bytes: Vec<u8>, path: &Path, fix: &str) -> Result<(Vec<u8>, bool)> {
+    let (st, meta) = tensors::parse_for(&bytes, &path.display().to_string(), fix)?;
     let digested = match digest::verify(&st, &meta) {
         Verdict::Intact => true,
         Verdict::NoDigests => false,

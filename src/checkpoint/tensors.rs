@@ -71,17 +71,22 @@ pub fn encode_net(layout: &ParamLayout, t: &NetTensors, mut metadata: HashMap<St
     encode(&f32s, &tracked, metadata)
 }
 
+/// What errors about a file that is not ours tell a user to do where it was to be a checkpoint.
+pub const CHECKPOINT_FIX: &str = "pass a checkpoint directory this program wrote";
+
 /// Parse a safetensors file, checking it is ours; `what` names it in errors.
 pub fn parse<'a>(bytes: &'a [u8], what: &str) -> Result<(SafeTensors<'a>, HashMap<String, String>)> {
-    let st = SafeTensors::deserialize(bytes).with_context(|| {
-        format!("{what} is not a readable safetensors file: pass a checkpoint directory this program wrote")
-    })?;
+    parse_for(bytes, what, CHECKPOINT_FIX)
+}
+
+/// `parse`, whose errors end in `fix` (what to pass instead).
+pub fn parse_for<'a>(bytes: &'a [u8], what: &str, fix: &str) -> Result<(SafeTensors<'a>, HashMap<String, String>)> {
+    let st =
+        SafeTensors::deserialize(bytes).with_context(|| format!("{what} is not a readable safetensors file: {fix}"))?;
     let (_, meta) = SafeTensors::read_metadata(bytes)?;
     let meta = meta.metadata().clone().unwrap_or_default();
     if meta.get("format").map(String::as_str) != Some(FORMAT) {
-        bail!(
-            "{what} was not written by dcgan-train (no format \"{FORMAT}\" in its metadata): pass a checkpoint directory this program wrote"
-        );
+        bail!("{what} was not written by dcgan-train (no format \"{FORMAT}\" in its metadata): {fix}");
     }
     Ok((st, meta))
 }

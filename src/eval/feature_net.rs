@@ -18,6 +18,9 @@ use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// What errors about a file that is not a feature network tell a user to do.
+const FEATURE_NET_FIX: &str = "pass --classifier a file that `dcgan-train classifier` wrote, or leave --classifier out";
+
 /// Features the distances compare.
 pub const FEATURES: usize = 128;
 /// The stage whose output is the features.
@@ -76,18 +79,23 @@ impl<B: Backend> FeatureNet<B> {
 
     /// The network in `path`, checked against its digests, for `batch` images at a time.
     pub fn load(be: &B, path: &Path, batch: usize) -> Result<Self> {
-        let (bytes, digested) = crate::checkpoint::find::read_checked(path)?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read the feature network {}", path.display()))?;
+        let (bytes, digested) = crate::checkpoint::find::checked(bytes, path, FEATURE_NET_FIX)?;
         if !digested {
-            bail!("{} has no digests: it was not written by `dcgan-train classifier`", path.display());
+            bail!(
+                "{} has no digests, so it was not written by `dcgan-train classifier`: {FEATURE_NET_FIX}",
+                path.display()
+            );
         }
         Self::from_bytes(be, &bytes, &path.display().to_string(), batch)
     }
 
     /// The network in a file's `bytes` (already checked), named `what` in errors.
     pub fn from_bytes(be: &B, bytes: &[u8], what: &str, batch: usize) -> Result<Self> {
-        let (_, meta) = tensors::parse(bytes, what)?;
+        let (_, meta) = tensors::parse_for(bytes, what, FEATURE_NET_FIX)?;
         let info: FeatureNetInfo = serde_json::from_str(meta.get("feature_net").map_or("", String::as_str))
-            .with_context(|| format!("{what} is not a feature network (`dcgan-train classifier` writes them)"))?;
+            .with_context(|| format!("{what} is not a feature network: {FEATURE_NET_FIX}"))?;
         let mut f = FeatureNet::new(be, info, batch)?;
         let (t, _) = tensors::decode_net(bytes, &f.net.store.layout, what)?;
         be.upload(&t.values, ViewMut::whole(&mut f.net.store.value));
@@ -185,6 +193,25 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let e = FeatureNet::<Cpu>::load(&Cpu, &path, 3).err().unwrap().to_string();
         assert!(e.contains("corrupt"), "{e}");
+    }
+
+    /// A file that is no feature network (not safetensors at all, or another program's) is
+    /// refused with the fix for `--classifier`, not a checkpoint's.
+    #[test]
+    fn a_file_that_is_no_feature_network_names_the_classifier_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.safetensors");
+        std::fs::write(&junk, "junk").unwrap();
+        // Another program's safetensors file (no metadata of ours).
+        let other = dir.path().join("other.safetensors");
+        let data = [0u8; 8];
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+        safetensors::serialize_to_file([("w", view)], None, &other).unwrap();
+        for path in [&junk, &other] {
+            let e = format!("{:#}", FeatureNet::<Cpu>::load(&Cpu, path, 3).err().unwrap());
+            assert!(e.contains("pass --classifier a file that `dcgan-train classifier` wrote"), "{e}");
+            assert!(!e.contains("checkpoint directory"), "{e}");
+        }
     }
 
     #[test]
