@@ -1,6 +1,6 @@
 //! The memory a run takes: estimated before the model is built, the estimate against the peak
 //! the kernel measured (VmHWM) for a few shapes, and a batch that cannot fit refused before
-//! anything is written.
+//! anything is written (also by bench-step).
 
 use crate::common;
 
@@ -61,6 +61,19 @@ fn a_batch_that_cannot_fit_is_refused_before_anything_is_written() {
         // Long before a model of that size could have been built: a guard, not a benchmark.
         assert!(started.elapsed() < Duration::from_secs(30), "{ranks} rank(s): {:?}", started.elapsed());
     }
+}
+
+/// bench-step refuses such a batch the same way, instead of the allocation's abort.
+#[test]
+fn bench_step_refuses_a_batch_that_cannot_fit() {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["bench-step", "--device", "cpu", "--image-size", "64", "--batch-size", "1000000", "--steps", "1"]);
+    let o = common::run_limited(cmd, 60);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert!(lines.len() == 1 && lines[0].contains("GiB of host memory"), "{err}");
+    assert!(lines[0].contains("use --batch-size"), "{err}");
 }
 
 /// The process's resident memory grows with what it touches, and its peak keeps the most

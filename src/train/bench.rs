@@ -62,6 +62,10 @@ fn bench_on<B: crate::backend::Backend>(args: BenchStepOptions, local: (usize, u
     args.model.check_loss_options()?;
     args.model.check_micro_batches(batch)?;
     let micro = args.model.micro_batches as usize;
+    // Before anything big is allocated: a batch that cannot fit is one line, not an abort.
+    if let Some(limits) = super::memory_plan::MemoryLimits::now(&be, local.1) {
+        super::memory_plan::check(&be, &args.model, batch, 1, &limits, false)?;
+    }
     // With micro-batches the networks are built for one of them (train/micro_step.rs).
     let (widths, kind) = (super::config::widths(&args.model), super::config::discriminator(&args.model));
     let mut model = Dcgan::new(&be, size, widths, batch / micro, args.model.seed, kind)
