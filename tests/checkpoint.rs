@@ -99,6 +99,28 @@ fn round_trip_restores_everything_and_keeps_only_the_latest() {
     assert_eq!(checkpoint::load(&third, (&g, &d)).unwrap(), ck);
 }
 
+/// A file of another save (the same step saved again, here with other weights) put into a
+/// checkpoint is refused by name, whichever file it is; the checkpoint's own files load.
+#[test]
+fn a_file_of_another_save_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, d) = layouts();
+    let mut ck = sample_checkpoint(&g, &d);
+    let keep = Keep::All;
+    let first = checkpoint::save(dir.path(), (&g, &d), &ck, keep).unwrap();
+    ck.d.values[0] = 0.25;
+    ck.g_ema.as_mut().unwrap().net.values[0] = 0.5;
+    let second = checkpoint::save(dir.path(), (&g, &d), &ck, keep).unwrap();
+    for file in ["D.safetensors", "G_ema.safetensors", "optimizer.safetensors"] {
+        let own = std::fs::read(second.join(file)).unwrap();
+        std::fs::copy(first.join(file), second.join(file)).unwrap();
+        let e = load_error(&second, (&g, &d));
+        assert!(e.contains("come from different saves") && e.contains(file), "{file}: {e}");
+        std::fs::write(second.join(file), own).unwrap();
+    }
+    assert_eq!(checkpoint::load(&second, (&g, &d)).unwrap(), ck);
+}
+
 /// What a save that never finished left (its `.tmp-` directory, of another step) goes with the
 /// next save.
 #[test]

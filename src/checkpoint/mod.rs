@@ -14,6 +14,7 @@ pub mod best;
 pub mod block;
 pub mod digest;
 pub mod find;
+mod save_id;
 pub mod tensors;
 
 use crate::nn::params::{ParamLayout, TensorInfo};
@@ -141,7 +142,7 @@ fn flat_info(name: String, len: usize) -> TensorInfo {
 
 /// The optimizer file: Adam's moments, and the per-rank and per-run state an exact resume
 /// needs beside the weights.
-fn encode_optimizer(layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> Result<Vec<u8>> {
+fn encode_optimizer(layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, id: &str) -> Result<Vec<u8>> {
     let (g, d) = ((layouts.0, &ck.g_adam), (layouts.1, &ck.d_adam));
     let (progress, rank_states) = (&ck.progress, &ck.rank_states);
     let mut infos = Vec::new();
@@ -171,7 +172,11 @@ fn encode_optimizer(layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint) -> R
     }
     let f32s: Vec<_> = infos.iter().map(|(i, d)| (i, *d)).collect();
     let steps = [("G.step".to_string(), g.1.steps as i64), ("D.step".to_string(), d.1.steps as i64)];
-    let metadata = meta(&[("format", tensors::FORMAT.into()), ("progress", serde_json::to_string(progress)?)]);
+    let metadata = meta(&[
+        ("format", tensors::FORMAT.into()),
+        ("progress", serde_json::to_string(progress)?),
+        (save_id::KEY, id.into()),
+    ]);
     tensors::encode(&f32s, &steps, metadata)
 }
 
@@ -186,12 +191,17 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
     let (size, ngf) = (ck.progress.image_size.to_string(), ck.progress.ngf.to_string());
     // G's first weight is ConvTranspose2d [nz, C, k, k].
     let nz = layouts.0.params.first().map_or(0, |p| p.shape[0]).to_string();
+    // Every file of this save records its id: files of two saves are not one checkpoint.
+    let id = save_id::fresh();
     for (net, layout, t) in [("G", layouts.0, &ck.g), ("D", layouts.1, &ck.d)] {
-        let bytes = tensors::encode_net(
-            layout,
-            t,
-            meta(&[("net", net.into()), ("image_size", size.clone()), ("ngf", ngf.clone()), ("nz", nz.clone())]),
-        )?;
+        let m = meta(&[
+            ("net", net.into()),
+            ("image_size", size.clone()),
+            ("ngf", ngf.clone()),
+            ("nz", nz.clone()),
+            (save_id::KEY, id.clone()),
+        ]);
+        let bytes = tensors::encode_net(layout, t, m)?;
         write_synced(&tmp.join(format!("{net}.safetensors")), &bytes)?;
     }
     if let Some(a) = &ck.g_ema {
@@ -202,10 +212,11 @@ pub fn save(run: &Path, layouts: (&ParamLayout, &ParamLayout), ck: &Checkpoint, 
             ("ngf", ngf.clone()),
             ("nz", nz.clone()),
             ("images_seen", seen),
+            (save_id::KEY, id.clone()),
         ]);
         write_synced(&tmp.join(find::AVERAGED_G), &tensors::encode_net(layouts.0, &a.net, m)?)?;
     }
-    let opt = encode_optimizer(layouts, ck)?;
+    let opt = encode_optimizer(layouts, ck, &id)?;
     write_synced(&tmp.join("optimizer.safetensors"), &opt)?;
     sync_dir(&tmp)?;
     let dir = root.join(&name);
@@ -373,11 +384,15 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let gp = dir.join("G.safetensors");
     let dp = dir.join("D.safetensors");
     let op = dir.join("optimizer.safetensors");
-    let (g, _) = tensors::decode_net(&read(&gp)?, layouts.0, &gp.display().to_string())?;
-    let (d, _) = tensors::decode_net(&read(&dp)?, layouts.1, &dp.display().to_string())?;
+    let (g, g_meta) = tensors::decode_net(&read(&gp)?, layouts.0, &gp.display().to_string())?;
+    let (d, d_meta) = tensors::decode_net(&read(&dp)?, layouts.1, &dp.display().to_string())?;
     let opt_bytes = read(&op)?;
     let what = op.display().to_string();
     let (st, m) = tensors::parse(&opt_bytes, &what)?;
+    let (g_ema, ema_meta) = load_averaged(dir, layouts.0)?.unzip();
+    let mut files = vec![("G.safetensors", &g_meta), ("D.safetensors", &d_meta), ("optimizer.safetensors", &m)];
+    files.extend(ema_meta.as_ref().map(|e| (find::AVERAGED_G, e)));
+    save_id::check_one_save(dir, &files)?;
     let progress = progress_of(&m, &what)?;
     let mut moments = Vec::new();
     for (net, layout) in [("G", layouts.0), ("D", layouts.1)] {
@@ -408,12 +423,11 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let lens = [layouts.0.param_len(), layouts.1.param_len()];
     let residuals = read_residuals(&st, &what, progress.ranks, lens)?;
     let block = block::read(&st, &what, progress.ranks, lens)?;
-    let g_ema = load_averaged(dir, layouts.0)?;
     Ok(Checkpoint { g, d, g_ema, g_adam, d_adam, progress, rank_states, residuals, block })
 }
 
 /// `--g-ema`'s averaged generator of the checkpoint in `dir`, where it has one.
-fn load_averaged(dir: &Path, layout: &ParamLayout) -> Result<Option<AveragedGenerator>> {
+fn load_averaged(dir: &Path, layout: &ParamLayout) -> Result<Option<(AveragedGenerator, HashMap<String, String>)>> {
     let path = dir.join(find::AVERAGED_G);
     if !path.is_file() {
         return Ok(None);
@@ -424,7 +438,7 @@ fn load_averaged(dir: &Path, layout: &ParamLayout) -> Result<Option<AveragedGene
         .get("images_seen")
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("{what} has no images_seen in its metadata"))?;
-    Ok(Some(AveragedGenerator { net, images_seen }))
+    Ok(Some((AveragedGenerator { net, images_seen }, m)))
 }
 
 /// Every rank's 1-bit residuals, or none where the checkpoint has none (rank 0's decides).
