@@ -259,6 +259,10 @@ fn a_resume_from_an_older_checkpoint_leaves_the_later_ones_behind() {
     train(&run, &["--max-steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "2"]);
     let root = run.join("checkpoints");
     assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000006"]);
+    let read_lines = |f: &str| -> Vec<String> {
+        std::fs::read_to_string(run.join(f)).unwrap_or_default().lines().map(String::from).collect()
+    };
+    let before = read_lines("metrics.jsonl");
     // Every step starts 300 ms late: time to kill the run inside step 5, before any save.
     let mut child = Command::new(env!("CARGO_BIN_EXE_dcgan-train"))
         .args(["--resume", p(&root.join("step-00000004")), "--max-steps", "10", "--no-progress"])
@@ -277,6 +281,18 @@ fn a_resume_from_an_older_checkpoint_leaves_the_later_ones_behind() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(common::checkpoint_names(&run), ["step-00000004", "step-00000006.abandoned"]);
+    // Nothing of the continuation's record is lost: what metrics.jsonl kept and what went to
+    // metrics.replaced.jsonl, after the line naming the resume, are the run's lines as they were.
+    let (after, replaced) = (read_lines("metrics.jsonl"), read_lines("metrics.replaced.jsonl"));
+    let header: serde_json::Value = serde_json::from_str(&replaced[0]).unwrap();
+    assert_eq!((header["type"].as_str(), header["by_resume_at_step"].as_u64()), (Some("replaced"), Some(4)));
+    let kept = before.len() - (replaced.len() - 1);
+    assert_eq!([&after[..kept], &replaced[1..]].concat(), before);
+    let steps: Vec<u64> = replaced[1..]
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["step"].as_u64())
+        .collect();
+    assert!(steps.contains(&5) && steps.contains(&6), "{replaced:?}");
     // The run's own --max-steps, 6, from the checkpoint.
     let (ok, err) = dcgan(&["--resume", p(&run), "--no-progress"]);
     assert!(ok && err.contains("resuming at step 4"), "{err}");

@@ -99,7 +99,7 @@ fn has_checkpoint(dir: &Path) -> bool {
 
 /// Set the broken checkpoints `broken` aside, then those after `from`, which becomes the run's
 /// latest; each said in a note.
-fn set_aside_all(broken: &[PathBuf], from: &Path) -> Result<()> {
+fn set_aside_all(broken: &[PathBuf], from: &Path, replaced: Option<&Path>) -> Result<()> {
     for dir in broken {
         let aside = checkpoint::set_aside(dir, "broken")?;
         eprintln!(
@@ -111,15 +111,40 @@ fn set_aside_all(broken: &[PathBuf], from: &Path) -> Result<()> {
     let later = checkpoint::go_on_from(from)?;
     if !later.is_empty() {
         let names: Vec<String> = later.iter().map(|p| p.display().to_string()).collect();
+        let records = replaced.map(|p| format!(", and the records after it kept in {}", p.display()));
         eprintln!(
-            "note: {} is older than the run's last checkpoint: the {} after it {} set aside as {}, out of the checkpoints kept (the run goes on from here; to take that continuation up again, rename one back and resume from it)",
+            "note: {} is older than the run's last checkpoint: the {} after it {} set aside as {}, out of the checkpoints kept{} (the run goes on from here; to take that continuation up again, rename one back and resume from it)",
             from.display(),
             if later.len() == 1 { "one" } else { "ones" },
             if later.len() == 1 { "is" } else { "are" },
-            names.join(", ")
+            names.join(", "),
+            records.unwrap_or_default()
         );
     }
     Ok(())
+}
+
+/// Keeps the lines of metrics.jsonl that a resume at `step` replaces (the records after its
+/// checkpoint, and a line a crash left torn) in the run's `metrics.replaced.jsonl`, after a
+/// line saying which resume replaced them: a continuation a resume from an older checkpoint
+/// leaves behind keeps its record. Appended and synced before metrics.jsonl is rewritten, so
+/// a crash between the two leaves a line in both files rather than in neither. Returns the
+/// file, where there was anything to keep.
+fn keep_replaced(dir: &Path, step: u64, lines: &[&str]) -> Result<Option<PathBuf>> {
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let path = dir.join("metrics.replaced.jsonl");
+    let header = serde_json::json!({"type": "replaced", "by_resume_at_step": step, "lines": lines.len()});
+    let text: String =
+        std::iter::once(header.to_string()).chain(lines.iter().map(|l| l.to_string())).map(|l| l + "\n").collect();
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(&path)?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        f.sync_all()
+    };
+    write().with_context(|| format!("cannot keep the replaced records in {}", path.display()))?;
+    Ok(Some(path))
 }
 
 impl Outputs {
@@ -206,15 +231,15 @@ impl Outputs {
 
     /// Ready a resumed run to write: broken checkpoints and any after the one it goes on from
     /// are set aside and `latest` names that one; the records the interrupted run wrote after
-    /// it are dropped (the resumed run writes them again, with the same values), also where it
-    /// is an older one than the run's last (a stop after it is no longer the run's); its
+    /// it give way (the resumed run writes them again, with the same values), also where it is
+    /// an older one than the run's last (a stop after it is no longer the run's), and are kept
+    /// in `metrics.replaced.jsonl`; its
     /// TensorBoard events go to a file of its own that starts with a restart. Returns the
     /// epoch lines it keeps (none for a new run), whose sample quality summary.json lists.
     pub fn begin(&mut self) -> Result<Vec<EpochRecord>> {
         let Some(Resumed { step, epoch, tensorboard, checkpoint, broken }) = self.pending.take() else {
             return Ok(Vec::new());
         };
-        set_aside_all(&broken, &checkpoint)?;
         let path = self.dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let parsed = text.lines().map(|l| (l, serde_json::from_str::<serde_json::Value>(l).ok()));
@@ -230,6 +255,9 @@ impl Outputs {
             .filter_map(|(_, v)| v.as_ref().filter(|v| v["type"] == "step" && v["epoch"] == epoch))
             .filter_map(|v| v["ms"].as_f64())
             .sum();
+        let lines: Vec<&str> = dropped.iter().map(|(l, _)| *l).collect();
+        let replaced = keep_replaced(&self.dir, step, &lines)?;
+        set_aside_all(&broken, &checkpoint, replaced.as_deref())?;
         self.resumed_epoch_ms = Some((epoch, ms_in_epoch));
         let earlier = kept
             .iter()
