@@ -55,6 +55,7 @@ fn zeros(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
         ngf: 64,
         rng: "counter".into(),
         config: serde_json::json!({}),
+        block_sync_due: false,
     };
     Checkpoint {
         g: net(g),

@@ -40,6 +40,7 @@ fn sample_checkpoint(g: &ParamLayout, d: &ParamLayout) -> Checkpoint {
             ngf: 64,
             rng: "counter".into(),
             config: serde_json::json!({"lr": 0.0002}),
+            block_sync_due: true,
         },
         rank_states: (1..3)
             .map(|r| [common::random(g.state_len(), 1.0, 10 + r), common::random(d.state_len(), 1.0, 20 + r)])

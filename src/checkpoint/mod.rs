@@ -49,6 +49,11 @@ pub struct Progress {
     pub rng: String,
     /// The options of the run (a resume must not change what training computes).
     pub config: serde_json::Value,
+    /// `--sync-every`: the step was a block's last and its sync has not started (a
+    /// checkpoint or a stop there is saved before it, so that a resume starts it as the run
+    /// would have and goes on exactly).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub block_sync_due: bool,
 }
 
 fn paper_ngf() -> usize {

@@ -320,6 +320,7 @@ mod tests {
                 ngf: 64,
                 rng: String::new(),
                 config: serde_json::json!({}),
+                block_sync_due: false,
             },
             rank_states: vec![[vec![4.0, 5.0], vec![6.0]], [vec![7.0, 11.0], vec![0.0]]],
             residuals: vec![],

@@ -60,9 +60,10 @@ impl<B: Backend> Run<'_, B> {
 
     /// `--sync-every`: land the sync the previous step started, if any (this step's moves
     /// carried on); after the step that ends a block, average the models (block momentum),
-    /// or with `overlap` start averaging them for the next step to land. Returns the time it
-    /// took: communication the step waited for.
-    fn end_block_if_due(&mut self, overlap: bool) -> Result<Duration> {
+    /// or with `overlap` start averaging them for the next step to land, or with `defer`
+    /// leave that start to `start_deferred_sync` (a checkpoint or a stop comes first).
+    /// Returns the time it took: communication the step waited for.
+    fn end_block_if_due(&mut self, overlap: bool, defer: bool) -> Result<Duration> {
         let (from, job) = (self.parallel_from(), self.job);
         let Some(block) = self.block.as_mut() else { return Ok(Duration::ZERO) };
         let due = block.due(self.trainer.step, from);
@@ -73,7 +74,9 @@ impl<B: Backend> Run<'_, B> {
         let t = &mut self.trainer;
         t.finish_pending();
         let mut sent = block.finish_sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
-        if due && overlap {
+        if due && defer {
+            self.progress.block_sync_due = true;
+        } else if due && overlap {
             block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true);
         } else if due {
             sent += block.sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?;
@@ -82,6 +85,17 @@ impl<B: Backend> Run<'_, B> {
         let t1 = Instant::now();
         t.timeline.span(Track::Compute, "block-sync", "models", t0, t1);
         Ok(t1 - t0)
+    }
+
+    /// Start the overlapped sync of the block whose end a checkpoint came before (see
+    /// `step`), for the next step to land. Collective.
+    fn start_deferred_sync(&mut self) {
+        let (job, t) = (self.job, &mut self.trainer);
+        let Some(block) = self.block.as_mut().filter(|_| self.progress.block_sync_due) else { return };
+        let t0 = Instant::now();
+        block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true);
+        self.progress.block_sync_due = false;
+        t.timeline.span(Track::Compute, "block-sync", "models", t0, Instant::now());
     }
 
     /// The steps of `epoch` from its step `first` (0-based) to its end, a stop or the run's
@@ -124,6 +138,7 @@ impl<B: Backend> Run<'_, B> {
             if self.checkpoint_due(self.trainer.step) {
                 self.save_checkpoint();
             }
+            self.start_deferred_sync();
         }
         done.complete = self.progress.batch_in_epoch as usize == steps_per_epoch && self.progress.epoch == epoch;
         Ok(done)
@@ -150,15 +165,17 @@ impl<B: Backend> Run<'_, B> {
             Err(e) if self.job.is_root() => return Err(e),
             Err(_) => return Err(PeerFailed.into()),
         };
-        // A block's sync overlaps the next step, unless what follows this step (a checkpoint,
-        // the consistency check, the epoch's end, the run's) needs the models synced now.
+        // A block's sync overlaps the next step, unless what follows this step (the
+        // consistency check, the epoch's end, the run's) needs the models synced now. A
+        // checkpoint or a stop is saved before the sync instead, which starts after it (or, on
+        // the resume, before its first step): the run goes on as it would have without them.
         let n = self.trainer.step;
         let settled_now = i + 1 == self.shard.batches_per_epoch()
             || n >= self.args.max_steps.unwrap_or(u64::MAX)
-            || self.last.stop
-            || self.checkpoint_due(n)
             || self.consistency_due(n);
-        let synced = self.end_block_if_due(!self.args.parallel.no_overlap && !settled_now)?;
+        let overlap = !self.args.parallel.no_overlap && !settled_now;
+        let defer = overlap && (self.checkpoint_due(n) || self.last.stop);
+        let synced = self.end_block_if_due(overlap, defer)?;
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let wait_ms = (self.trainer.waited() - waited_before + synced).as_secs_f64() * 1e3;
         let cpu_ms = (thread_cpu_time() - cpu0).as_secs_f64() * 1e3;

@@ -192,6 +192,15 @@ impl<'a, B: Backend> Run<'a, B> {
                 let stores = [&mut t.model.g.store, &mut t.model.d.store];
                 self.block = BlockMomentum::restore(settings, job, &t.be, stores, ck.and_then(|c| c.block.as_ref()))?;
             }
+            // Saved at a block's end before its sync: start it, as the run did after the save.
+            if let Some(block) = self.block.as_mut().filter(|_| self.progress.block_sync_due) {
+                let t = &mut self.trainer;
+                match self.args.parallel.no_overlap {
+                    false => block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true),
+                    true => _ = block.sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?,
+                }
+                self.progress.block_sync_due = false;
+            }
         }
         self.start_blocks_if_parallel();
         Ok(())
@@ -431,5 +440,6 @@ fn fresh_progress(
         ngf: args.model.ngf,
         rng: "counter-based: noise from ChaCha8(seed, step, sample), data order from ChaCha8(seed, epoch)".into(),
         config: recorded_options::recorded_config(args, steps_per_epoch, data_fingerprint),
+        block_sync_due: false,
     }
 }
