@@ -212,8 +212,12 @@ fn outputs_are_checked_before_anything_is_timed() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&notes, "my notes\n").unwrap();
     let (d, n) = (dir.to_str().unwrap(), notes.to_str().unwrap());
-    let refusals: [(Vec<&str>, String); 3] = [
+    let refusals: [(Vec<&str>, String); 4] = [
         (vec!["bench-allreduce", "--sizes", "4B", "--iters", "2", "--json", d], format!("--json {d} is a directory")),
+        (
+            vec!["bench-allreduce", "--via-engine", "--sizes", "4B", "--iters", "2", "--json", d],
+            format!("--json {d} is a directory"),
+        ),
         (vec!["ping-pong", "--sizes", "4B", "--iters", "2", "--json", d], format!("--json {d} is a directory")),
         (
             vec!["tune-allreduce", "--out", n, "--sizes", "4B", "--repeats", "1"],

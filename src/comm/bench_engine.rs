@@ -20,6 +20,16 @@ pub fn run(args: &BenchOptions) -> anyhow::Result<(Vec<Row>, usize)> {
     let sizes = if args.sizes.is_empty() { default_sizes() } else { args.sizes.clone() };
     super::bench::ensure_sizes_fit(&sizes, "bench-allreduce")?;
     super::bench::ensure_two_ranks(p, "bench-allreduce")?;
+    // Rank 0's --json, checked before anything is timed; every rank learns the outcome.
+    let writable = match (&args.json, rank) {
+        (Some(path), 0) => crate::report::check_writable(path, "--json"),
+        _ => Ok(()),
+    };
+    let refused = comm.broadcast_bytes(0, vec![u8::from(writable.is_err())])?;
+    writable?;
+    if refused.first() != Some(&0) {
+        return Err(crate::comm::PeerFailed.into());
+    }
     if rank == 0 {
         println!(
             "# dcgan-train bench-allreduce --via-engine: {p} rank(s), {}; buckets submitted to \
