@@ -10,6 +10,7 @@ mod allreduce_mpi;
 mod best_checkpoint;
 mod block_momentum;
 mod checkpoint;
+mod checkpoint_headers;
 mod cli_cpu;
 mod cluster_emulated;
 mod comm_exchange;
