@@ -3,7 +3,7 @@
 //! resume inside a block or at its end continues exactly.
 
 use crate::common::{
-    final_weights, mpiexec_ranks, mpirun, read_safetensors, read_summary, run_limited, step_records,
+    self, final_weights, mpiexec_ranks, mpirun, read_safetensors, read_summary, run_limited, step_records,
     train_small as train,
 };
 use dcgan_train::model::dcgan::{DISCRIMINATOR_28, GENERATOR_28};
@@ -12,6 +12,15 @@ use std::path::Path;
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// The note `sample` of the run's latest checkpoint prints, where it prints one.
+fn sample_note(run: &Path) -> Option<String> {
+    let png = run.join("note.png");
+    let o = common::program(&["sample", "--checkpoint", path(run), "--n", "4", "--out", path(&png)]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    err.lines().find(|l| l.starts_with("note:")).map(String::from)
 }
 
 /// K = 1 with no momentum is model averaging: after one step the weights are the mean of the
@@ -43,6 +52,10 @@ fn a_sync_without_momentum_is_the_mean_of_the_ranks_models() {
         }
     }
     assert!(moved > 1e-6, "the average equals rank 0's model: rank 1's took no part");
+    // `sample` says when it draws from one rank's model, and only then.
+    let note = sample_note(&open).unwrap_or_default();
+    assert!(note.contains("falls 1 step(s) into a block of --sync-every 2: its generator is rank 0's own"), "{note}");
+    assert_eq!(sample_note(&averaged), None, "a run that ends on a block's last step holds the average");
 }
 
 /// After every sync all ranks hold the same bits (3 ranks, blocks of 3, with momentum and
@@ -98,6 +111,8 @@ fn a_checkpoint_or_a_stop_at_a_blocks_end_changes_nothing() {
     let o = run_limited(cmd, 300);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("stopped by a signal after step 4"), "{err}");
+    let note = sample_note(&stopped).unwrap_or_default();
+    assert!(note.contains("falls 2 step(s) into a block of --sync-every 2"), "saved before the sync: {note}");
     let o = mpirun(2, &["--resume", path(&stopped), "--no-progress"], 300);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(

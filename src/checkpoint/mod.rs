@@ -61,6 +61,23 @@ fn paper_ngf() -> usize {
 }
 
 impl Progress {
+    /// `--sync-every` on several ranks: how many steps into a block of how many the
+    /// checkpoint falls, where the ranks' models differ (its G and D are rank 0's own, not
+    /// their average). None where they are one model: no blocks, one rank, the solo steps of
+    /// `--distributed-after`, or a block's end synced before the save.
+    pub fn inside_a_block(&self) -> Option<(u64, u64)> {
+        let every = self.config.get("sync_every")?.as_u64().filter(|&k| k > 0)?;
+        let from = self.config.get("distributed_after").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        if self.ranks < 2 || self.step <= from {
+            return None;
+        }
+        match ((self.step - from) % every, self.block_sync_due) {
+            (0, false) => None,
+            (0, true) => Some((every, every)),
+            (into, _) => Some((into, every)),
+        }
+    }
+
     /// The run's recorded option (or record, such as a fingerprint) `key`, where it is a
     /// string.
     pub fn recorded(&self, key: &str) -> Option<&str> {

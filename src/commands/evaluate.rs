@@ -111,6 +111,9 @@ pub fn run(a: EvaluateArgs) -> Result<()> {
     let (images, what) = match (&ck, file) {
         (Some(dir), _) => {
             let mut g = Generator::load(&be, dir, BATCH.min(n), a.generator)?;
+            if let Some(note) = g.note(dir) {
+                eprintln!("{note}");
+            }
             let seed = match a.seed {
                 Some(seed) => seed,
                 None => checkpoint::load_progress(dir)?.seed,

@@ -87,6 +87,9 @@ pub fn run(args: SampleArgs) -> Result<()> {
     };
     let be = Cpu;
     let mut g = Generator::load(&be, &dir, n, args.generator)?;
+    if let Some(note) = g.note(&dir) {
+        eprintln!("{note}");
+    }
     let size = g.image_size;
     // Without --seed: the noise of the run's own sample grids (its first 64 images are the
     // grid the run drew with these weights); --seed picks other noise.
