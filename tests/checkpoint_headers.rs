@@ -53,30 +53,31 @@ fn safetensors_headers_match_the_pytorch_dcgan_state_dicts() {
     assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want_d);
 }
 
+/// The header of the critic's checkpoint file (`--loss wgan-gp`), with or without layer norm.
+fn critic_header(layer_norm: bool) -> Vec<(String, String, Vec<usize>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm }).unwrap();
+    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
+    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
+    common::safetensors_tensors(&saved.join("D.safetensors"))
+}
+
 /// WGAN-GP's critic: D without its batch norm, named as PyTorch numbers
 /// nn.Sequential(Conv(1,64,4,2,1), LeakyReLU, Conv(64,128,4,2,1), LeakyReLU, Conv(128,1,7,1,0)).
 #[test]
 fn the_critic_header_matches_a_pytorch_sequential_without_batch_norm() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm: false }).unwrap();
-    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
-    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     let want = expected(&[
         ("main.0.weight", "F32", &[64, 1, 4, 4]),
         ("main.2.weight", "F32", &[128, 64, 4, 4]),
         ("main.4.weight", "F32", &[1, 128, 7, 7]),
     ]);
-    assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want);
+    assert_eq!(critic_header(false), want);
 }
 
 /// `--critic-norm layer`: layer norm where D has batch norm, named and shaped as PyTorch's
 /// nn.GroupNorm(1, 128) at the batch norm's index (a weight and a bias, no running statistics).
 #[test]
 fn the_layer_norm_critic_header_matches_a_pytorch_sequential_with_group_norm() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, critic) = architecture(28, Widths::DCGAN, Discriminator::Critic { layer_norm: true }).unwrap();
-    let (g, d) = (param_layout(&GENERATOR_28).0, param_layout(&critic).0);
-    let saved = checkpoint::save(dir.path(), (&g, &d), &sample_checkpoint(&g, &d), Keep::Latest(1)).unwrap();
     let want = expected(&[
         ("main.0.weight", "F32", &[64, 1, 4, 4]),
         ("main.2.weight", "F32", &[128, 64, 4, 4]),
@@ -84,5 +85,5 @@ fn the_layer_norm_critic_header_matches_a_pytorch_sequential_with_group_norm() {
         ("main.3.bias", "F32", &[128]),
         ("main.5.weight", "F32", &[1, 128, 7, 7]),
     ]);
-    assert_eq!(common::safetensors_tensors(&saved.join("D.safetensors")), want);
+    assert_eq!(critic_header(true), want);
 }

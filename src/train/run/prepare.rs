@@ -193,14 +193,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 self.block = BlockMomentum::restore(settings, job, &t.be, stores, ck.and_then(|c| c.block.as_ref()))?;
             }
             // Saved at a block's end before its sync: start it, as the run did after the save.
-            if let Some(block) = self.block.as_mut().filter(|_| self.progress.block_sync_due) {
-                let t = &mut self.trainer;
-                match self.args.parallel.no_overlap {
-                    false => block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true),
-                    true => _ = block.sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?,
-                }
-                self.progress.block_sync_due = false;
-            }
+            self.start_deferred_sync()?;
         }
         self.start_blocks_if_parallel();
         Ok(())
