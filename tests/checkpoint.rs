@@ -109,11 +109,12 @@ fn a_file_of_another_save_is_refused() {
     ck.d.values[0] = 0.25;
     ck.g_ema.as_mut().unwrap().net.values[0] = 0.5;
     let second = checkpoint::save(dir.path(), (&g, &d), &ck, keep).unwrap();
-    for file in ["D.safetensors", "G_ema.safetensors", "optimizer.safetensors"] {
+    for file in ["G.safetensors", "D.safetensors", "G_ema.safetensors", "optimizer.safetensors"] {
         let own = std::fs::read(second.join(file)).unwrap();
         std::fs::copy(first.join(file), second.join(file)).unwrap();
         let e = load_error(&second, (&g, &d));
-        assert!(e.contains("come from different saves") && e.contains(file), "{file}: {e}");
+        assert!(e.contains(&format!("{file} is not from the save of")), "{file}: {e}");
+        assert!(e.contains(&format!("put back the checkpoint's own {file}")), "{file}: {e}");
         std::fs::write(second.join(file), own).unwrap();
     }
     assert_eq!(checkpoint::load(&second, (&g, &d)).unwrap(), ck);

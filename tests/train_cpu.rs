@@ -303,11 +303,15 @@ fn an_existing_run_is_never_overwritten() {
     // A PNG of the user's in its samples/ stays: only the grids the run wrote go.
     let theirs = failed.join("samples").join("mine.png");
     std::fs::write(&theirs, b"\x89PNG not ours").unwrap();
+    // The records a resume of the earlier run replaced go with its metrics.
+    let replaced = failed.join("metrics.replaced.jsonl");
+    std::fs::write(&replaced, "{\"type\":\"replaced\",\"by_resume_at_step\":1,\"lines\":0}\n").unwrap();
     let o = run(&again);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("ended before its first checkpoint; starting over in it"), "{}", stderr(&o));
     assert_eq!(common::step_records(&failed).len(), 2, "only the new run's steps");
     assert_eq!(std::fs::read(&theirs).unwrap(), b"\x89PNG not ours", "another program's PNG is kept");
+    assert!(!replaced.exists(), "the earlier run's replaced records are still there");
 
     // A folder whose metrics.jsonl is another program's is not a run to start over in.
     let other = tmp.path().join("other");

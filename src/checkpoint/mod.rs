@@ -412,7 +412,8 @@ pub fn load(dir: &Path, layouts: (&ParamLayout, &ParamLayout)) -> Result<Checkpo
     let what = op.display().to_string();
     let (st, m) = tensors::parse(&opt_bytes, &what)?;
     let (g_ema, ema_meta) = load_averaged(dir, layouts.0)?.unzip();
-    let mut files = vec![("G.safetensors", &g_meta), ("D.safetensors", &d_meta), ("optimizer.safetensors", &m)];
+    // The optimizer's file first: it holds the progress, so a tie trusts its save.
+    let mut files = vec![("optimizer.safetensors", &m), ("G.safetensors", &g_meta), ("D.safetensors", &d_meta)];
     files.extend(ema_meta.as_ref().map(|e| (find::AVERAGED_G, e)));
     save_id::check_one_save(dir, &files)?;
     let progress = progress_of(&m, &what)?;

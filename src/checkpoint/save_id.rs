@@ -15,16 +15,41 @@ pub fn fresh() -> String {
 }
 
 /// Whether the files of checkpoint `dir` (name, metadata) come from one save; a checkpoint
-/// written before saves had ids has none in any file and passes.
+/// written before saves had ids has none in any file and passes. The save is the one most
+/// files name (a tie goes to the first file's), so that the error names the file copied in,
+/// not a good one beside it.
 pub fn check_one_save(dir: &Path, files: &[(&str, &HashMap<String, String>)]) -> Result<()> {
-    let Some((first, id)) = files.iter().find_map(|(name, m)| Some((*name, m.get(KEY)?))) else { return Ok(()) };
-    if let Some((other, _)) = files.iter().find(|(_, m)| m.get(KEY) != Some(id)) {
+    let id_of = |m: &HashMap<String, String>| m.get(KEY).cloned();
+    let count = |id: &Option<String>| files.iter().filter(|(_, m)| id_of(m) == *id).count();
+    let mut save = files.first().map(|(_, m)| id_of(m)).unwrap_or_default();
+    for (_, m) in files {
+        if count(&id_of(m)) > count(&save) {
+            save = id_of(m);
+        }
+    }
+    let names = |of_save: bool| -> Vec<&str> {
+        files.iter().filter(|(_, m)| (id_of(m) == save) == of_save).map(|(n, _)| *n).collect()
+    };
+    let (same, other) = (names(true), names(false));
+    if let Some(first_other) = other.first() {
         bail!(
-            "{}: {other} and {first} come from different saves (a file copied in from another checkpoint?): put back the checkpoint's own {other}, or pass another checkpoint",
-            dir.display()
+            "{}: {} {} not from the save of {} (a file copied in from another checkpoint?): put back the checkpoint's own {first_other}, or pass another checkpoint",
+            dir.display(),
+            list(&other),
+            if other.len() == 1 { "is" } else { "are" },
+            list(&same)
         );
     }
     Ok(())
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn list(names: &[&str]) -> String {
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -39,9 +64,11 @@ mod tests {
         assert!(check_one_save(dir, &[("G", &a), ("D", &a), ("optimizer", &a)]).is_ok());
         assert!(check_one_save(dir, &[("G", &none), ("D", &none)]).is_ok(), "an older checkpoint");
         let e = check_one_save(dir, &[("G", &a), ("D", &b), ("optimizer", &a)]).unwrap_err().to_string();
-        assert!(e.contains("D and G come from different saves"), "{e}");
+        assert!(e.contains("D is not from the save of G and optimizer"), "{e}");
+        let e = check_one_save(dir, &[("G", &b), ("D", &a), ("optimizer", &a)]).unwrap_err().to_string();
+        assert!(e.contains("G is not from the save of D and optimizer"), "the first file copied in: {e}");
         let e = check_one_save(dir, &[("G", &none), ("D", &a)]).unwrap_err().to_string();
-        assert!(e.contains("G and D come from different saves"), "{e}");
+        assert!(e.contains("D is not from the save of G"), "a tie goes to the first file: {e}");
         assert_ne!(fresh(), fresh());
     }
 }

@@ -70,16 +70,12 @@ impl<B: Backend> Generator<B> {
     }
 
     /// A note where the checkpoint in `dir` falls inside a block of `--sync-every`: the
-    /// generator drawn from is then one rank's, not the ranks' average.
+    /// generator drawn from is then one rank's, not the ranks' average. (A run with
+    /// `--sync-every` keeps no averaged generator: training refuses it with `--g-ema`.)
     pub fn note(&self, dir: &Path) -> Option<String> {
         let (into, every) = checkpoint::load_progress(dir).ok()?.inside_a_block()?;
-        let which = if self.averaged {
-            "averaged generator is that of rank 0's own model"
-        } else {
-            "generator is rank 0's own"
-        };
         Some(format!(
-            "note: {} falls {into} step(s) into a block of --sync-every {every}: its {which} since the ranks' last sync, not their average (a checkpoint where an epoch or the run ends on a block's last step holds the average)",
+            "note: {} falls {into} step(s) into a block of --sync-every {every}: its generator is rank 0's own since the ranks' last sync, not their average (a checkpoint where an epoch or the run ends on a block's last step holds the average)",
             dir.display()
         ))
     }

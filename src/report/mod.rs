@@ -39,6 +39,11 @@ fn temporary_beside(path: &Path) -> Result<(&Path, std::path::PathBuf)> {
     Ok((dir, dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()))))
 }
 
+/// Syncs directory `dir`, so that a file created or renamed in it stays after a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Writes through `write` to a temporary file next to `path`, then renames it over `path`,
 /// so a reader (or a crash) never sees half a file. Creates the parent directory.
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut std::fs::File) -> Result<()>) -> Result<()> {

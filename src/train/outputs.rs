@@ -124,27 +124,56 @@ fn set_aside_all(broken: &[PathBuf], from: &Path, replaced: Option<&Path>) -> Re
     Ok(())
 }
 
+/// The file a resume keeps the records it replaces in.
+const REPLACED: &str = "metrics.replaced.jsonl";
+
 /// Keeps the lines of metrics.jsonl that a resume at `step` replaces (the records after its
 /// checkpoint, and a line a crash left torn) in the run's `metrics.replaced.jsonl`, after a
 /// line saying which resume replaced them: a continuation a resume from an older checkpoint
-/// leaves behind keeps its record. Appended and synced before metrics.jsonl is rewritten, so
-/// a crash between the two leaves a line in both files rather than in neither. Returns the
-/// file, where there was anything to keep.
+/// leaves behind keeps its record. Appended and synced (with the directory, where the file
+/// is new) before metrics.jsonl is rewritten, so a crash between the two leaves a line in
+/// both files rather than in neither. Returns the file, where there was anything to keep.
 fn keep_replaced(dir: &Path, step: u64, lines: &[&str]) -> Result<Option<PathBuf>> {
     if lines.is_empty() {
         return Ok(None);
     }
-    let path = dir.join("metrics.replaced.jsonl");
+    let path = dir.join(REPLACED);
     let header = serde_json::json!({"type": "replaced", "by_resume_at_step": step, "lines": lines.len()});
     let text: String =
         std::iter::once(header.to_string()).chain(lines.iter().map(|l| l.to_string())).map(|l| l + "\n").collect();
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(&path)?;
-        std::io::Write::write_all(&mut f, text.as_bytes())?;
-        f.sync_all()
+    let context = || format!("cannot keep the replaced records in {}", path.display());
+    let earlier = match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        read => read.with_context(context)?,
     };
-    write().with_context(|| format!("cannot keep the replaced records in {}", path.display()))?;
+    // A resume retried after one that failed before its rewrite replaces the same lines
+    // (a resumed run's own lines differ, in their times at least): they are kept once.
+    if earlier.ends_with(text.as_bytes()) {
+        return Ok(Some(path));
+    }
+    // A line a crash cut short here ends before the header, which starts a line of its own.
+    let torn = earlier.last().is_some_and(|b| *b != b'\n');
+    let text = if torn { format!("\n{text}") } else { text };
+    let append = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(&path)?;
+        let written = std::io::Write::write_all(&mut f, text.as_bytes()).and_then(|_| f.sync_all());
+        if written.is_err() {
+            // No half record stays for the next append to run into.
+            let _ = f.set_len(earlier.len() as u64);
+        }
+        written
+    };
+    append().with_context(context)?;
+    if earlier.is_empty() {
+        crate::report::sync_dir(dir).with_context(context)?;
+    }
     Ok(Some(path))
+}
+
+/// Whether `path` is a file a resume kept replaced records in (its first line says so).
+fn kept_replaced_records(path: &Path) -> bool {
+    let first = std::fs::read_to_string(path).ok().and_then(|t| t.lines().next().map(str::to_string));
+    first.and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok()).is_some_and(|v| v["type"] == "replaced")
 }
 
 impl Outputs {
@@ -177,14 +206,15 @@ impl Outputs {
                 "{}: the run there ended before its first checkpoint; starting over in it (its metrics.jsonl and samples/ are replaced)",
                 dir.display()
             );
-            // Its grids (those that carry the mark: another PNG put there stays) and its
-            // TensorBoard events go with its metrics.
+            // Its grids (those that carry the mark: another PNG put there stays), its
+            // TensorBoard events and the records its resumes replaced go with its metrics.
             let files = |d: &Path| std::fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path());
             let grids =
                 files(&dir.join("samples")).filter(|p| p.extension().is_some_and(|x| x == "png") && written_here(p));
             let events = files(dir)
                 .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents.")));
-            for old in grids.chain(events) {
+            let replaced = Some(dir.join(REPLACED)).filter(|p| kept_replaced_records(p));
+            for old in grids.chain(events).chain(replaced) {
                 std::fs::remove_file(&old).with_context(|| format!("cannot remove {}", old.display()))?;
             }
         }
@@ -372,6 +402,37 @@ pub fn options_markdown(args: &TrainOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retried resume keeps the lines it replaces once, a torn last line stays apart from
+    /// the next header, and every record read back is whole JSON.
+    #[test]
+    fn replaced_records_are_kept_once_and_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(REPLACED);
+        let lines = [r#"{"type":"step","step":5}"#, r#"{"type":"step","step":6}"#];
+        assert_eq!(keep_replaced(tmp.path(), 4, &[]).unwrap(), None, "nothing to keep");
+        assert!(!path.exists());
+        assert_eq!(keep_replaced(tmp.path(), 4, &lines).unwrap().as_deref(), Some(path.as_path()));
+        let once = std::fs::read_to_string(&path).unwrap();
+        keep_replaced(tmp.path(), 4, &lines).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), once, "the retry kept them again");
+        assert!(kept_replaced_records(&path));
+        // A crash cut the file's last line short; the next resume's header is a line of its own.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, br#"{"type":"st"#).unwrap();
+        keep_replaced(tmp.path(), 2, &lines[..1]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed: Vec<_> = text.lines().map(serde_json::from_str::<serde_json::Value>).collect();
+        assert_eq!(parsed.iter().filter(|v| v.is_err()).count(), 1, "only the torn line: {text}");
+        let headers: Vec<u64> = parsed
+            .iter()
+            .flatten()
+            .filter(|v| v["type"] == "replaced")
+            .map(|v| v["by_resume_at_step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(headers, [4, 2], "{text}");
+        assert_eq!(text.lines().count(), 3 + 1 + 2, "{text}");
+    }
 
     #[test]
     fn runs_started_in_the_same_second_get_directories_of_their_own() {

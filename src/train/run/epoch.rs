@@ -87,20 +87,17 @@ impl<B: Backend> Run<'_, B> {
         Ok(t1 - t0)
     }
 
-    /// Start the sync of the block whose end a checkpoint came before (see `step`; on a
-    /// resume from such a checkpoint, before its first step), for the next step to land;
-    /// with `--no-overlap` (a resume may give it), complete it now. Collective.
-    pub(super) fn start_deferred_sync(&mut self) -> Result<()> {
+    /// Start the overlapped sync of the block whose end a checkpoint came before (see `step`;
+    /// on a resume from such a checkpoint, before its first step), for the next step to land.
+    /// Only an overlapping run defers a sync, and a resume cannot change `--no-overlap`.
+    /// Collective.
+    pub(super) fn start_deferred_sync(&mut self) {
         let (job, t) = (self.job, &mut self.trainer);
-        let Some(block) = self.block.as_mut().filter(|_| self.progress.block_sync_due) else { return Ok(()) };
+        let Some(block) = self.block.as_mut().filter(|_| self.progress.block_sync_due) else { return };
         let t0 = Instant::now();
-        match self.args.parallel.no_overlap {
-            false => block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true),
-            true => self.facts.block_sent += block.sync(job, &t.be, [&mut t.model.g.store, &mut t.model.d.store])?,
-        }
+        block.start_sync(job, &t.be, [&t.model.g.store, &t.model.d.store], true);
         self.progress.block_sync_due = false;
         t.timeline.span(Track::Compute, "block-sync", "models", t0, Instant::now());
-        Ok(())
     }
 
     /// The steps of `epoch` from its step `first` (0-based) to its end, a stop or the run's
@@ -143,7 +140,7 @@ impl<B: Backend> Run<'_, B> {
             if self.checkpoint_due(self.trainer.step) {
                 self.save_checkpoint();
             }
-            self.start_deferred_sync()?;
+            self.start_deferred_sync();
         }
         done.complete = self.progress.batch_in_epoch as usize == steps_per_epoch && self.progress.epoch == epoch;
         Ok(done)

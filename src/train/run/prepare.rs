@@ -193,7 +193,7 @@ impl<'a, B: Backend> Run<'a, B> {
                 self.block = BlockMomentum::restore(settings, job, &t.be, stores, ck.and_then(|c| c.block.as_ref()))?;
             }
             // Saved at a block's end before its sync: start it, as the run did after the save.
-            self.start_deferred_sync()?;
+            self.start_deferred_sync();
         }
         self.start_blocks_if_parallel();
         Ok(())
