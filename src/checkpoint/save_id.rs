@@ -31,13 +31,14 @@ pub fn check_one_save(dir: &Path, files: &[(&str, &HashMap<String, String>)]) ->
         files.iter().filter(|(_, m)| (id_of(m) == save) == of_save).map(|(n, _)| *n).collect()
     };
     let (same, other) = (names(true), names(false));
-    if let Some(first_other) = other.first() {
+    if !other.is_empty() {
         bail!(
-            "{}: {} {} not from the save of {} (a file copied in from another checkpoint?): put back the checkpoint's own {first_other}, or pass another checkpoint",
+            "{}: {} {} not from the save of {} (a file copied in from another checkpoint?): put back the checkpoint's own {}, or pass another checkpoint",
             dir.display(),
             list(&other),
             if other.len() == 1 { "is" } else { "are" },
-            list(&same)
+            list(&same),
+            list(&other)
         );
     }
     Ok(())
@@ -67,6 +68,10 @@ mod tests {
         assert!(e.contains("D is not from the save of G and optimizer"), "{e}");
         let e = check_one_save(dir, &[("G", &b), ("D", &a), ("optimizer", &a)]).unwrap_err().to_string();
         assert!(e.contains("G is not from the save of D and optimizer"), "the first file copied in: {e}");
+        let files = [("optimizer", &a), ("G", &a), ("D", &b), ("G_ema", &b)];
+        let e = check_one_save(dir, &files).unwrap_err().to_string();
+        assert!(e.contains("D and G_ema are not from the save of optimizer and G"), "a tie trusts the first: {e}");
+        assert!(e.contains("put back the checkpoint's own D and G_ema"), "{e}");
         let e = check_one_save(dir, &[("G", &none), ("D", &a)]).unwrap_err().to_string();
         assert!(e.contains("D is not from the save of G"), "a tie goes to the first file: {e}");
         assert_ne!(fresh(), fresh());

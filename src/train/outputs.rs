@@ -83,13 +83,16 @@ fn lock(dir: &Path) -> Result<File> {
 /// Whether `path` is a run's records: empty (a run that failed before its first step), or
 /// a first line that is one of its JSON records (an object with a "type").
 fn metrics_of_a_run(path: &Path) -> bool {
-    let Ok(file) = File::open(path) else { return false };
-    let mut first = String::new();
-    if std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first).is_err() {
-        return false;
-    }
+    let Some(first) = first_line(path) else { return false };
     first.trim().is_empty()
         || serde_json::from_str::<serde_json::Value>(&first).is_ok_and(|v| v.get("type").is_some_and(|t| t.is_string()))
+}
+
+/// The first line of file `path`, where it can be read (the rest need not be text).
+fn first_line(path: &Path) -> Option<String> {
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(File::open(path).ok()?), &mut first).ok()?;
+    Some(first)
 }
 
 fn has_checkpoint(dir: &Path) -> bool {
@@ -130,8 +133,8 @@ const REPLACED: &str = "metrics.replaced.jsonl";
 /// Keeps the lines of metrics.jsonl that a resume at `step` replaces (the records after its
 /// checkpoint, and a line a crash left torn) in the run's `metrics.replaced.jsonl`, after a
 /// line saying which resume replaced them: a continuation a resume from an older checkpoint
-/// leaves behind keeps its record. Appended and synced (with the directory, where the file
-/// is new) before metrics.jsonl is rewritten, so a crash between the two leaves a line in
+/// leaves behind keeps its record. Appended and synced (with the directory) before
+/// metrics.jsonl is rewritten, so a crash between the two leaves a line in
 /// both files rather than in neither. Returns the file, where there was anything to keep.
 fn keep_replaced(dir: &Path, step: u64, lines: &[&str]) -> Result<Option<PathBuf>> {
     if lines.is_empty() {
@@ -148,32 +151,33 @@ fn keep_replaced(dir: &Path, step: u64, lines: &[&str]) -> Result<Option<PathBuf
     };
     // A resume retried after one that failed before its rewrite replaces the same lines
     // (a resumed run's own lines differ, in their times at least): they are kept once.
-    if earlier.ends_with(text.as_bytes()) {
-        return Ok(Some(path));
+    if !earlier.ends_with(text.as_bytes()) {
+        append_whole(&path, &earlier, text).with_context(context)?;
     }
+    // The file's entry too is on disk (the failed try may not have got this far).
+    crate::report::sync_dir(dir).with_context(context)?;
+    Ok(Some(path))
+}
+
+/// Appends `text` to file `path`, which held `earlier`, and syncs it; a failed append is cut
+/// back off, so that no half record stays for the next append to run into.
+fn append_whole(path: &Path, earlier: &[u8], text: String) -> std::io::Result<()> {
     // A line a crash cut short here ends before the header, which starts a line of its own.
     let torn = earlier.last().is_some_and(|b| *b != b'\n');
     let text = if torn { format!("\n{text}") } else { text };
-    let append = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(&path)?;
-        let written = std::io::Write::write_all(&mut f, text.as_bytes()).and_then(|_| f.sync_all());
-        if written.is_err() {
-            // No half record stays for the next append to run into.
-            let _ = f.set_len(earlier.len() as u64);
-        }
-        written
-    };
-    append().with_context(context)?;
-    if earlier.is_empty() {
-        crate::report::sync_dir(dir).with_context(context)?;
+    let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path)?;
+    let written = std::io::Write::write_all(&mut f, text.as_bytes()).and_then(|_| f.sync_all());
+    if written.is_err() {
+        let _ = f.set_len(earlier.len() as u64);
     }
-    Ok(Some(path))
+    written
 }
 
 /// Whether `path` is a file a resume kept replaced records in (its first line says so).
 fn kept_replaced_records(path: &Path) -> bool {
-    let first = std::fs::read_to_string(path).ok().and_then(|t| t.lines().next().map(str::to_string));
-    first.and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok()).is_some_and(|v| v["type"] == "replaced")
+    first_line(path)
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .is_some_and(|v| v["type"] == "replaced")
 }
 
 impl Outputs {
@@ -417,6 +421,9 @@ mod tests {
         keep_replaced(tmp.path(), 4, &lines).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), once, "the retry kept them again");
         assert!(kept_replaced_records(&path));
+        let theirs = tmp.path().join("theirs.jsonl");
+        std::fs::write(&theirs, "{\"type\":\"step\"}\n{\"type\":\"replaced\"}\n").unwrap();
+        assert!(!kept_replaced_records(&theirs), "a file whose first line is no replaced header");
         // A crash cut the file's last line short; the next resume's header is a line of its own.
         let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         std::io::Write::write_all(&mut file, br#"{"type":"st"#).unwrap();
