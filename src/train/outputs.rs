@@ -441,6 +441,34 @@ mod tests {
         assert_eq!(text.lines().count(), 3 + 1 + 2, "{text}");
     }
 
+    /// An append the disk stops part-way (here a file-size limit, in a child process of its
+    /// own, as the limit is the whole process's) leaves the file as it was.
+    #[test]
+    fn a_failed_append_is_cut_back_off() {
+        const CHILD: &str = "DCGAN_TEST_APPEND_UNDER_LIMIT";
+        let earlier = b"{\"type\":\"replaced\"}\n";
+        if let Some(path) = std::env::var_os(CHILD) {
+            let limit = libc::rlimit { rlim_cur: earlier.len() as u64 + 10, rlim_max: libc::RLIM_INFINITY };
+            // SAFETY: plain calls; without SIG_IGN a write past the limit kills the process.
+            unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0) };
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            let written = append_whole(Path::new(&path), earlier, "x".repeat(100));
+            assert!(written.is_err(), "the append passed the limit");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(REPLACED);
+        std::fs::write(&path, earlier).unwrap();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "train::outputs::tests::a_failed_append_is_cut_back_off", "--nocapture"])
+            .env(CHILD, &path)
+            .output()
+            .unwrap();
+        assert!(child.status.success(), "{}", String::from_utf8_lossy(&child.stdout));
+        assert!(String::from_utf8_lossy(&child.stdout).contains("1 passed"), "the child ran no test");
+        assert_eq!(std::fs::read(&path).unwrap(), earlier, "a part of the failed append stayed");
+    }
+
     #[test]
     fn runs_started_in_the_same_second_get_directories_of_their_own() {
         let tmp = tempfile::tempdir().unwrap();
