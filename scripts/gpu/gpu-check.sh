@@ -22,7 +22,7 @@
 #    Everything measured goes under $OUT (or ./gpu-check-out): one log per stage, *.jsonl benchmark
 #    lines, summary.txt.
 #    Where there is no GPU, `bash scripts/gpu/gpu-check.sh --rehearse [bench] [mpi]` runs those
-#    stages on the CUDA emulator at toy sizes (about 35 minutes on 2 cores, .ompi needed for
+#    stages on the CUDA emulator at toy sizes (11 to 36 minutes on 2 cores, .ompi needed for
 #    mpi): a check of this script after changing it, not a measurement.
 #    To bring everything back as one file:
 #      OUT=/tmp/gc bash scripts/gpu/gpu-check.sh; tar czf gc.tgz -C /tmp gc
@@ -75,7 +75,7 @@ if [[ "${1:-}" == "--build" ]]; then
   exec bash "$ROOT/scripts/gpu/build-gpu-bin.sh"
 fi
 
-# --rehearse: the bench and mpi stages on the CUDA emulator at toy sizes (about 35 minutes
+# --rehearse: the bench and mpi stages on the CUDA emulator at toy sizes (11 to 36 minutes
 # on 2 cores), to check this script's own logic where there is no GPU; its figures mean
 # nothing.
 REHEARSE=0
