@@ -460,7 +460,7 @@ mod tests {
         let path = tmp.path().join(REPLACED);
         std::fs::write(&path, earlier).unwrap();
         let child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "train::outputs::tests::a_failed_append_is_cut_back_off", "--nocapture"])
+            .arg("train::outputs::tests::a_failed_append_is_cut_back_off")
             .env(CHILD, &path)
             .output()
             .unwrap();
