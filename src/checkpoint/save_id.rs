@@ -32,13 +32,12 @@ pub fn check_one_save(dir: &Path, files: &[(&str, &HashMap<String, String>)]) ->
     };
     let (same, other) = (names(true), names(false));
     if !other.is_empty() {
+        let others = list(&other);
         bail!(
-            "{}: {} {} not from the save of {} (a file copied in from another checkpoint?): put back the checkpoint's own {}, or pass another checkpoint",
+            "{}: {others} {} not from the save of {} (a file copied in from another checkpoint?): put back the checkpoint's own {others}, or pass another checkpoint",
             dir.display(),
-            list(&other),
             if other.len() == 1 { "is" } else { "are" },
-            list(&same),
-            list(&other)
+            list(&same)
         );
     }
     Ok(())
